@@ -1,0 +1,135 @@
+package engine
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// benchPool builds an engine with a realistic mix: 5% of routes cooling,
+// 10% suspect, and each route with route×target records on two of the 100
+// targets, a third of them cooling.
+func benchPool(b *testing.B, routes int) (*Engine, []string) {
+	b.Helper()
+	e, err := New(Config{}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	targets := make([]string, 100)
+	for i := range targets {
+		targets[i] = fmt.Sprintf("site%d.example", i)
+	}
+	for i := range routes {
+		id := fmt.Sprintf("r%d", i)
+		if err := e.AddRoute(start, RouteSpec{ID: id}); err != nil {
+			b.Fatal(err)
+		}
+		switch {
+		case i%20 == 0:
+			e.Feedback(start, id, targets[0], Outcome{Class: ProxyAuth})
+		case i%10 == 1:
+			for range 2 {
+				e.Feedback(start, id, targets[0], Outcome{Class: ProxyTimeout})
+			}
+		}
+		e.Feedback(start, id, targets[i%100], Outcome{Class: Blocked})
+		c := Target5xx
+		if i%3 == 0 {
+			c = RateLimited
+		}
+		e.Feedback(start, id, targets[(i*7+3)%100], Outcome{Class: c, RetryAfter: time.Hour})
+	}
+	return e, targets
+}
+
+// BenchmarkAcquireReport measures one pick and its report. The cost must
+// not grow with the pool: compare routes=1000 with routes=100000.
+func BenchmarkAcquireReport(b *testing.B) {
+	for _, n := range []int{1000, 100000} {
+		b.Run(fmt.Sprintf("routes=%d", n), func(b *testing.B) {
+			e, targets := benchPool(b, n)
+			now := start
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				now = now.Add(time.Microsecond)
+				l, err := e.Acquire(now, Request{Target: targets[i%len(targets)]})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := e.Report(now, l, Outcome{Class: OK, Latency: 40 * time.Millisecond}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkAcquireReportParallel is the same with GOMAXPROCS goroutines.
+func BenchmarkAcquireReportParallel(b *testing.B) {
+	for _, n := range []int{1000, 100000} {
+		b.Run(fmt.Sprintf("routes=%d", n), func(b *testing.B) {
+			e, targets := benchPool(b, n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					i++
+					now := start.Add(time.Duration(i) * time.Microsecond)
+					l, err := e.Acquire(now, Request{Target: targets[i%len(targets)]})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					e.Report(now, l, Outcome{Class: OK, Latency: 40 * time.Millisecond})
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkPairMemory reports the heap held per route×target record.
+func BenchmarkPairMemory(b *testing.B) {
+	const routes = 1000
+	e, err := New(Config{}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ids := make([]string, routes)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("r%d", i)
+		e.AddRoute(start, RouteSpec{ID: ids[i]})
+	}
+	targets := make([]string, b.N/routes+1)
+	for i := range targets {
+		targets[i] = fmt.Sprintf("site%d.example", i)
+		e.target(targets[i]) // intern first: targets are not pairs
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	b.ResetTimer()
+	for i := range b.N {
+		route, target := ids[i%routes], targets[i/routes]
+		// Two successes per ban keep the target's failure share under the
+		// incident threshold, so every ban creates its pair record.
+		e.Feedback(start, route, target, Outcome{Class: OK})
+		e.Feedback(start, route, target, Outcome{Class: OK})
+		e.Feedback(start, route, target, Outcome{Class: Blocked})
+	}
+	b.StopTimer()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	pairs := 0
+	for _, id := range ids {
+		st, _ := e.Route(id)
+		pairs += len(st.Targets)
+	}
+	if pairs != b.N {
+		b.Fatalf("%d pair records for %d bans", pairs, b.N)
+	}
+	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(pairs), "B/pair")
+	runtime.KeepAlive(e)
+}

@@ -1,0 +1,149 @@
+package engine
+
+import "math"
+
+// Candidates is what a Picker chooses from: the routes matching a request's
+// hard constraints, weighted for its target. It lives on the caller's stack
+// for one pick.
+type Candidates struct {
+	e      *Engine
+	ns     int64
+	t      *target
+	labels Labels   // the request's hard constraints
+	avoid  []string // the request's routes to avoid
+	index  *weightIndex
+	all    bool // draw from fallback weights (panic or fallback)
+	// ignorePairs lifts route×target exclusions: the target has too few
+	// routes left (target panic) or nothing was eligible.
+	ignorePairs bool
+
+	Panic    bool // exclusions lifted because too few routes are eligible
+	Fallback bool // nothing was eligible: drawing the least bad
+}
+
+// candidates prepares c for req, choosing the index of the most selective
+// required label and deciding panic mode.
+func (e *Engine) candidates(c *Candidates, ns int64, t *target, req *Request) error {
+	*c = Candidates{e: e, ns: ns, t: t, labels: req.Labels, avoid: req.Avoid, index: e.pool}
+	if len(req.Labels) > 0 {
+		c.index = nil
+		best := math.MaxInt
+		for _, l := range req.Labels {
+			x := e.labelIndex(l, false)
+			if x == nil {
+				return ErrNoMatch
+			}
+			if _, _, n := x.counts(); n < best {
+				c.index, best = x, n
+			}
+		}
+	}
+	eligible, all, slots := c.index.counts()
+	if slots == 0 {
+		return ErrNoMatch
+	}
+	if all == 0 {
+		return ErrNoRoute
+	}
+	if p := e.cfg.PanicThreshold; p > 0 {
+		if float64(eligible) < p*float64(all) {
+			c.Panic, c.all, c.ignorePairs = true, true, true
+		} else if float64(eligible-int(t.excluded.Load())) < p*float64(all) {
+			c.Panic, c.ignorePairs = true, true
+		}
+	}
+	return nil
+}
+
+// fallback switches c to the least-bad mode: every route that may carry
+// traffic, exclusions lifted.
+func (c *Candidates) fallback() {
+	c.all, c.ignorePairs, c.Fallback = true, true, true
+}
+
+// Draw returns a route drawn with probability proportional to its weight
+// for this request's target, and that weight. It fails when maxDraws draws
+// found nothing acceptable.
+func (c *Candidates) Draw() (slot int32, weight float64, ok bool) {
+	for range maxDraws {
+		s, ok := c.index.sample(c.e.rng.Uint64(), c.all)
+		if !ok {
+			return 0, 0, false
+		}
+		if !c.Allowed(s) {
+			continue
+		}
+		w, all := c.index.weight(s)
+		if c.all {
+			w = all
+		}
+		f := c.e.targetFactor(s, c.t, c.ignorePairs, c.ns)
+		// Rejection sampling: accepting with probability f makes the draw
+		// proportional to weight × f without a per-target index.
+		if f <= 0 || (f < 1 && unitFloat(c.e.rng.Uint64()) >= f) {
+			continue
+		}
+		return s, w * f, true
+	}
+	return 0, 0, false
+}
+
+// best draws a few routes and keeps the heaviest: the least-bad fallback.
+func (c *Candidates) best() (int32, bool) {
+	var slot int32
+	var bw float64
+	found := false
+	for range 4 {
+		if s, w, ok := c.Draw(); ok && (!found || w > bw) {
+			slot, bw, found = s, w, true
+		}
+	}
+	return slot, found
+}
+
+// Slot returns the i-th route modulo the number of routes, for blind
+// pickers.
+func (c *Candidates) Slot(i int) (int32, bool) {
+	n := int(c.e.routes.len())
+	if n == 0 {
+		return 0, false
+	}
+	return int32(i % n), true
+}
+
+// Allowed reports whether route slot meets the request's hard constraints:
+// its labels, not avoided, and not drained.
+func (c *Candidates) Allowed(slot int32) bool {
+	r := c.e.routes.get(slot)
+	if r == nil || !r.labels.Matches(c.labels) {
+		return false
+	}
+	for _, id := range c.avoid {
+		if id == r.id {
+			return false
+		}
+	}
+	_, all := c.e.pool.weight(slot)
+	return all > 0
+}
+
+// targetFactor is route slot's weight factor for target t: 1 without a pair
+// record, 0 while the pair is excluded (unless ignorePairs), otherwise its
+// target score^γ with suspect and slow-start terms.
+func (e *Engine) targetFactor(slot int32, t *target, ignorePairs bool, ns int64) float64 {
+	h, ok := e.store.Read(Key{Route: slot, Target: t.n})
+	if !ok {
+		return 1
+	}
+	f := math.Pow(h.targetFactor(&e.cfg), e.cfg.Gamma) * h.slowStart(&e.cfg, ns)
+	switch {
+	case !h.State.Usable():
+		if !ignorePairs {
+			return 0
+		}
+		f = max(f, minWeight)
+	case h.State == Suspect:
+		f *= e.cfg.SuspectWeight
+	}
+	return f
+}

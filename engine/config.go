@@ -1,0 +1,216 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config tunes the engine. The zero value of every field means its default
+// (listed with the field); a field that can be turned off says how. Defaults
+// are applied in one pass by New, so a Config read back from Engine.Config
+// shows the values in force.
+type Config struct {
+	// Rules is the outcome rule table. Default: &DefaultRules.
+	Rules *Rules
+
+	// Alpha is the EWMA weight of the newest sample. Default 0.3.
+	Alpha float64
+	// Gamma sharpens scores in the selection weight (score^Gamma). Default 2.
+	Gamma float64
+	// LatencyRef is the success latency at which the latency term halves a
+	// score: term = LatencyRef / (LatencyRef + latency). Default 1s.
+	LatencyRef time.Duration
+	// Prior is the score assumed before any evidence. Default 0.6.
+	Prior float64
+	// PriorSamples is how many samples weigh as much as the prior, so a
+	// route that succeeded once is not a veteran. Default 5.
+	PriorSamples float64
+
+	// Window is the span of the sliding failure-rate window (6 buckets).
+	// Default 60s.
+	Window time.Duration
+	// MinVolume is the number of samples the window needs before its failure
+	// rate is judged. Default 10.
+	MinVolume int
+	// SuspectAfter consecutive breaker failures make a scope suspect; so does
+	// a window failure rate of SuspectRate. Defaults 2 and 0.3.
+	SuspectAfter int
+	SuspectRate  float64
+	// CoolAfter consecutive breaker failures cool a scope; so does a window
+	// failure rate of CoolRate. Defaults 4 and 0.6.
+	CoolAfter int
+	CoolRate  float64
+	// RecoverAfter consecutive successes return a suspect scope to healthy,
+	// provided the window failure rate is under SuspectRate: fast to fail,
+	// slow to recover. Default 3.
+	RecoverAfter int
+	// SuspectWeight multiplies a suspect route's selection weight. Default 0.5.
+	SuspectWeight float64
+
+	// CooldownCap caps exponential cooldowns. Default 10m.
+	CooldownCap time.Duration
+	// RetryAfterCap caps a target's Retry-After. Default 10m.
+	RetryAfterCap time.Duration
+	// ProbeSuccesses is the number of successful probes that restore a
+	// half-open scope. Default 2.
+	ProbeSuccesses int
+	// SlowStart is how long a recovered route takes to ramp from
+	// SlowStartFloor to its full weight. Defaults 30s and 0.1.
+	SlowStart      time.Duration
+	SlowStartFloor float64
+
+	// EjectAfter consecutive failed recoveries of a route's global scope
+	// (neutral probes) eject it; so do failed recoveries on EjectTargets
+	// distinct targets. Defaults 3 and 3.
+	EjectAfter   int
+	EjectTargets int
+	// EjectTime is the first ejection's length; each further ejection
+	// doubles it up to EjectCap. Defaults 5m and 1h.
+	EjectTime time.Duration
+	EjectCap  time.Duration
+
+	// MaxRemovedShare caps the share of routes that may be cooling,
+	// half-open or ejected at once (counted after the new removal, as
+	// Envoy's max_ejection_percent), unless the evidence is overwhelming:
+	// OverwhelmingAfter consecutive route-global failures. Negative disables
+	// the cap. Defaults 0.2 and 8.
+	MaxRemovedShare   float64
+	OverwhelmingAfter int
+	// PanicThreshold: when fewer than this share of routes (or, per target,
+	// of the routes not excluded for it) are eligible, stop excluding and
+	// spread load over all of them. Negative disables panic. Default 0.5.
+	PanicThreshold float64
+
+	// IncidentRoutes distinct routes failing a target with the same
+	// incident class, making up IncidentShare of the target's attempts in
+	// IncidentWindow, open an incident. Defaults 5, 0.5 and 60s.
+	IncidentRoutes int
+	IncidentShare  float64
+	IncidentWindow time.Duration
+
+	// Picker chooses among eligible routes. Default WeightedRandom.
+	Picker Picker
+	// LeaseTTL is how long a lease lives before it is reaped as an
+	// ambiguous timeout. Default 2m.
+	LeaseTTL time.Duration
+	// SessionTTL is how long an idle session binding lives. Default 10m.
+	SessionTTL time.Duration
+	// PairTTL is how long an idle route×target record is kept. Default 30m.
+	PairTTL time.Duration
+	// ScoreEventStep is the score change that publishes a score event.
+	// Default 0.05.
+	ScoreEventStep float64
+	// Seed, when nonzero, makes every random choice reproducible (for the
+	// simulator and tests); it serializes the random source, so leave it zero
+	// in production.
+	Seed uint64
+}
+
+// DefaultConfig returns the defaults in force for a zero Config.
+func DefaultConfig() Config {
+	c, _ := Config{}.normalize()
+	return c
+}
+
+func (c Config) normalize() (Config, error) {
+	if c.Rules == nil {
+		c.Rules = &DefaultRules
+	}
+	setF := func(p *float64, d float64) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	setI := func(p *int, d int) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	setD := func(p *time.Duration, d time.Duration) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	setF(&c.Alpha, 0.3)
+	setF(&c.Gamma, 2)
+	setD(&c.LatencyRef, time.Second)
+	setF(&c.Prior, 0.6)
+	setF(&c.PriorSamples, 5)
+	setD(&c.Window, time.Minute)
+	setI(&c.MinVolume, 10)
+	setI(&c.SuspectAfter, 2)
+	setF(&c.SuspectRate, 0.3)
+	setI(&c.CoolAfter, 4)
+	setF(&c.CoolRate, 0.6)
+	setI(&c.RecoverAfter, 3)
+	setF(&c.SuspectWeight, 0.5)
+	setD(&c.CooldownCap, 10*time.Minute)
+	setD(&c.RetryAfterCap, 10*time.Minute)
+	setI(&c.ProbeSuccesses, 2)
+	setD(&c.SlowStart, 30*time.Second)
+	setF(&c.SlowStartFloor, 0.1)
+	setI(&c.EjectAfter, 3)
+	setI(&c.EjectTargets, 3)
+	setD(&c.EjectTime, 5*time.Minute)
+	setD(&c.EjectCap, time.Hour)
+	setF(&c.MaxRemovedShare, 0.2)
+	setI(&c.OverwhelmingAfter, 8)
+	setF(&c.PanicThreshold, 0.5)
+	setI(&c.IncidentRoutes, 5)
+	setF(&c.IncidentShare, 0.5)
+	setD(&c.IncidentWindow, time.Minute)
+	if c.Picker == nil {
+		c.Picker = WeightedRandom{}
+	}
+	setD(&c.LeaseTTL, 2*time.Minute)
+	setD(&c.SessionTTL, 10*time.Minute)
+	setD(&c.PairTTL, 30*time.Minute)
+	setF(&c.ScoreEventStep, 0.05)
+	return c, c.validate()
+}
+
+func (c *Config) validate() error {
+	checks := []struct {
+		name string
+		ok   bool
+		want string
+	}{
+		{"Alpha", c.Alpha > 0 && c.Alpha <= 1, "in (0, 1]"},
+		{"Gamma", c.Gamma > 0 && c.Gamma <= 16, "in (0, 16]"},
+		{"LatencyRef", c.LatencyRef > 0, "positive"},
+		{"Prior", c.Prior > 0 && c.Prior <= 1, "in (0, 1]"},
+		{"PriorSamples", c.PriorSamples > 0, "positive"},
+		{"Window", c.Window >= windowBuckets*time.Millisecond, "at least 6ms"},
+		{"MinVolume", c.MinVolume > 0, "positive"},
+		{"SuspectAfter", c.SuspectAfter > 0, "positive"},
+		{"CoolAfter", c.CoolAfter >= c.SuspectAfter, "at least SuspectAfter"},
+		{"SuspectRate", c.SuspectRate > 0 && c.SuspectRate <= 1, "in (0, 1]"},
+		{"CoolRate", c.CoolRate >= c.SuspectRate && c.CoolRate <= 1, "in [SuspectRate, 1]"},
+		{"RecoverAfter", c.RecoverAfter > 0, "positive"},
+		{"SuspectWeight", c.SuspectWeight > 0 && c.SuspectWeight <= 1, "in (0, 1]"},
+		{"CooldownCap", c.CooldownCap > 0, "positive"},
+		{"RetryAfterCap", c.RetryAfterCap > 0, "positive"},
+		{"ProbeSuccesses", c.ProbeSuccesses > 0 && c.ProbeSuccesses < 256, "in [1, 255]"},
+		{"SlowStart", c.SlowStart > 0, "positive"},
+		{"SlowStartFloor", c.SlowStartFloor > 0 && c.SlowStartFloor <= 1, "in (0, 1]"},
+		{"EjectAfter", c.EjectAfter > 0 && c.EjectAfter < 256, "in [1, 255]"},
+		{"EjectTargets", c.EjectTargets > 0, "positive"},
+		{"EjectTime", c.EjectTime > 0 && c.EjectCap >= c.EjectTime, "positive and at most EjectCap"},
+		{"MaxRemovedShare", c.MaxRemovedShare <= 1, "at most 1 (negative disables)"},
+		{"OverwhelmingAfter", c.OverwhelmingAfter > 0, "positive"},
+		{"PanicThreshold", c.PanicThreshold <= 1, "at most 1 (negative disables)"},
+		{"IncidentRoutes", c.IncidentRoutes > 0 && c.IncidentRoutes <= 1024, "in [1, 1024]"},
+		{"IncidentShare", c.IncidentShare > 0 && c.IncidentShare <= 1, "in (0, 1]"},
+		{"IncidentWindow", c.IncidentWindow > 0, "positive"},
+		{"LeaseTTL", c.LeaseTTL > 0, "positive"},
+		{"SessionTTL", c.SessionTTL > 0, "positive"},
+		{"PairTTL", c.PairTTL > 0, "positive"},
+		{"ScoreEventStep", c.ScoreEventStep > 0, "positive"},
+	}
+	for _, ch := range checks {
+		if !ch.ok {
+			return fmt.Errorf("engine: config %s must be %s", ch.name, ch.want)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,96 @@
+// Package engine decides, for every request, which exit ("route") should
+// carry it to its target now, from the evidence of every outcome and probe.
+// It is pure: no I/O, no goroutines, no clock. Every method takes the time,
+// so the simulator can drive it on a virtual clock and tests lay out
+// timelines without sleeping.
+//
+// # Three roles
+//
+// A route executes attempts and reports a normalized Outcome (done by the
+// caller, e.g. the gateway). The health model (Health, Evidence) turns
+// outcomes into evidence and states. The policy (Candidates, Picker) reads
+// them and picks the next route. Each is replaceable without the others.
+//
+// # Outcomes and rules
+//
+// Every attempt ends in exactly one Class. The rule table (Rules,
+// DefaultRules) says per class which scope it counts against — the route's
+// global record (the exit itself: connect, auth, tunnel) or its
+// route×target record (this exit against this site: 403, 429, captcha) —
+// whether it feeds the failure thresholds, whether the request may be
+// retried elsewhere, whether it cools at once, and the cooldown it starts.
+// A 403 from one site never lowers the route's global score; only successes
+// feed the latency average, so a fast rejection never looks like a fast
+// exit.
+//
+// # Evidence and states
+//
+// Each record keeps an EWMA of success (Config.Alpha), an EWMA of success
+// latency, a six-bucket sliding window of failures, consecutive counts and
+// last times. Its score is success × LatencyRef/(LatencyRef+latency), shrunk
+// toward Config.Prior until Config.PriorSamples outcomes exist. Pair records
+// are created only by negative evidence or a session and are evicted when
+// idle (Config.PairTTL); without one, a route's target factor is 1.
+//
+// Records move through
+//
+//	candidate → healthy → suspect → cooling → half_open → healthy | cooling
+//	                                   half_open ×EjectAfter → ejected → half_open
+//	any → draining (operator) ; any → healthy (operator restore)
+//
+// with two thresholds (suspect after SuspectAfter consecutive failures or a
+// SuspectRate window rate; cooling after CoolAfter or CoolRate), recovery
+// from suspect only after RecoverAfter consecutive successes, and slow start
+// after a recovery. Cooldowns grow exponentially per cooling (capped,
+// jittered); Retry-After replaces the backoff, for that target only. Every
+// state change bumps the record's generation; a lease carries the
+// generations it was granted under, and an outcome reported under an older
+// generation is recorded as evidence but moves no state, so many workers
+// reporting the same failure cannot push a cooldown out forever.
+//
+// Expired cooldowns wake to half-open on the next Acquire, Report or Sweep
+// (a deadline queue, so nothing is scanned), never only on a report: a
+// cooling record gets none. Half-open records get no users' traffic; they
+// issue one ProbeJob per generation (ProbeJobs), answered by ReportProbe:
+// ProbeSuccesses successes restore, a failure cools again for longer. A
+// route ejects after EjectAfter failed recoveries of its global record, or
+// failed recoveries on EjectTargets distinct targets.
+//
+// # Guards
+//
+// A target incident opens when IncidentRoutes distinct routes fail one
+// target with the same class and that class is IncidentShare of the
+// target's attempts in IncidentWindow: the site is down, not the exits.
+// While open, failures of that class are not held against routes; it closes
+// when successes return. At most MaxRemovedShare of the routes may be
+// removed (cooling, half-open, ejected) by ordinary evidence; overwhelming
+// route-global evidence (OverwhelmingAfter consecutive failures, or a
+// cools-at-once class) passes. When fewer than PanicThreshold of the routes
+// (or of the routes left for a target) are eligible, exclusions are lifted
+// and load spreads over all of them; when nothing at all is eligible,
+// Acquire returns the least-bad route unless the request is Strict.
+//
+// # Selection
+//
+// Acquire wakes due cooldowns, honours a sticky session (or fails with
+// ErrSessionRestartRequired, never switching exits silently), applies hard
+// label constraints through a per-label index, and lets the Picker draw
+// from a sharded weighted index where each route weighs
+//
+//	(score^γ · slow start · suspect term · Weight/(1+Cost)) / (1 + in-flight)
+//
+// The target factor (pair score^γ, 0 when the pair is cooling) is applied
+// by rejection, so a pick costs O(log n) with no per-target index, no
+// allocation and no global lock. The lease is taken atomically against the
+// route's max_inflight and expires after LeaseTTL (reaped by Sweep as an
+// ambiguous target timeout).
+//
+// # Events, replay and state
+//
+// Outcomes, state changes, score moves and incidents are Events, delivered
+// to bounded subscriptions (Subscribe) and written as JSON lines
+// (WriteEvents); Replay runs a recorded outcome stream under another Config
+// and reports the decisions that differ. Shared mutable state sits behind
+// the Store port (MemoryStore by default) so several processes can share
+// it; see docs/design/002-store-port.md.
+package engine

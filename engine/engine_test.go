@@ -1,0 +1,655 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+)
+
+var start = time.Unix(0, t0).UTC()
+
+// newTestEngine returns a seeded engine with routes r0..r(n-1).
+func newTestEngine(t testing.TB, cfg Config, n int) *Engine {
+	t.Helper()
+	if cfg.Seed == 0 {
+		cfg.Seed = 1
+	}
+	e, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := e.AddRoute(start, RouteSpec{ID: fmt.Sprintf("r%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+func mustAcquire(t testing.TB, e *Engine, now time.Time, req Request) Lease {
+	t.Helper()
+	l, err := e.Acquire(now, req)
+	if err != nil {
+		t.Fatalf("Acquire(%+v): %v", req, err)
+	}
+	return l
+}
+
+// report feeds n outcomes of class c for route id and target as feedback
+// (no lease, never stale).
+func report(t testing.TB, e *Engine, now time.Time, id, target string, c Class, n int) {
+	t.Helper()
+	for range n {
+		if err := e.Feedback(now, id, target, Outcome{Class: c}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func state(t testing.TB, e *Engine, id string) State {
+	t.Helper()
+	st, ok := e.Route(id)
+	if !ok {
+		t.Fatalf("no route %s", id)
+	}
+	return st.Health.State
+}
+
+func pairState(t testing.TB, e *Engine, id, target string) (State, bool) {
+	t.Helper()
+	st, _ := e.Route(id)
+	for _, p := range st.Targets {
+		if p.Target == target {
+			return p.Health.State, true
+		}
+	}
+	return 0, false
+}
+
+func TestAcquireReport(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{}, 3)
+	l := mustAcquire(t, e, start, Request{Target: "example.com"})
+	if l.Route == "" || l.Target != "example.com" || l.Expires.Sub(start) != e.Config().LeaseTTL {
+		t.Fatalf("lease %+v", l)
+	}
+	if st, _ := e.Route(l.Route); st.Inflight != 1 {
+		t.Fatalf("in-flight %d, want 1", st.Inflight)
+	}
+	if err := e.Report(start, l, Outcome{Class: OK, Latency: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Report(start, l, Outcome{Class: OK}); !errors.Is(err, ErrUnknownLease) {
+		t.Fatalf("second report: %v, want ErrUnknownLease", err)
+	}
+	if st, _ := e.Route(l.Route); st.Inflight != 0 || st.Health.Samples != 1 {
+		t.Fatalf("after report: in-flight %d samples %d", st.Inflight, st.Health.Samples)
+	}
+}
+
+func TestDeadRouteIsRoutedAround(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{MaxRemovedShare: -1}, 5)
+	now := start
+	counts := map[string]int{}
+	for i := range 2000 {
+		now = now.Add(10 * time.Millisecond)
+		l := mustAcquire(t, e, now, Request{Target: "example.com"})
+		o := Outcome{Class: OK, Latency: 80 * time.Millisecond}
+		if l.Route == "r0" {
+			o = Outcome{Class: ProxyConnectFailed}
+		}
+		if i >= 1000 {
+			counts[l.Route]++
+		}
+		if err := e.Report(now, l, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if counts["r0"] > 0 {
+		t.Errorf("dead route got %d of the last 1000 requests (%v)", counts["r0"], counts)
+	}
+	if s := state(t, e, "r0"); s == Healthy || s == Candidate {
+		t.Errorf("dead route is %v", s)
+	}
+}
+
+func TestWakeWithoutReportsAndProbeIdempotency(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{MaxRemovedShare: -1}, 4)
+	report(t, e, start, "r1", "", ProxyAuth, 1)
+	if s := state(t, e, "r1"); s != Cooling {
+		t.Fatalf("r1 %v, want cooling", s)
+	}
+	st, _ := e.Route("r1")
+	deadline := st.Health.UntilTime()
+	if jobs := e.ProbeJobs(nil); len(jobs) != 0 {
+		t.Fatalf("probe jobs before the deadline: %v", jobs)
+	}
+	// Nothing reports on r1; an acquire for any target after the deadline
+	// wakes it.
+	mustAcquire(t, e, deadline.Add(-time.Millisecond), Request{Target: "a.com"})
+	if s := state(t, e, "r1"); s != Cooling {
+		t.Fatalf("woke early: %v", s)
+	}
+	for range 5 {
+		mustAcquire(t, e, deadline, Request{Target: "a.com"})
+		e.Sweep(deadline)
+	}
+	if s := state(t, e, "r1"); s != HalfOpen {
+		t.Fatalf("r1 %v, want half_open", s)
+	}
+	jobs := e.ProbeJobs(nil)
+	if len(jobs) != 1 || jobs[0].Route != "r1" || jobs[0].Target != "" {
+		t.Fatalf("probe jobs %+v, want one neutral job for r1", jobs)
+	}
+	if more := e.ProbeJobs(nil); len(more) != 0 {
+		t.Fatalf("jobs issued twice: %+v", more)
+	}
+	// Half-open routes get no users' traffic.
+	for range 200 {
+		if l := mustAcquire(t, e, deadline, Request{Target: "a.com"}); l.Route == "r1" {
+			t.Fatal("half-open route got users' traffic")
+		}
+	}
+	// A failed probe re-cools (new generation, a new job later); answering
+	// the old job again is stale and moves nothing.
+	if err := e.ReportProbe(deadline, jobs[0], Outcome{Class: ProxyAuth}); err != nil {
+		t.Fatal(err)
+	}
+	if s := state(t, e, "r1"); s != Cooling {
+		t.Fatalf("after failed probe: %v", s)
+	}
+	e.ReportProbe(deadline, jobs[0], Outcome{Class: OK})
+	e.ReportProbe(deadline, jobs[0], Outcome{Class: OK})
+	if s := state(t, e, "r1"); s != Cooling {
+		t.Fatalf("stale probe moved the route to %v", s)
+	}
+	st, _ = e.Route("r1")
+	e.Sweep(st.Health.UntilTime())
+	jobs = e.ProbeJobs(nil)
+	if len(jobs) != 1 {
+		t.Fatalf("jobs %+v, want one for the new generation", jobs)
+	}
+	now := st.Health.UntilTime()
+	for range e.Config().ProbeSuccesses {
+		e.ReportProbe(now, jobs[0], Outcome{Class: OK})
+	}
+	if s := state(t, e, "r1"); s != Healthy {
+		t.Fatalf("after probes: %v, want healthy", s)
+	}
+}
+
+func TestStaleLeaseDoesNotMoveState(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{MaxRemovedShare: -1}, 1)
+	var leases []Lease
+	for range 10 {
+		leases = append(leases, mustAcquire(t, e, start, Request{Target: "a.com"}))
+	}
+	for _, l := range leases[:4] {
+		e.Report(start, l, Outcome{Class: ProxyTimeout})
+	}
+	st, _ := e.Route("r0")
+	if st.Health.State != Suspect {
+		// Leases from before the suspect transition are stale: the route
+		// needs fresh failures to cool.
+		t.Fatalf("state %v, want suspect", st.Health.State)
+	}
+	for _, l := range leases[4:] {
+		e.Report(start.Add(time.Second), l, Outcome{Class: ProxyTimeout})
+	}
+	st2, _ := e.Route("r0")
+	if st2.Health.State != Suspect || st2.Health.Gen != st.Health.Gen {
+		t.Fatalf("stale reports moved the route: %v gen %d→%d", st2.Health.State, st.Health.Gen, st2.Health.Gen)
+	}
+	if st2.Health.Samples != 10 {
+		t.Fatalf("stale evidence not recorded: %d samples", st2.Health.Samples)
+	}
+	l := mustAcquire(t, e, start.Add(2*time.Second), Request{Target: "a.com"})
+	e.Report(start.Add(2*time.Second), l, Outcome{Class: ProxyTimeout})
+	if s := state(t, e, "r0"); s != Cooling {
+		t.Fatalf("fresh failure: %v, want cooling", s)
+	}
+}
+
+func TestTargetScopedFailuresStayOnTheirTarget(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{}, 4)
+	report(t, e, start, "r2", "shop.com", Blocked, 6)
+	if s, ok := pairState(t, e, "r2", "shop.com"); !ok || s != Cooling {
+		t.Fatalf("pair r2×shop.com %v (exists %v), want cooling", s, ok)
+	}
+	if s := state(t, e, "r2"); s != Candidate {
+		t.Fatalf("403s moved the route's global state to %v", s)
+	}
+	st, _ := e.Route("r2")
+	if st.Health.Samples != 0 {
+		t.Fatalf("403s counted in global evidence")
+	}
+	for range 300 {
+		if l := mustAcquire(t, e, start, Request{Target: "shop.com"}); l.Route == "r2" {
+			t.Fatal("banned pair got traffic for its target")
+		} else {
+			e.Report(start, l, Outcome{Class: OK})
+		}
+	}
+	got := 0
+	for range 300 {
+		l := mustAcquire(t, e, start, Request{Target: "news.com"})
+		if l.Route == "r2" {
+			got++
+		}
+		e.Report(start, l, Outcome{Class: OK})
+	}
+	if got == 0 {
+		t.Fatal("route banned on one site got no traffic for another")
+	}
+	// Pair records exist only for negative evidence.
+	if _, ok := pairState(t, e, "r1", "news.com"); ok {
+		t.Fatal("a success created a pair record")
+	}
+}
+
+func TestIncidentGuard(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{}, 10)
+	sub := e.Subscribe(1024)
+	now := start
+	for i := range 10 {
+		report(t, e, now, fmt.Sprintf("r%d", i), "down.com", Target5xx, 5)
+	}
+	inc := e.Incidents()
+	if len(inc) != 1 || inc[0].Target != "down.com" || inc[0].Class != Target5xx {
+		t.Fatalf("incidents %+v", inc)
+	}
+	cooled := 0
+	for i := range 10 {
+		if s, ok := pairState(t, e, fmt.Sprintf("r%d", i), "down.com"); ok && !s.Usable() {
+			cooled++
+		}
+	}
+	if cooled > 0 {
+		t.Fatalf("%d routes cooled for a target in incident", cooled)
+	}
+	l := mustAcquire(t, e, now, Request{Target: "down.com"})
+	if !l.Incident {
+		t.Error("lease does not flag the incident")
+	}
+	e.Report(now, l, Outcome{Class: Target5xx})
+	// Successes return: the incident closes.
+	for i := range 200 {
+		report(t, e, now, fmt.Sprintf("r%d", i%10), "down.com", OK, 1)
+	}
+	if inc := e.Incidents(); len(inc) != 0 {
+		t.Fatalf("incident still open: %+v", inc)
+	}
+	var opened, closed bool
+	for _, ev := range sub.Poll(nil) {
+		if ev.Kind == EventIncident {
+			opened = opened || ev.Open
+			closed = closed || !ev.Open
+		}
+	}
+	if !opened || !closed {
+		t.Errorf("incident events: opened %v closed %v", opened, closed)
+	}
+	// One route failing alone is not an incident.
+	report(t, e, now, "r3", "fine.com", Blocked, 10)
+	if inc := e.Incidents(); len(inc) != 0 {
+		t.Fatalf("single-route failures opened %+v", inc)
+	}
+}
+
+func TestPoolGuards(t *testing.T) {
+	t.Parallel()
+	t.Run("removals capped at MaxRemovedShare", func(t *testing.T) {
+		t.Parallel()
+		e := newTestEngine(t, Config{}, 10)
+		for i := range 5 {
+			report(t, e, start, fmt.Sprintf("r%d", i), "", ProxyTimeout, 5)
+		}
+		cooling, suspect := 0, 0
+		for i := range 5 {
+			switch state(t, e, fmt.Sprintf("r%d", i)) {
+			case Cooling:
+				cooling++
+			case Suspect:
+				suspect++
+			}
+		}
+		if cooling != 2 || suspect != 3 {
+			t.Fatalf("cooling %d suspect %d, want 2 and 3 (20%% of 10)", cooling, suspect)
+		}
+		// Overwhelming evidence passes the cap.
+		report(t, e, start, "r4", "", ProxyTimeout, 5)
+		if s := state(t, e, "r4"); s != Cooling {
+			t.Fatalf("overwhelming evidence: %v, want cooling", s)
+		}
+	})
+	t.Run("panic spreads load over excluded routes", func(t *testing.T) {
+		t.Parallel()
+		e := newTestEngine(t, Config{MaxRemovedShare: -1}, 10)
+		for i := range 6 {
+			report(t, e, start, fmt.Sprintf("r%d", i), "", ProxyAuth, 1)
+		}
+		seen := map[string]bool{}
+		for range 500 {
+			l := mustAcquire(t, e, start, Request{Target: "a.com"})
+			if !l.Panic {
+				t.Fatal("lease not marked panic")
+			}
+			seen[l.Route] = true
+			e.Report(start, l, Outcome{Class: ClientError})
+		}
+		if !seen["r0"] || !seen["r9"] {
+			t.Fatalf("panic did not spread: %v", seen)
+		}
+	})
+	t.Run("least-bad fallback and strict mode", func(t *testing.T) {
+		t.Parallel()
+		e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 3)
+		for i := range 3 {
+			report(t, e, start, fmt.Sprintf("r%d", i), "", ProxyAuth, 1)
+		}
+		l := mustAcquire(t, e, start, Request{Target: "a.com"})
+		if !l.Fallback {
+			t.Fatalf("lease %+v, want fallback", l)
+		}
+		if _, err := e.Acquire(start, Request{Target: "a.com", Strict: true}); !errors.Is(err, ErrNoRoute) {
+			t.Fatalf("strict: %v, want ErrNoRoute", err)
+		}
+	})
+	t.Run("target panic lifts pair exclusions", func(t *testing.T) {
+		t.Parallel()
+		e := newTestEngine(t, Config{}, 4)
+		for i := range 3 {
+			report(t, e, start, fmt.Sprintf("r%d", i), "hard.com", RateLimited, 1)
+		}
+		l := mustAcquire(t, e, start, Request{Target: "hard.com"})
+		if !l.Panic {
+			t.Fatalf("lease %+v, want panic for a target with 3 of 4 routes excluded", l)
+		}
+	})
+}
+
+func TestSessions(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{MaxRemovedShare: -1}, 5)
+	first := mustAcquire(t, e, start, Request{Target: "a.com", Session: "s1"})
+	e.Report(start, first, Outcome{Class: OK})
+	for i := range 20 {
+		now := start.Add(time.Duration(i) * time.Second)
+		l := mustAcquire(t, e, now, Request{Target: "a.com", Session: "s1"})
+		if l.Route != first.Route {
+			t.Fatalf("session moved from %s to %s", first.Route, l.Route)
+		}
+		e.Report(now, l, Outcome{Class: OK})
+	}
+	// The session's route is banned on the target: never a silent switch.
+	report(t, e, start, first.Route, "a.com", RateLimited, 1)
+	if _, err := e.Acquire(start, Request{Target: "a.com", Session: "s1"}); !errors.Is(err, ErrSessionRestartRequired) {
+		t.Fatalf("got %v, want ErrSessionRestartRequired", err)
+	}
+	// The binding expires after SessionTTL idle.
+	later := start.Add(e.Config().SessionTTL + time.Hour)
+	e.Sweep(later)
+	if _, err := e.Acquire(later, Request{Target: "b.com", Session: "s1"}); err != nil {
+		t.Fatalf("after expiry: %v", err)
+	}
+}
+
+func TestLeaseExpiryIsAnAmbiguousTimeout(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{}, 1)
+	l := mustAcquire(t, e, start, Request{Target: "a.com"})
+	e.Sweep(l.Expires.Add(-time.Second))
+	if st, _ := e.Route("r0"); st.Inflight != 1 {
+		t.Fatal("lease reaped early")
+	}
+	e.Sweep(l.Expires)
+	st, _ := e.Route("r0")
+	if st.Inflight != 0 {
+		t.Fatalf("in-flight %d after expiry", st.Inflight)
+	}
+	if len(st.Targets) != 1 || st.Targets[0].Health.ConsecFail != 1 {
+		t.Fatalf("expired lease not counted against the pair: %+v", st.Targets)
+	}
+	if err := e.Report(l.Expires, l, Outcome{Class: OK}); !errors.Is(err, ErrUnknownLease) {
+		t.Fatalf("report after reaping: %v", err)
+	}
+}
+
+func TestConstraintsAndCapacity(t *testing.T) {
+	t.Parallel()
+	e, err := New(Config{Seed: 3}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs := []struct{ id, labels string }{
+		{"us1", "region=us provider=a"}, {"us2", "region=us provider=b"}, {"de1", "region=de provider=a"},
+	}
+	for _, s := range specs {
+		l, err := ParseLabels(s.labels)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.AddRoute(start, RouteSpec{ID: s.id, Labels: l, MaxInflight: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	us, _ := ParseLabels("region=us")
+	usB, _ := ParseLabels("region=us provider=b")
+	fr, _ := ParseLabels("region=fr")
+	for range 50 {
+		l := mustAcquire(t, e, start, Request{Target: "a.com", Labels: usB})
+		if l.Route != "us2" {
+			t.Fatalf("constraint region=us provider=b got %s", l.Route)
+		}
+		e.Report(start, l, Outcome{Class: OK})
+	}
+	if _, err := e.Acquire(start, Request{Target: "a.com", Labels: fr}); !errors.Is(err, ErrNoMatch) {
+		t.Fatalf("unknown label: %v, want ErrNoMatch", err)
+	}
+	a := mustAcquire(t, e, start, Request{Target: "a.com", Labels: us})
+	b := mustAcquire(t, e, start, Request{Target: "a.com", Labels: us})
+	if a.Route == b.Route {
+		t.Fatalf("max_inflight=1 route leased twice: %s", a.Route)
+	}
+	if _, err := e.Acquire(start, Request{Target: "a.com", Labels: us, Strict: true}); err == nil {
+		t.Fatal("third lease on two max_inflight=1 routes succeeded")
+	}
+	// Avoid: a retry goes to a different route.
+	e.Report(start, a, Outcome{Class: OK})
+	c := mustAcquire(t, e, start, Request{Target: "a.com", Labels: us, Avoid: []string{b.Route}})
+	if c.Route == b.Route {
+		t.Fatal("avoided route chosen")
+	}
+}
+
+func TestOperatorActions(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{}, 3)
+	l := mustAcquire(t, e, start, Request{Target: "a.com"})
+	if err := e.Drain(start, l.Route); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		if m := mustAcquire(t, e, start, Request{Target: "a.com"}); m.Route == l.Route {
+			t.Fatal("draining route got new work")
+		} else {
+			e.Report(start, m, Outcome{Class: OK})
+		}
+	}
+	if err := e.Report(start, l, Outcome{Class: OK}); err != nil {
+		t.Fatalf("in-flight lease on a draining route: %v", err)
+	}
+	if err := e.Eject(start, "r0"); err != nil {
+		t.Fatal(err)
+	}
+	e.Sweep(start.Add(1000 * time.Hour))
+	if s := state(t, e, "r0"); s != Ejected {
+		t.Fatalf("operator ejection expired: %v", s)
+	}
+	if err := e.Restore(start, "r0"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := e.Route("r0"); st.Health.State != Healthy || st.Weight <= 0 {
+		t.Fatalf("restored route %v weight %v", st.Health.State, st.Weight)
+	}
+	if err := e.Drain(start, "nope"); !errors.Is(err, ErrUnknownRoute) {
+		t.Fatalf("unknown route: %v", err)
+	}
+}
+
+// TestSelectionHonoursWeights checks, on a seeded engine, that draws follow
+// score^γ/(1+in-flight).
+func TestSelectionHonoursWeights(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{}, 3)
+	// r0 veteran fast, r1 veteran slow (latency 1s halves its score).
+	for range 50 {
+		report(t, e, start, "r0", "", OK, 1)
+		e.Feedback(start, "r1", "", Outcome{Class: OK, Latency: time.Second})
+	}
+	// r2 holds 3 leases: its weight is divided by 4.
+	var held []Lease
+	for len(held) < 3 {
+		l := mustAcquire(t, e, start, Request{Target: "a.com"})
+		if l.Route == "r2" {
+			held = append(held, l)
+		} else {
+			e.Report(start, l, Outcome{Class: ClientError})
+		}
+	}
+	weights := map[string]float64{}
+	total := 0.0
+	for _, id := range []string{"r0", "r1", "r2"} {
+		st, _ := e.Route(id)
+		weights[id] = st.Weight
+		total += st.Weight
+	}
+	if !(weights["r0"] > weights["r1"]) {
+		t.Fatalf("weights %v: fast route not heavier", weights)
+	}
+	const n = 40000
+	counts := map[string]int{}
+	for range n {
+		l := mustAcquire(t, e, start, Request{Target: "a.com"})
+		counts[l.Route]++
+		// Release without evidence so weights stay put.
+		e.Report(start, l, Outcome{Class: Canceled})
+	}
+	for id, w := range weights {
+		want := w / total
+		got := float64(counts[id]) / n
+		// 5 standard deviations of a binomial proportion.
+		if tol := 5 * math.Sqrt(want*(1-want)/n); math.Abs(got-want) > tol {
+			t.Errorf("%s: drawn %.4f, want %.4f ± %.4f", id, got, want, tol)
+		}
+	}
+	for _, l := range held {
+		e.Report(start, l, Outcome{Class: Canceled})
+	}
+}
+
+func TestConcurrentAcquireReport(t *testing.T) {
+	t.Parallel()
+	e, err := New(Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 64 {
+		e.AddRoute(start, RouteSpec{ID: fmt.Sprintf("r%d", i), MaxInflight: 4})
+	}
+	classes := []Class{OK, OK, OK, OK, ProxyTimeout, Blocked, RateLimited, Target5xx}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2000 {
+				now := start.Add(time.Duration(i) * 10 * time.Millisecond)
+				l, err := e.Acquire(now, Request{Target: fmt.Sprintf("t%d.com", i%7), Session: sessionFor(g, i)})
+				if err != nil {
+					continue
+				}
+				e.Report(now, l, Outcome{Class: classes[(i+g)%len(classes)], Latency: time.Millisecond})
+				if i%100 == 0 {
+					e.Sweep(now)
+					for _, j := range e.ProbeJobs(nil) {
+						e.ReportProbe(now, j, Outcome{Class: OK})
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, st := range e.Routes() {
+		if st.Inflight != 0 {
+			t.Errorf("%s: %d leases left in flight", st.ID, st.Inflight)
+		}
+	}
+}
+
+func sessionFor(g, i int) string {
+	if i%5 != 0 {
+		return ""
+	}
+	return fmt.Sprintf("s%d", g)
+}
+
+func TestReplay(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Seed: 9, MaxRemovedShare: -1}
+	e := newTestEngine(t, cfg, 6)
+	sub := e.Subscribe(1 << 16)
+	now := start
+	for i := range 3000 {
+		now = now.Add(50 * time.Millisecond)
+		l := mustAcquire(t, e, now, Request{Target: "a.com"})
+		o := Outcome{Class: OK, Latency: 30 * time.Millisecond}
+		switch {
+		case l.Route == "r0":
+			o.Class = ProxyConnectFailed
+		case l.Route == "r1" && i%3 == 0:
+			o.Class = Blocked
+		}
+		e.Report(now, l, o)
+		e.Sweep(now)
+		for _, j := range e.ProbeJobs(nil) {
+			c := OK
+			if j.Route == "r0" {
+				c = ProxyConnectFailed
+			}
+			e.ReportProbe(now, j, Outcome{Class: c})
+		}
+	}
+	events := sub.Poll(nil)
+	if sub.Dropped() != 0 {
+		t.Fatalf("dropped %d events", sub.Dropped())
+	}
+	same, err := Replay(events, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if same.Outcomes == 0 || same.Decisions == 0 {
+		t.Fatalf("replay did nothing: %+v", same)
+	}
+	// Same rules: only jitter-timed wake-ups may differ; nearly all agree.
+	if len(same.Diffs)*20 > same.Decisions {
+		t.Fatalf("same config: %d of %d decisions differ", len(same.Diffs), same.Decisions)
+	}
+	strict := cfg
+	strict.SuspectAfter, strict.CoolAfter = 1, 1
+	diff, err := Replay(events, strict)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(diff.Diffs) <= len(same.Diffs) {
+		t.Fatalf("stricter thresholds changed nothing: %d vs %d diffs", len(diff.Diffs), len(same.Diffs))
+	}
+}

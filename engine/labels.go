@@ -1,0 +1,152 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// Label limits. Values are longer than keys because they carry operator data
+// (ISP names, city codes, session ids) while keys are a small vocabulary.
+const (
+	maxLabelKey   = 64
+	maxLabelValue = 128
+)
+
+// Labels is a route's set of key=value labels, sorted by key, keys unique.
+// The same type holds a request's hard constraints: a constraint is just a
+// label the route must carry.
+type Labels []Label
+
+// Label is one key=value pair of Labels.
+type Label struct{ Key, Value string }
+
+// ParseLabels parses "k=v k2=v2" or "k=v,k2=v2": labels are separated by any
+// run of spaces, tabs or commas, so the same parser serves route configs and
+// the X-Switchyard-Labels header. Keys are 1..64 characters of [a-z0-9_.-]
+// and values 1..128 characters of [A-Za-z0-9_.:-]. Uppercase keys are
+// rejected rather than folded, so that what an operator wrote is what is
+// matched. Duplicate keys are an error. Empty input yields empty Labels.
+func ParseLabels(s string) (Labels, error) {
+	var l Labels
+	for tok := range strings.FieldsFuncSeq(s, isLabelSep) {
+		lb, err := parseLabel(tok)
+		if err != nil {
+			return nil, err
+		}
+		l = append(l, lb)
+	}
+	slices.SortFunc(l, func(a, b Label) int { return strings.Compare(a.Key, b.Key) })
+	for i := 1; i < len(l); i++ {
+		if l[i].Key == l[i-1].Key {
+			return nil, fmt.Errorf("duplicate label key %q", l[i].Key)
+		}
+	}
+	return l, nil
+}
+
+func isLabelSep(r rune) bool { return r == ' ' || r == '\t' || r == ',' }
+
+// parseLabel parses and validates one "key=value" token.
+func parseLabel(tok string) (Label, error) {
+	key, value, ok := strings.Cut(tok, "=")
+	if !ok {
+		return Label{}, fmt.Errorf("label %q: missing \"=\"", tok)
+	}
+	if err := checkLabelKey(key); err != nil {
+		return Label{}, fmt.Errorf("label %q: %w", tok, err)
+	}
+	if err := checkLabelValue(value); err != nil {
+		return Label{}, fmt.Errorf("label %q: %w", tok, err)
+	}
+	return Label{Key: key, Value: value}, nil
+}
+
+func checkLabelKey(k string) error {
+	if k == "" {
+		return errors.New("empty key")
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		switch {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '_', c == '.', c == '-':
+		case 'A' <= c && c <= 'Z':
+			return errors.New("key must be lowercase [a-z0-9_.-]")
+		default:
+			return fmt.Errorf("key has invalid character %s, want [a-z0-9_.-]", badChar(k[i:]))
+		}
+	}
+	// Only ASCII gets here, so bytes are characters.
+	if len(k) > maxLabelKey {
+		return fmt.Errorf("key longer than %d characters", maxLabelKey)
+	}
+	return nil
+}
+
+func checkLabelValue(v string) error {
+	if v == "" {
+		return errors.New("empty value")
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9',
+			c == '_', c == '.', c == ':', c == '-':
+		default:
+			return fmt.Errorf("value has invalid character %s, want [A-Za-z0-9_.:-]", badChar(v[i:]))
+		}
+	}
+	if len(v) > maxLabelValue {
+		return fmt.Errorf("value longer than %d characters", maxLabelValue)
+	}
+	return nil
+}
+
+// badChar quotes the character at the start of s, or its first byte if that
+// is not valid UTF-8, so that the error shows what the user actually sent.
+func badChar(s string) string {
+	r, size := utf8.DecodeRuneInString(s)
+	if r == utf8.RuneError && size <= 1 {
+		return fmt.Sprintf("%q", s[:1])
+	}
+	return fmt.Sprintf("%q", r)
+}
+
+// Get returns the value of key. A linear scan: route label sets are small,
+// and it stays correct even on Labels built by hand out of order.
+func (l Labels) Get(key string) (string, bool) {
+	for _, lb := range l {
+		if lb.Key == key {
+			return lb.Value, true
+		}
+	}
+	return "", false
+}
+
+// String returns the canonical form "k=v k2=v2", which ParseLabels accepts.
+func (l Labels) String() string {
+	var b strings.Builder
+	for i, lb := range l {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(lb.Key)
+		b.WriteByte('=')
+		b.WriteString(lb.Value)
+	}
+	return b.String()
+}
+
+// Matches reports whether l satisfies every constraint in c: each key of c
+// must be present in l with the same value. It runs on the routing hot path
+// for every candidate route, so it does not allocate.
+func (l Labels) Matches(c Labels) bool {
+	for _, want := range c {
+		if v, ok := l.Get(want.Key); !ok || v != want.Value {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,66 @@
+package engine
+
+import "time"
+
+// Scope says which health record an outcome counts against.
+type Scope uint8
+
+// Scopes are bits: a success counts for both the route and its pair.
+const (
+	ScopeNone   Scope = 0
+	ScopeRoute  Scope = 1 << iota // route-global: the exit itself (link, auth, tunnel)
+	ScopeTarget                   // route×target: this exit against this site
+)
+
+// Rule is what one outcome class means for routing.
+type Rule struct {
+	Scope    Scope         // which records the outcome updates
+	Breaker  bool          // counts toward the failure thresholds that move states
+	Retry    bool          // the request may be retried on another route
+	AtOnce   bool          // one occurrence cools the scope (407, 429): no need to wait for thresholds
+	Incident bool          // counts toward the target incident guard
+	Cooldown time.Duration // base of the exponential cooldown this class starts
+}
+
+// Rules is the outcome rule table. Changing routing behaviour for a class is
+// one edit here; bump Version with it so recorded events say which rules
+// produced them.
+type Rules struct {
+	Version string
+	Class   [numClasses]Rule
+}
+
+// DefaultRules is the rule table in force unless a Config names another.
+// Target-scoped failures never touch the route's global evidence: a 403 from
+// one site says nothing about the exit's other sites. Only OK feeds latency
+// (see Evidence.observe), so fast rejections never look like fast successes.
+var DefaultRules = Rules{
+	Version: "rules/2026-11-30.1",
+	Class: [numClasses]Rule{
+		OK:                 {Scope: ScopeRoute | ScopeTarget},
+		ProxyConnectFailed: {Scope: ScopeRoute, Breaker: true, Retry: true, Cooldown: 10 * time.Second},
+		ProxyTimeout:       {Scope: ScopeRoute, Breaker: true, Retry: true, Cooldown: 10 * time.Second},
+		// 407 is misconfiguration: every request will fail until an operator
+		// fixes the credentials, so cool at once and for long.
+		ProxyAuth:      {Scope: ScopeRoute, Breaker: true, Retry: true, AtOnce: true, Cooldown: 5 * time.Minute},
+		TunnelFailed:   {Scope: ScopeRoute, Breaker: true, Retry: true, Cooldown: 10 * time.Second},
+		DNSFailed:      {Scope: ScopeTarget, Breaker: true, Retry: true, Incident: true, Cooldown: 30 * time.Second},
+		TLSFailed:      {Scope: ScopeTarget, Breaker: true, Retry: true, Incident: true, Cooldown: 30 * time.Second},
+		TargetTimeout:  {Scope: ScopeTarget, Breaker: true, Retry: true, Incident: true, Cooldown: 10 * time.Second},
+		TargetReset:    {Scope: ScopeTarget, Breaker: true, Retry: true, Incident: true, Cooldown: 10 * time.Second},
+		RateLimited:    {Scope: ScopeTarget, Retry: true, AtOnce: true, Incident: true, Cooldown: 10 * time.Second},
+		Blocked:        {Scope: ScopeTarget, Breaker: true, Retry: true, Incident: true, Cooldown: 2 * time.Minute},
+		Target5xx:      {Scope: ScopeTarget, Breaker: true, Retry: true, Incident: true, Cooldown: 10 * time.Second},
+		ContentInvalid: {Scope: ScopeTarget, Breaker: true, Retry: true, Incident: true, Cooldown: time.Minute},
+		ClientError:    {},
+		Canceled:       {},
+	},
+}
+
+// Rule returns the rule for class c.
+func (r *Rules) Rule(c Class) Rule {
+	if int(c) < len(r.Class) {
+		return r.Class[c]
+	}
+	return Rule{}
+}

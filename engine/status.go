@@ -1,0 +1,85 @@
+package engine
+
+import (
+	"math"
+	"sort"
+	"time"
+)
+
+// RouteStatus is a snapshot of one route for operators and dashboards.
+type RouteStatus struct {
+	ID       string
+	Labels   Labels
+	Health   Health  // the global record
+	Score    float64 // global score in [0, 1]
+	Weight   float64 // current selection weight (0 when excluded)
+	Inflight int
+	Targets  []PairStatus // route×target records, by target name
+}
+
+// PairStatus is a snapshot of one route×target record.
+type PairStatus struct {
+	Target string
+	Health Health
+	Score  float64 // the pair's target factor in [0, 1]
+}
+
+// Route returns the status of route id. It allocates: for admin use, not
+// the hot path.
+func (e *Engine) Route(id string) (RouteStatus, bool) {
+	r := e.route(id)
+	if r == nil {
+		return RouteStatus{}, false
+	}
+	h, _ := e.store.Read(Key{Route: r.slot})
+	w, _ := e.pool.weight(r.slot)
+	st := RouteStatus{
+		ID: r.id, Labels: r.labels, Health: h, Score: h.Score(&e.cfg),
+		Weight: w, Inflight: int(e.store.Inflight(r.slot)),
+	}
+	e.store.Pairs(r.slot, func(n int32, p Health) {
+		st.Targets = append(st.Targets, PairStatus{Target: e.targets.get(n).name, Health: p, Score: p.targetFactor(&e.cfg)})
+	})
+	sort.Slice(st.Targets, func(i, j int) bool { return st.Targets[i].Target < st.Targets[j].Target })
+	return st, true
+}
+
+// Routes returns the status of every route, in the order they were added.
+func (e *Engine) Routes() []RouteStatus {
+	out := make([]RouteStatus, 0, e.routes.len())
+	for slot := range e.routes.len() {
+		if st, ok := e.Route(e.routes.get(slot).id); ok {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// Drain stops new work on route id; in-flight leases finish normally.
+func (e *Engine) Drain(now time.Time, id string) error { return e.operate(now, id, OpDrain) }
+
+// Eject removes route id until Restore.
+func (e *Engine) Eject(now time.Time, id string) error { return e.operate(now, id, OpEject) }
+
+// Restore returns route id to healthy, ramping up by slow start.
+func (e *Engine) Restore(now time.Time, id string) error { return e.operate(now, id, OpRestore) }
+
+func (e *Engine) operate(now time.Time, id string, kind OpKind) error {
+	r := e.route(id)
+	if r == nil {
+		return ErrUnknownRoute
+	}
+	ns := now.UnixNano()
+	ch, _ := e.store.Update(&e.cfg, Key{Route: r.slot}, Op{Kind: kind}, ns)
+	e.handle(ns, r, nil, ch, ch.Cause)
+	return nil
+}
+
+// UntilTime converts the record's deadline to a time: the zero time when there is
+// none, and for an operator ejection (which lasts until Restore).
+func (h *Health) UntilTime() time.Time {
+	if h.Until == 0 || h.Until == math.MaxInt64 {
+		return time.Time{}
+	}
+	return time.Unix(0, h.Until)
+}

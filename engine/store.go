@@ -1,0 +1,151 @@
+package engine
+
+// The state store port (design note 002). The engine keeps its selection
+// index, probe queue and event stream locally; everything that several
+// gateway processes must agree on — health records, leases, sessions and
+// incident flags — goes through these interfaces. Each call is atomic on its
+// own; a shared implementation (Redis) applies the same pure transition,
+// Health.Apply, inside its own atomic step, so both stores follow one rule
+// book.
+
+// Key names a health record: a route's global record (Target == 0) or a
+// route×target pair. Route is the route's slot, Target the target's number;
+// both are numbered by the engine and announced with AddRoute/AddTarget so a
+// shared store can key by the stable names instead.
+type Key struct {
+	Route  int32
+	Target int32
+}
+
+// Global reports whether k names a route's global record.
+func (k Key) Global() bool { return k.Target == 0 }
+
+// OpKind is the transition an Op asks for.
+type OpKind uint8
+
+// The transitions a store applies.
+const (
+	OpObserve       OpKind = iota + 1 // record an outcome (Op.Obs)
+	OpWake                            // expired cooldown or ejection → half-open (Gen checked)
+	OpDrain                           // operator: no new work
+	OpEject                           // operator: out until restored
+	OpRestore                         // operator: back to healthy (slow start)
+	OpEvidenceEject                   // failed recoveries across targets eject the route
+	OpLift                            // an incident of class Obs.Class opened: undo the cooling it caused
+)
+
+// Op is one atomic transition of a health record.
+type Op struct {
+	Kind OpKind
+	Obs  Observation // OpObserve
+	// Gen is the generation the caller saw (a lease's or a probe job's);
+	// with CheckGen set, if the record has moved on since, the observation
+	// is applied as Stale.
+	Gen      uint32
+	CheckGen bool
+	// Create makes a missing pair record (negative evidence, sessions).
+	// Without it an op on a missing pair does nothing.
+	Create bool
+}
+
+// HealthStore keeps health records.
+type HealthStore interface {
+	// AddRoute makes room for route slot's records.
+	AddRoute(slot int32, id string)
+	// AddTarget announces target number n.
+	AddTarget(n int32, name string)
+	// Update applies op to the record at k atomically. ok is false when k is
+	// a missing pair and op.Create is not set.
+	Update(c *Config, k Key, op Op, now int64) (ch Change, ok bool)
+	// Read returns a copy of the record at k.
+	Read(k Key) (Health, bool)
+	// EvictPairs removes route's pair records untouched since before, calling
+	// fn with each removed record.
+	EvictPairs(route int32, before int64, fn func(target int32, h *Health))
+	// Pairs calls fn with a copy of each of route's pair records.
+	Pairs(route int32, fn func(target int32, h Health))
+}
+
+// LeaseRecord is what a store keeps of a lease.
+type LeaseRecord struct {
+	ID       uint64
+	Route    int32
+	Target   int32
+	RouteGen uint32 // generation of the route's record when leased
+	PairGen  uint32 // generation of the pair record (0 if none)
+	Expires  int64  // Unix ns
+}
+
+// LeaseStore counts in-flight work per route and remembers leases until
+// they are released or expire.
+type LeaseStore interface {
+	// Lease records rec if route has fewer than maxInflight leases
+	// (maxInflight <= 0: unlimited) and returns its id.
+	Lease(rec LeaseRecord, maxInflight int32) (id uint64, ok bool)
+	// Release forgets lease id; ok is false if it was released or reaped.
+	Release(id uint64) (LeaseRecord, bool)
+	// Inflight returns route's live leases.
+	Inflight(route int32) int32
+	// Expired removes the leases expired at now and appends them to dst.
+	Expired(now int64, dst []LeaseRecord) []LeaseRecord
+}
+
+// SessionStore binds session ids to routes.
+type SessionStore interface {
+	// Session returns the route bound to id, if the binding is live at now.
+	Session(id string, now int64) (route int32, ok bool)
+	// Bind binds id to route until the given time (Unix ns).
+	Bind(id string, route int32, until int64)
+	// ExpireSessions drops bindings expired at now.
+	ExpireSessions(now int64)
+}
+
+// IncidentStore holds the open incident flag per target.
+type IncidentStore interface {
+	// Incident returns the class of target's open incident.
+	Incident(target int32) (Class, bool)
+	// SetIncident opens (open) or closes target's incident for class c and
+	// reports whether this call changed the flag, so exactly one caller
+	// announces each transition.
+	SetIncident(target int32, c Class, open bool) bool
+}
+
+// Store is the engine's whole shared state.
+type Store interface {
+	HealthStore
+	LeaseStore
+	SessionStore
+	IncidentStore
+}
+
+// Apply runs op on h: the one transition function every store uses.
+func (h *Health) Apply(c *Config, k Key, op Op, now int64) Change {
+	scope := ScopeTarget
+	if k.Global() {
+		scope = ScopeRoute
+	}
+	switch op.Kind {
+	case OpObserve:
+		o := op.Obs
+		if op.CheckGen && op.Gen != h.Gen {
+			o.Stale = true
+		}
+		return h.observe(o, scope, c, now)
+	case OpWake:
+		if op.CheckGen && op.Gen != h.Gen {
+			return h.end(h.begin(c, scope), c, scope)
+		}
+		return h.wake(c, scope, now)
+	case OpDrain:
+		return h.apply(actDrain, op.Obs.Class, c, scope, now)
+	case OpEject:
+		return h.apply(actEject, op.Obs.Class, c, scope, now)
+	case OpRestore:
+		return h.apply(actRestore, op.Obs.Class, c, scope, now)
+	case OpLift:
+		return h.apply(actLift, op.Obs.Class, c, scope, now)
+	case OpEvidenceEject:
+		return h.apply(actEvidenceEject, op.Obs.Class, c, scope, now)
+	}
+	return h.end(h.begin(c, scope), c, scope)
+}

@@ -1,0 +1,193 @@
+package engine
+
+import (
+	"container/heap"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// wakeup is a record's deadline: at `at`, the record at key, if still at
+// generation gen, moves from cooling or ejected to half-open.
+type wakeup struct {
+	at  int64
+	key Key
+	gen uint32
+}
+
+// wakeQueue orders deadlines so expired cooldowns are found without
+// scanning the pool. next mirrors the earliest deadline so the hot path
+// pays one atomic load when nothing is due.
+type wakeQueue struct {
+	mu   sync.Mutex
+	h    wakeHeap     // guarded by mu
+	next atomic.Int64 // earliest deadline, MaxInt64 when empty
+}
+
+type wakeHeap []wakeup
+
+func (h wakeHeap) Len() int           { return len(h) }
+func (h wakeHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h wakeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *wakeHeap) Push(x any)        { *h = append(*h, x.(wakeup)) }
+func (h *wakeHeap) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return w
+}
+
+func (q *wakeQueue) push(w wakeup) {
+	q.mu.Lock()
+	heap.Push(&q.h, w)
+	q.next.Store(q.h[0].at)
+	q.mu.Unlock()
+}
+
+// due pops the deadlines reached at now into dst.
+func (q *wakeQueue) due(now int64, dst []wakeup) []wakeup {
+	if now < q.next.Load() {
+		return dst
+	}
+	q.mu.Lock()
+	for len(q.h) > 0 && q.h[0].at <= now {
+		dst = append(dst, heap.Pop(&q.h).(wakeup))
+	}
+	if len(q.h) > 0 {
+		q.next.Store(q.h[0].at)
+	} else {
+		q.next.Store(math.MaxInt64)
+	}
+	q.mu.Unlock()
+	return dst
+}
+
+// wakeDue moves every record whose deadline passed to half-open. Called on
+// acquire and report (one atomic load when nothing is due) and by Sweep.
+func (e *Engine) wakeDue(ns int64) {
+	if ns < e.wakeups.next.Load() {
+		return
+	}
+	var buf [16]wakeup
+	for _, w := range e.wakeups.due(ns, buf[:0]) {
+		r := e.routes.get(w.key.Route)
+		var t *target
+		if !w.key.Global() {
+			t = e.targets.get(w.key.Target)
+		}
+		// A record that moved on since (new generation) ignores the wake.
+		if ch, ok := e.store.Update(&e.cfg, w.key, Op{Kind: OpWake, Gen: w.gen, CheckGen: true}, ns); ok {
+			e.handle(ns, r, t, ch, ch.Cause)
+		}
+	}
+}
+
+// ProbeJob asks the prober to test a half-open record: the route alone
+// (Target "", a neutral probe) or the route against Target. Each job is
+// issued once per (route, target, generation).
+type ProbeJob struct {
+	Route  string
+	Target string
+	Gen    uint32
+	key    Key
+}
+
+// probeQueue holds probe jobs until the prober collects them.
+type probeQueue struct {
+	mu   sync.Mutex
+	jobs []ProbeJob // guarded by mu
+}
+
+func (q *probeQueue) push(j ProbeJob) {
+	q.mu.Lock()
+	q.jobs = append(q.jobs, j)
+	q.mu.Unlock()
+}
+
+// ProbeJobs appends the pending probe jobs to dst and removes them from the
+// queue. Each job must be answered with ReportProbe.
+func (e *Engine) ProbeJobs(dst []ProbeJob) []ProbeJob {
+	e.probes.mu.Lock()
+	defer e.probes.mu.Unlock()
+	dst = append(dst, e.probes.jobs...)
+	clear(e.probes.jobs)
+	e.probes.jobs = e.probes.jobs[:0]
+	return dst
+}
+
+// ReportProbe records a probe's outcome. ProbeSuccesses successes restore
+// the record; a failure cools it again for longer. A probe for a record that
+// has moved to another generation is recorded as stale evidence.
+func (e *Engine) ReportProbe(now time.Time, job ProbeJob, o Outcome) error {
+	r := e.routes.get(job.key.Route)
+	if r == nil || r.id != job.Route {
+		return ErrUnknownRoute
+	}
+	ns := now.UnixNano()
+	var t *target
+	if !job.key.Global() {
+		t = e.targets.get(job.key.Target)
+	}
+	obs := Observation{Class: o.Class, Latency: o.Latency, RetryAfter: o.RetryAfter, Probe: true, Jitter: e.jitter()}
+	e.publishOutcome(ns, r, t, obs, nil)
+	op := Op{Kind: OpObserve, Obs: obs, Gen: job.Gen, CheckGen: true}
+	if ch, ok := e.store.Update(&e.cfg, job.key, op, ns); ok {
+		e.handle(ns, r, t, ch, o.Class)
+	}
+	return nil
+}
+
+// slowStarts tracks routes ramping up after a recovery, whose weight Sweep
+// must refresh even when they get no traffic.
+type slowStarts struct {
+	mu    sync.Mutex
+	slots map[int32]struct{} // guarded by mu
+}
+
+func (s *slowStarts) add(slot int32) {
+	s.mu.Lock()
+	if s.slots == nil {
+		s.slots = make(map[int32]struct{})
+	}
+	s.slots[slot] = struct{}{}
+	s.mu.Unlock()
+}
+
+// Sweep does the engine's timed work; call it about once a second (the
+// simulator calls it on its virtual clock). It wakes expired cooldowns,
+// reaps expired leases as ambiguous timeouts, ramps slow-starting routes,
+// expires sessions and evicts idle route×target records.
+func (e *Engine) Sweep(now time.Time) {
+	ns := now.UnixNano()
+	e.wakeDue(ns)
+	for _, rec := range e.store.Expired(ns, nil) {
+		r, t := e.routes.get(rec.Route), e.targets.get(rec.Target)
+		// The holder vanished: the attempt may have hung at the target or
+		// the worker died. Count it as a timeout at the target, the
+		// ambiguous class that blames only this pair.
+		e.observe(ns, r, t, Observation{Class: TargetTimeout}, &rec)
+		e.refresh(r, ns)
+	}
+	e.slow.mu.Lock()
+	for slot := range e.slow.slots {
+		r := e.routes.get(slot)
+		e.refresh(r, ns)
+		if h, _ := e.store.Read(Key{Route: slot}); h.slowStart(&e.cfg, ns) >= 1 {
+			delete(e.slow.slots, slot)
+		}
+	}
+	e.slow.mu.Unlock()
+	e.store.ExpireSessions(ns)
+	if ns >= e.nextEvict.Load() {
+		e.nextEvict.Store(ns + int64(e.cfg.PairTTL/4))
+		before := ns - int64(e.cfg.PairTTL)
+		for slot := range e.routes.len() {
+			e.store.EvictPairs(slot, before, func(n int32, h *Health) {
+				if !h.State.Usable() {
+					e.targets.get(n).excluded.Add(-1)
+				}
+			})
+		}
+	}
+}

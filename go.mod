@@ -1,0 +1,3 @@
+module github.com/switchyard/switchyard
+
+go 1.26
