@@ -66,14 +66,13 @@ func (c *Candidates) fallback() {
 // found nothing acceptable.
 func (c *Candidates) Draw() (slot int32, weight float64, ok bool) {
 	for range maxDraws {
-		s, ok := c.index.sample(c.e.rng.Uint64(), c.all)
+		s, w, all, ok := c.index.sample(c.e.rng.Uint64(), c.all)
 		if !ok {
 			return 0, 0, false
 		}
-		if !c.Allowed(s) {
+		if !c.matches(c.e.routes.get(s)) {
 			continue
 		}
-		w, all := c.index.weight(s)
 		if c.all {
 			w = all
 		}
@@ -112,10 +111,19 @@ func (c *Candidates) Slot(i int) (int32, bool) {
 }
 
 // Allowed reports whether route slot meets the request's hard constraints:
-// its labels, not avoided, and not drained.
+// its labels, not avoided, not drained, not at max_inflight.
 func (c *Candidates) Allowed(slot int32) bool {
 	r := c.e.routes.get(slot)
-	if r == nil || !r.labels.Matches(c.labels) {
+	if r == nil || !c.matches(r) {
+		return false
+	}
+	_, all := c.e.pool.weight(slot)
+	return all > 0
+}
+
+// matches checks labels and avoided routes; weights say the rest.
+func (c *Candidates) matches(r *route) bool {
+	if !r.labels.Matches(c.labels) {
 		return false
 	}
 	for _, id := range c.avoid {
@@ -123,8 +131,7 @@ func (c *Candidates) Allowed(slot int32) bool {
 			return false
 		}
 	}
-	_, all := c.e.pool.weight(slot)
-	return all > 0
+	return true
 }
 
 // targetFactor is route slot's weight factor for target t: 1 without a pair

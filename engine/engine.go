@@ -111,11 +111,6 @@ type Lease struct {
 	Fallback bool // nothing was eligible: this is the least-bad route
 	Panic    bool // too few routes were eligible: exclusions were lifted
 	Incident bool // the target has an open incident
-
-	slot     int32
-	target   int32
-	routeGen uint32
-	pairGen  uint32
 }
 
 // Outcome is the result of one attempt.
@@ -305,19 +300,15 @@ func (e *Engine) usable(r *route, t *target) bool {
 }
 
 func (e *Engine) lease(ns int64, r *route, t *target, req *Request, fallback bool) (Lease, bool) {
-	h, _ := e.store.Read(Key{Route: r.slot})
-	p, _ := e.store.Read(Key{Route: r.slot, Target: t.n})
-	rec := LeaseRecord{Route: r.slot, Target: t.n, RouteGen: h.Gen, PairGen: p.Gen, Expires: ns + int64(e.cfg.LeaseTTL)}
-	id, ok := e.store.Lease(rec, r.maxInflight)
+	rec, ok := e.store.Lease(LeaseRecord{Route: r.slot, Target: t.n, Expires: ns + int64(e.cfg.LeaseTTL)}, r.maxInflight)
 	if !ok {
 		return Lease{}, false
 	}
 	e.refresh(r, ns)
 	_, incident := e.store.Incident(t.n)
 	return Lease{
-		ID: id, Route: r.id, Target: t.name, Session: req.Session,
+		ID: rec.ID, Route: r.id, Target: t.name, Session: req.Session,
 		Expires: time.Unix(0, rec.Expires), Fallback: fallback, Incident: incident,
-		slot: r.slot, target: t.n, routeGen: h.Gen, pairGen: p.Gen,
 	}, true
 }
 

@@ -653,3 +653,42 @@ func TestReplay(t *testing.T) {
 		t.Fatalf("stricter thresholds changed nothing: %d vs %d diffs", len(diff.Diffs), len(same.Diffs))
 	}
 }
+
+func TestPickers(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc      string
+		picker    Picker
+		avoidDead bool // health-aware pickers route around a dead exit
+	}{
+		{"weighted random", WeightedRandom{}, true},
+		{"power of two choices", PowerOfTwo{}, true},
+		{"round robin is blind", &RoundRobin{}, false},
+		{"random is blind", Random{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			e := newTestEngine(t, Config{Picker: tt.picker, MaxRemovedShare: -1}, 4)
+			dead := 0
+			for i := range 1000 {
+				now := start.Add(time.Duration(i) * time.Millisecond)
+				l := mustAcquire(t, e, now, Request{Target: "a.com"})
+				c := OK
+				if l.Route == "r0" {
+					c = ProxyConnectFailed
+					if i >= 500 {
+						dead++
+					}
+				}
+				e.Report(now, l, Outcome{Class: c})
+			}
+			if tt.avoidDead && dead > 5 {
+				t.Errorf("dead route got %d of the last 500 picks", dead)
+			}
+			if !tt.avoidDead && dead < 50 {
+				t.Errorf("blind picker sent only %d of 500 picks to the dead route", dead)
+			}
+		})
+	}
+}

@@ -259,6 +259,11 @@ func (h *Health) score(c *Config, scope Scope) float64 {
 	return h.Score(c)
 }
 
+// lastTouched is when evidence or a transition last touched the record.
+func (h *Health) lastTouched() int64 {
+	return max(h.LastSuccess, h.LastFailure, h.Since)
+}
+
 // slowStart is the weight multiplier of a recently recovered record.
 func (h *Health) slowStart(c *Config, now int64) float64 {
 	if !h.SlowStart {

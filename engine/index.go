@@ -96,9 +96,10 @@ func (x *weightIndex) set(slot int32, w, all float64) {
 
 // sample draws a slot by weight from the eligible weights (all=false) or the
 // fallback weights (all=true). r is a uniform random uint64 supplied by the
-// caller (so tests are deterministic). ok is false when the total weight is
+// caller (so tests are deterministic). It also returns the slot's two
+// weights, read under the same lock. ok is false when the total weight is
 // zero.
-func (x *weightIndex) sample(r uint64, all bool) (slot int32, ok bool) {
+func (x *weightIndex) sample(r uint64, all bool) (slot int32, w, wAll float64, ok bool) {
 	var totals [numShards]float64
 	sum := 0.0
 	for j := range x.shards {
@@ -106,7 +107,7 @@ func (x *weightIndex) sample(r uint64, all bool) (slot int32, ok bool) {
 		sum += totals[j]
 	}
 	if sum == 0 {
-		return -1, false
+		return -1, 0, 0, false
 	}
 	// The top 53 bits give a point in [0, sum); the shard it falls in is the
 	// shard drawn, and its offset there, as a fraction of that shard's total,
@@ -118,13 +119,16 @@ func (x *weightIndex) sample(r uint64, all bool) (slot int32, ok bool) {
 		s := &x.shards[j]
 		s.mu.Lock()
 		i, found := s.tree(all).draw(frac)
+		if found {
+			w, wAll = s.eligible.w[i], s.all.w[i]
+		}
 		s.mu.Unlock()
 		if found {
-			return int32(i*numShards + j), true
+			return int32(i*numShards + j), w, wAll, true
 		}
 		j = (j + 1) % numShards
 	}
-	return -1, false
+	return -1, 0, 0, false
 }
 
 // counts returns the number of slots with a positive eligible weight, with a

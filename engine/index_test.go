@@ -110,7 +110,7 @@ func idxCheckDistribution(t *testing.T, x *weightIndex, all bool, want map[int32
 	}
 	got := make(map[int32]int)
 	for range n {
-		slot, ok := x.sample(rng.Uint64(), all)
+		slot, _, _, ok := x.sample(rng.Uint64(), all)
 		if !ok {
 			t.Fatalf("sample(all=%v): ok = false with total weight %v", all, sum)
 		}
@@ -316,7 +316,7 @@ func TestIndexDrift(t *testing.T) {
 				t.Errorf("total = %v, want %v (exact)", got, sum)
 			}
 			for range 200_000 {
-				slot, ok := x.sample(rng.Uint64(), false)
+				slot, _, _, ok := x.sample(rng.Uint64(), false)
 				if !ok {
 					t.Fatal("sample: ok = false")
 				}
@@ -371,7 +371,7 @@ func TestIndexDrift(t *testing.T) {
 			}
 			rng := rand.New(rand.NewPCG(1, 2))
 			for range 1000 {
-				if slot, ok := x.sample(rng.Uint64(), false); !ok || slot != 0 {
+				if slot, _, _, ok := x.sample(rng.Uint64(), false); !ok || slot != 0 {
 					t.Fatalf("sample = (%d, %v), want (0, true)", slot, ok)
 				}
 			}
@@ -395,7 +395,7 @@ func TestIndexDrift(t *testing.T) {
 		// The smallest nonzero r>>11 puts the draw at 2^-53 of the total,
 		// about 11.1: past slot 0's 10, inside the residue, so find lands
 		// on slot 16. The draw must rebuild and return slot 32 instead.
-		if slot, ok := x.sample(1<<11, false); !ok || slot != 32 {
+		if slot, _, _, ok := x.sample(1<<11, false); !ok || slot != 32 {
 			t.Errorf("sample = (%d, %v), want (32, true)", slot, ok)
 		}
 		if *node != 10 {
@@ -419,7 +419,7 @@ func TestIndexDrift(t *testing.T) {
 		if got := tree.fw.find(math.Nextafter(total, 0)); got != 3 {
 			t.Fatalf("find(T-ulp) = %d, want 3: the case no longer reproduces", got)
 		}
-		if slot, ok := x.sample(math.MaxUint64, false); !ok || (slot != 0 && slot != 32) {
+		if slot, _, _, ok := x.sample(math.MaxUint64, false); !ok || (slot != 0 && slot != 32) {
 			t.Errorf("sample = (%d, %v), want slot 0 or 32", slot, ok)
 		}
 	})
@@ -496,7 +496,7 @@ func TestIndexSampleEmpty(t *testing.T) {
 					if all {
 						want = tt.okAll
 					}
-					slot, ok := x.sample(r, all)
+					slot, _, _, ok := x.sample(r, all)
 					if ok != want {
 						t.Errorf("sample(%#x, all=%v) = (%d, %v), want ok = %v", r, all, slot, ok, want)
 					}
@@ -541,7 +541,7 @@ func TestIndexConcurrent(t *testing.T) {
 				touched[slot].Store(true)
 				x.set(slot, w, all)
 				for k, all := range []bool{false, true} {
-					if s, ok := x.sample(rng.Uint64(), all); ok && (s < 0 || s >= slots || !everPositive[s][k].Load()) {
+					if s, _, _, ok := x.sample(rng.Uint64(), all); ok && (s < 0 || s >= slots || !everPositive[s][k].Load()) {
 						t.Errorf("sample(all=%v) drew slot %d, never set to a positive weight", all, s)
 						return
 					}
@@ -598,7 +598,7 @@ func BenchmarkIndexSample(b *testing.B) {
 			rng := rand.New(rand.NewPCG(3, 4))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, ok := x.sample(rng.Uint64(), false); !ok {
+				if _, _, _, ok := x.sample(rng.Uint64(), false); !ok {
 					b.Fatal("sample: ok = false")
 				}
 			}
@@ -632,7 +632,7 @@ func BenchmarkIndexSampleSetParallel(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				rng := rand.New(rand.NewPCG(seed.Add(1), 4))
 				for pb.Next() {
-					slot, ok := x.sample(rng.Uint64(), false)
+					slot, _, _, ok := x.sample(rng.Uint64(), false)
 					if !ok {
 						b.Error("sample: ok = false")
 						return

@@ -24,7 +24,6 @@ type memRoute struct {
 	mu       sync.Mutex
 	global   Health            // guarded by mu
 	pairs    map[int32]*Health // guarded by mu; created on first pair
-	touched  map[int32]int64   // guarded by mu; last update per pair, for eviction
 	inflight atomic.Int32
 }
 
@@ -60,12 +59,10 @@ func (s *MemoryStore) Update(c *Config, k Key, op Op, now int64) (Change, bool) 
 		}
 		if r.pairs == nil {
 			r.pairs = make(map[int32]*Health)
-			r.touched = make(map[int32]int64)
 		}
 		h = &Health{Since: now}
 		r.pairs[k.Target] = h
 	}
-	r.touched[k.Target] = now
 	return h.Apply(c, k, op, now), true
 }
 
@@ -94,11 +91,10 @@ func (s *MemoryStore) EvictPairs(route int32, before int64, fn func(int32, *Heal
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for t, at := range r.touched {
-		if at < before {
-			fn(t, r.pairs[t])
+	for t, h := range r.pairs {
+		if h.lastTouched() < before {
+			fn(t, h)
 			delete(r.pairs, t)
-			delete(r.touched, t)
 		}
 	}
 }
@@ -137,20 +133,26 @@ func leaseID(shard, idx int, seq uint32) uint64 {
 }
 
 // Lease implements LeaseStore.
-func (s *MemoryStore) Lease(rec LeaseRecord, maxInflight int32) (uint64, bool) {
+func (s *MemoryStore) Lease(rec LeaseRecord, maxInflight int32) (LeaseRecord, bool) {
 	r := s.routes.get(rec.Route)
 	if r == nil {
-		return 0, false
+		return rec, false
 	}
 	for {
 		n := r.inflight.Load()
 		if maxInflight > 0 && n >= maxInflight {
-			return 0, false
+			return rec, false
 		}
 		if r.inflight.CompareAndSwap(n, n+1) {
 			break
 		}
 	}
+	r.mu.Lock()
+	rec.RouteGen = r.global.Gen
+	if p := r.pairs[rec.Target]; p != nil {
+		rec.PairGen = p.Gen
+	}
+	r.mu.Unlock()
 	shard := int(uint32(rec.Route) % leaseShards)
 	sh := &s.leases[shard]
 	sh.mu.Lock()
@@ -167,7 +169,7 @@ func (s *MemoryStore) Lease(rec LeaseRecord, maxInflight int32) (uint64, bool) {
 	rec.ID = leaseID(shard, idx, seq)
 	slot.LeaseRecord, slot.live = rec, true
 	sh.mu.Unlock()
-	return rec.ID, true
+	return rec, true
 }
 
 // Release implements LeaseStore.

@@ -79,9 +79,11 @@ type LeaseRecord struct {
 // LeaseStore counts in-flight work per route and remembers leases until
 // they are released or expire.
 type LeaseStore interface {
-	// Lease records rec if route has fewer than maxInflight leases
-	// (maxInflight <= 0: unlimited) and returns its id.
-	Lease(rec LeaseRecord, maxInflight int32) (id uint64, ok bool)
+	// Lease records rec if its route has fewer than maxInflight leases
+	// (maxInflight <= 0: unlimited). It fills in the id and the current
+	// generations of the route's record and of its pair with rec.Target, so
+	// the lease and its generations are taken in one atomic step.
+	Lease(rec LeaseRecord, maxInflight int32) (LeaseRecord, bool)
 	// Release forgets lease id; ok is false if it was released or reaped.
 	Release(id uint64) (LeaseRecord, bool)
 	// Inflight returns route's live leases.
