@@ -10,8 +10,9 @@ import (
 
 // Errors returned by Acquire and Report.
 var (
-	// ErrNoRoute: no route can carry the request (all draining or ejected by
-	// an operator, or, in strict mode, none eligible).
+	// ErrNoRoute: no route can carry the request: all are draining, ejected
+	// by an operator or at max_inflight, or, in strict mode, none is
+	// eligible.
 	ErrNoRoute = errors.New("engine: no usable route")
 	// ErrNoMatch: no route has the labels the request requires.
 	ErrNoMatch = errors.New("engine: no route matches the required labels")
@@ -163,15 +164,15 @@ func (e *Engine) AddRoute(now time.Time, spec RouteSpec) error {
 	for _, l := range spec.Labels {
 		indexes = append(indexes, e.labelIndex(l, true))
 	}
-	slot := e.routes.add(func(r *route) {
+	slot := e.routes.add(func(slot int32, r *route) {
 		r.id = spec.ID
+		r.slot = slot
 		r.labels = spec.Labels
 		r.indexes = indexes
 		r.maxInflight = int32(min(spec.MaxInflight, math.MaxInt32))
 		r.static = w / (1 + spec.Cost)
 	})
 	r := e.routes.get(slot)
-	r.slot = slot
 	e.store.AddRoute(slot, spec.ID)
 	e.byID.loadOrStore(spec.ID, func() int32 { return slot })
 	e.refresh(r, now.UnixNano())
@@ -203,16 +204,15 @@ func (e *Engine) labelIndex(l Label, create bool) *weightIndex {
 func (e *Engine) target(name string) *target {
 	t, _ := e.byName.loadOrStore(name, func() *target {
 		if e.targets.len() == 0 {
-			e.targets.add(func(*target) {}) // number 0: global
+			e.targets.add(func(int32, *target) {}) // number 0: global
 		}
-		n := e.targets.add(func(t *target) {
+		n := e.targets.add(func(n int32, t *target) {
 			t.name = name
+			t.n = n
 			t.guard.init(e.cfg.IncidentRoutes)
 		})
-		t := e.targets.get(n)
-		t.n = n
 		e.store.AddTarget(n, name)
-		return t
+		return e.targets.get(n)
 	})
 	return t
 }
@@ -249,7 +249,7 @@ func (e *Engine) Acquire(now time.Time, req Request) (Lease, error) {
 			l.Panic = c.Panic
 			if req.Session != "" {
 				e.store.Bind(req.Session, slot, ns+int64(e.cfg.SessionTTL))
-				e.store.Update(&e.cfg, Key{Route: slot, Target: t.n}, Op{Create: true}, ns)
+				e.store.Update(&e.cfg, Key{Route: slot, Target: t.n}, Op{Kind: OpTouch, Create: true}, ns)
 			}
 			return l, nil
 		}

@@ -30,14 +30,14 @@ type memRoute struct {
 // AddRoute implements HealthStore.
 func (s *MemoryStore) AddRoute(slot int32, _ string) {
 	for s.routes.len() <= slot {
-		s.routes.add(func(*memRoute) {})
+		s.routes.add(func(int32, *memRoute) {})
 	}
 }
 
 // AddTarget implements HealthStore; the memory store keys by number.
 func (s *MemoryStore) AddTarget(n int32, _ string) {
 	for s.incidents.len() <= n {
-		s.incidents.add(func(*atomic.Int32) {})
+		s.incidents.add(func(int32, *atomic.Int32) {})
 	}
 }
 

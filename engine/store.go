@@ -32,6 +32,7 @@ const (
 	OpRestore                         // operator: back to healthy (slow start)
 	OpEvidenceEject                   // failed recoveries across targets eject the route
 	OpLift                            // an incident of class Obs.Class opened: undo the cooling it caused
+	OpTouch                           // nothing but creating the record (with Create): a session's pair
 )
 
 // Op is one atomic transition of a health record.
@@ -148,6 +149,7 @@ func (h *Health) Apply(c *Config, k Key, op Op, now int64) Change {
 		return h.apply(actLift, op.Obs.Class, c, scope, now)
 	case OpEvidenceEject:
 		return h.apply(actEvidenceEject, op.Obs.Class, c, scope, now)
+	case OpTouch:
 	}
 	return h.end(h.begin(c, scope), c, scope)
 }

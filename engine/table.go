@@ -16,9 +16,9 @@ type table[T any] struct {
 	n      atomic.Int32                         // entries published
 }
 
-// add appends a zero entry, lets init fill it before it is published, and
-// returns its index.
-func (t *table[T]) add(init func(*T)) int32 {
+// add appends a zero entry, lets init fill it (given its index) before it
+// is published, and returns its index.
+func (t *table[T]) add(init func(int32, *T)) int32 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	i := t.n.Load()
@@ -33,7 +33,7 @@ func (t *table[T]) add(init func(*T)) int32 {
 		dir = grown
 		t.chunks.Store(&dir)
 	}
-	init(&dir[i>>chunkBits][i&(1<<chunkBits-1)])
+	init(i, &dir[i>>chunkBits][i&(1<<chunkBits-1)])
 	t.n.Store(i + 1)
 	return i
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"sort"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
@@ -50,7 +49,10 @@ func pool() []exit {
 	}
 }
 
-var targets = []string{"shop.example", "news.example", "api.example"}
+var (
+	targets = []string{"shop.example", "news.example", "api.example"}
+	start   = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+)
 
 // Result is one policy's run.
 type Result struct {
@@ -72,7 +74,7 @@ func Run(name string, picker engine.Picker, tasks int, seed uint64) (Result, err
 	}
 	exits := pool()
 	byID := map[string]exit{}
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := start
 	for _, x := range exits {
 		byID[x.id] = x
 		if err := e.AddRoute(now, engine.RouteSpec{ID: x.id}); err != nil {
@@ -81,6 +83,7 @@ func Run(name string, picker engine.Picker, tasks int, seed uint64) (Result, err
 	}
 	sub := e.Subscribe(4096)
 	defer sub.Close()
+	var buf []engine.Event
 	rng := rand.New(rand.NewPCG(seed, 1))
 	res := Result{Policy: name, Tasks: tasks, Share: map[string]int{}}
 	var total time.Duration
@@ -119,10 +122,11 @@ func Run(name string, picker engine.Picker, tasks int, seed uint64) (Result, err
 			}
 			req.Avoid = append(req.Avoid, l.Route)
 		}
-	}
-	for _, ev := range sub.Poll(nil) {
-		if ev.Kind == engine.EventState || ev.Kind == engine.EventIncident {
-			res.Changes = append(res.Changes, ev)
+		buf = sub.Poll(buf[:0])
+		for _, ev := range buf {
+			if ev.Kind == engine.EventState || ev.Kind == engine.EventIncident {
+				res.Changes = append(res.Changes, ev)
+			}
 		}
 	}
 	if res.Completed > 0 {
@@ -158,13 +162,12 @@ func Print(w io.Writer, tasks int, seed uint64) error {
 	}
 	fmt.Fprintf(w, "\nfirst state changes the engine made (of %d)\n", len(sw.Changes))
 	changes := sw.Changes
-	sort.SliceStable(changes, func(i, j int) bool { return changes[i].Time.Before(changes[j].Time) })
-	for _, ev := range changes[:min(len(changes), 20)] {
+	for _, ev := range changes[:min(len(changes), 24)] {
 		scope := ev.Route
 		if ev.Target != "" {
 			scope += " × " + ev.Target
 		}
-		fmt.Fprintf(w, "  +%-8v %-32s %-9v → %-9v %s (%v)\n", ev.Time.Sub(changes[0].Time).Round(time.Second),
+		fmt.Fprintf(w, "  +%-7v %-30s %-9v → %-9v %s (%v)\n", ev.Time.Sub(start).Round(100*time.Millisecond),
 			scope, ev.From, ev.To, ev.Reason, ev.Class)
 	}
 	return nil
