@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -690,5 +692,117 @@ func TestPickers(t *testing.T) {
 				t.Errorf("blind picker sent only %d of 500 picks to the dead route", dead)
 			}
 		})
+	}
+}
+
+func TestCrossTargetEjection(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{MaxRemovedShare: -1}, 20)
+	now := start
+	targets := []string{"a.com", "b.com", "c.com"}
+	for i, target := range targets {
+		report(t, e, now, "r0", target, RateLimited, 1)
+		st, _ := e.Route("r0")
+		var deadline time.Time
+		for _, p := range st.Targets {
+			if p.Target == target {
+				deadline = p.Health.UntilTime()
+			}
+		}
+		now = deadline
+		e.Sweep(now)
+		jobs := e.ProbeJobs(nil)
+		if len(jobs) != 1 || jobs[0].Target != target {
+			t.Fatalf("jobs %+v, want one probe of r0×%s", jobs, target)
+		}
+		e.ReportProbe(now, jobs[0], Outcome{Class: Blocked})
+		want := Candidate
+		if i == len(targets)-1 {
+			want = Ejected // failed recoveries on EjectTargets distinct targets
+		}
+		if s := state(t, e, "r0"); s != want {
+			t.Fatalf("after %d failed target recoveries: %v, want %v", i+1, s, want)
+		}
+	}
+}
+
+func TestIdlePairsAreEvicted(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{MaxRemovedShare: -1}, 4)
+	report(t, e, start, "r1", "a.com", RateLimited, 1)
+	report(t, e, start, "r2", "a.com", Blocked, 1)
+	e.Sweep(start) // the first pass runs at once; the next after PairTTL/4
+	if _, ok := pairState(t, e, "r1", "a.com"); !ok {
+		t.Fatal("fresh pair evicted")
+	}
+	ttl := e.Config().PairTTL
+	e.Sweep(start.Add(ttl / 2))
+	if _, ok := pairState(t, e, "r2", "a.com"); !ok {
+		t.Fatal("pair evicted before PairTTL")
+	}
+	// The sweep at ttl/2 woke r1's cooldown to half-open, a touch of its
+	// own: idle means PairTTL after the last touch.
+	e.Sweep(start.Add(ttl/2 + ttl + time.Minute))
+	for _, id := range []string{"r1", "r2"} {
+		if _, ok := pairState(t, e, id, "a.com"); ok {
+			t.Fatalf("%s×a.com still kept after PairTTL idle", id)
+		}
+	}
+	if n := e.target("a.com").excluded.Load(); n != 0 {
+		t.Fatalf("target still counts %d excluded pairs", n)
+	}
+}
+
+func TestSlowStartRampsWithoutTraffic(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{}, 2)
+	for range 20 {
+		report(t, e, start, "r0", "", OK, 1)
+	}
+	e.Eject(start, "r0")
+	e.Restore(start, "r0")
+	st, _ := e.Route("r0")
+	first := st.Weight
+	e.Sweep(start.Add(e.Config().SlowStart / 2))
+	st, _ = e.Route("r0")
+	mid := st.Weight
+	e.Sweep(start.Add(e.Config().SlowStart))
+	st, _ = e.Route("r0")
+	if !(first < mid && mid < st.Weight) {
+		t.Fatalf("weights %v → %v → %v, want a ramp", first, mid, st.Weight)
+	}
+}
+
+func TestEventsRecordAndReplayThroughJSON(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Seed: 4, MaxRemovedShare: -1}
+	e := newTestEngine(t, cfg, 3)
+	sub := e.Subscribe(256)
+	report(t, e, start, "r1", "", ProxyConnectFailed, 4)
+	var buf bytes.Buffer
+	if err := WriteEvents(&buf, sub.Poll(nil)); err != nil {
+		t.Fatal(err)
+	}
+	text := buf.String()
+	for _, want := range []string{`"kind":"state"`, `"to":"cooling"`, `"reason":"failure threshold"`, `"rules":"` + DefaultRules.Version} {
+		if !strings.Contains(text, want) {
+			t.Errorf("event log lacks %s:\n%s", want, text)
+		}
+	}
+	events, err := ReadEvents(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.CoolAfter = 8
+	rep, err := Replay(events, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Diffs) == 0 {
+		t.Fatal("replay with CoolAfter=8 found no difference")
+	}
+	last := rep.Diffs[len(rep.Diffs)-1]
+	if last.Route != "r1" || last.Recorded != Cooling || last.Replayed != Suspect {
+		t.Fatalf("last difference %+v, want r1 cooling → suspect", last)
 	}
 }
