@@ -24,6 +24,10 @@ type memRoute struct {
 	mu       sync.Mutex
 	global   Health            // guarded by mu
 	pairs    map[int32]*Health // guarded by mu; created on first pair
+	// present has bit n%64 set when pairs may hold target n (guarded by mu):
+	// most routes have records for few targets, and this skips the map's
+	// cache misses for all the others.
+	present uint64
 	inflight atomic.Int32
 }
 
@@ -52,7 +56,7 @@ func (s *MemoryStore) Update(c *Config, k Key, op Op, now int64) (Change, bool) 
 	if k.Global() {
 		return r.global.Apply(c, k, op, now), true
 	}
-	h := r.pairs[k.Target]
+	h := r.pair(k.Target)
 	if h == nil {
 		if !op.Create {
 			return Change{}, false
@@ -62,6 +66,7 @@ func (s *MemoryStore) Update(c *Config, k Key, op Op, now int64) (Change, bool) 
 		}
 		h = &Health{Since: now}
 		r.pairs[k.Target] = h
+		r.present |= presentBit(k.Target)
 	}
 	return h.Apply(c, k, op, now), true
 }
@@ -77,11 +82,21 @@ func (s *MemoryStore) Read(k Key) (Health, bool) {
 	if k.Global() {
 		return r.global, true
 	}
-	if h := r.pairs[k.Target]; h != nil {
+	if h := r.pair(k.Target); h != nil {
 		return *h, true
 	}
 	return Health{}, false
 }
+
+// pair returns the record for target, or nil; the caller holds r.mu.
+func (r *memRoute) pair(target int32) *Health {
+	if r.present&presentBit(target) == 0 {
+		return nil
+	}
+	return r.pairs[target]
+}
+
+func presentBit(target int32) uint64 { return 1 << (uint32(target) % 64) }
 
 // EvictPairs implements HealthStore.
 func (s *MemoryStore) EvictPairs(route int32, before int64, fn func(int32, *Health)) {
@@ -91,10 +106,13 @@ func (s *MemoryStore) EvictPairs(route int32, before int64, fn func(int32, *Heal
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.present = 0
 	for t, h := range r.pairs {
 		if h.lastTouched() < before {
 			fn(t, h)
 			delete(r.pairs, t)
+		} else {
+			r.present |= presentBit(t)
 		}
 	}
 }
@@ -149,7 +167,7 @@ func (s *MemoryStore) Lease(rec LeaseRecord, maxInflight int32) (LeaseRecord, bo
 	}
 	r.mu.Lock()
 	rec.RouteGen = r.global.Gen
-	if p := r.pairs[rec.Target]; p != nil {
+	if p := r.pair(rec.Target); p != nil {
 		rec.PairGen = p.Gen
 	}
 	r.mu.Unlock()
