@@ -27,7 +27,7 @@ const (
 // and must not serialize the engine: slots are split over numShards shards,
 // each with its own lock, and each shard publishes its totals atomically.
 // A draw picks a shard from those totals without any lock, then locks only
-// that shard to descend its Fenwick tree, so O(log n) work and no allocation.
+// that shard to descend its sum tree, so O(log n) work and no allocation.
 //
 // Every slot has two weights: its eligible weight, and its fallback weight
 // used when the pool is in panic or fallback mode. Each has its own trees.
@@ -44,19 +44,19 @@ type indexShard struct {
 	_ [64]byte // keeps neighbouring shards' hot fields off a shared cache line
 
 	mu       sync.Mutex
-	seen     []bool    // guarded by mu; positions ever set, len(seen) == len(eligible.w)
+	seen     []bool    // guarded by mu; positions ever set, len(seen) == eligible.sums.size()
 	eligible shardTree // guarded by mu, except its atomic total
 	all      shardTree // guarded by mu, except its atomic total
 }
 
-// shardTree is one Fenwick tree with the exact weights it sums. The exact
-// weights are the source of truth: updates add exact deltas, a draw that
-// rounding led to a zero weight is detected, and the tree is periodically
-// rebuilt from them so drift cannot accumulate.
+// shardTree is one sum tree with its drift bookkeeping. The tree's bottom
+// level holds the exact weights, which are the source of truth: updates
+// store them as given and add the change to the sums above, a draw that
+// rounding led to a zero weight is detected, and the sums are periodically
+// rebuilt from the weights so drift cannot accumulate.
 type shardTree struct {
-	fw      fenwick       // guarded by mu
-	w       []float64     // guarded by mu; exact weight per position, len(w) == fw.size()
-	pos     int           // guarded by mu; positions with w > 0
+	sums    sumTree       // guarded by mu
+	pos     int           // guarded by mu; positions with a positive weight
 	updates int           // guarded by mu; updates since the last rebuild
 	peak    float64       // guarded by mu; largest total since the last rebuild
 	total   atomic.Uint64 // math.Float64bits of the tree's total, 0 when pos == 0; written under mu
@@ -75,7 +75,7 @@ func (x *weightIndex) set(slot int32, w, all float64) {
 	if i >= len(s.seen) {
 		s.eligible.grow(i + 1)
 		s.all.grow(i + 1)
-		s.seen = append(s.seen, make([]bool, len(s.eligible.w)-len(s.seen))...)
+		s.seen = append(s.seen, make([]bool, s.eligible.sums.size()-len(s.seen))...)
 	}
 	fresh := !s.seen[i]
 	s.seen[i] = true
@@ -120,7 +120,7 @@ func (x *weightIndex) sample(r uint64, all bool) (slot int32, w, wAll float64, o
 		s.mu.Lock()
 		i, found := s.tree(all).draw(frac)
 		if found {
-			w, wAll = s.eligible.w[i], s.all.w[i]
+			w, wAll = s.eligible.sums.weight(i), s.all.sums.weight(i)
 		}
 		s.mu.Unlock()
 		if found {
@@ -151,7 +151,7 @@ func (x *weightIndex) weight(slot int32) (w, all float64) {
 	if i >= len(s.seen) {
 		return 0, 0
 	}
-	return s.eligible.w[i], s.all.w[i]
+	return s.eligible.sums.weight(i), s.all.sums.weight(i)
 }
 
 // pickShard returns the shard whose span of [0, sum of totals) holds target,
@@ -186,20 +186,23 @@ func (s *indexShard) tree(all bool) *shardTree {
 	return &s.eligible
 }
 
-// grow makes room for at least n positions.
+// grow makes room for at least n positions. Growing rebuilds the sums, so
+// it starts a fresh drift period.
 func (t *shardTree) grow(n int) {
-	t.fw.grow(n)
-	t.w = append(t.w, make([]float64, t.fw.size()-len(t.w))...)
+	t.sums.grow(n)
+	t.updates = 0
+	t.peak = 0
+	t.publish()
 }
 
 // set sets position i's weight to v and returns the change in the number of
 // positive positions (-1, 0 or 1).
 func (t *shardTree) set(i int, v float64) (dpos int64) {
-	old := t.w[i]
+	old := t.sums.weight(i)
 	if v == old {
 		return 0
 	}
-	t.w[i] = v
+	t.sums.set(i, v)
 	switch {
 	case old == 0:
 		t.pos++
@@ -208,18 +211,16 @@ func (t *shardTree) set(i int, v float64) (dpos int64) {
 		t.pos--
 		dpos = -1
 	}
-	if t.updates++; t.updates < driftRebuildEvery {
-		t.fw.add(i, v-old)
-	} else {
+	if t.updates++; t.updates >= driftRebuildEvery {
 		t.rebuild()
 	}
 	t.publish()
 	return dpos
 }
 
-// rebuild recomputes the tree from the exact weights, discarding drift.
+// rebuild recomputes the sums from the exact weights, discarding drift.
 func (t *shardTree) rebuild() {
-	t.fw.build(t.w)
+	t.sums.rebuild()
 	t.updates = 0
 	t.peak = 0
 }
@@ -232,9 +233,9 @@ func (t *shardTree) rebuild() {
 func (t *shardTree) publish() {
 	total := 0.0
 	if t.pos > 0 {
-		if total = t.fw.total(); !(total > t.peak*driftPeakRatio) {
+		if total = t.sums.total(); !(total > t.peak*driftPeakRatio) {
 			t.rebuild()
-			total = t.fw.total()
+			total = t.sums.total()
 		}
 		t.peak = max(t.peak, total)
 	}
@@ -246,7 +247,8 @@ func (t *shardTree) publish() {
 // drift led to a zero weight or past the end rebuilds the tree and looks
 // again. Even a fresh tree's rounded sums can miss by an ulp at a boundary;
 // then draw takes the first positive position, which a search for 0 cannot
-// miss: in a fresh tree a node over only zero weights is exactly 0.
+// miss: in a fresh tree a sum over only zero weights is exactly 0, and a sum
+// over any positive weight is positive.
 func (t *shardTree) draw(frac float64) (i int, found bool) {
 	if i, found = t.locate(frac); found || t.pos == 0 {
 		return i, found
@@ -272,8 +274,8 @@ func (t *shardTree) locate(frac float64) (int, bool) {
 	if x >= total {
 		x = math.Nextafter(total, 0)
 	}
-	i := t.fw.find(x)
-	if i < len(t.w) && t.w[i] > 0 {
+	i := t.sums.find(x)
+	if i < t.sums.size() && t.sums.weight(i) > 0 {
 		return i, true
 	}
 	return 0, false

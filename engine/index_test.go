@@ -9,16 +9,74 @@ import (
 	"testing"
 )
 
-// idxFenwickPrefix sums the tree's weights at positions 0..n-1.
-func idxFenwickPrefix(f *fenwick, n int) float64 {
+// idxSumTreePrefix sums the tree's weights at positions 0..n-1 the way a
+// sum tree is meant to be read: the weights of n's partial group, then the
+// partial group above it on each level, so it checks the sums too.
+func idxSumTreePrefix(t *sumTree, n int) float64 {
 	s := 0.0
-	for j := n; j > 0; j -= j & -j {
-		s += f.tree[j-1]
+	for k := 0; k <= t.top; k++ {
+		start := n &^ (sumFanout - 1)
+		if k == t.top {
+			start = 0
+		}
+		for _, v := range t.levels[k][start:n] {
+			s += v
+		}
+		n = start >> sumFanoutBits
 	}
 	return s
 }
 
-func TestFenwick(t *testing.T) {
+// idxCheckSumTreeShape checks the level layout: a power-of-two size of at
+// least 8 (or 0), each level an eighth of the one below, a top of at most
+// 8 entries, and every sum exactly the sum of its group (the tests' weights
+// are integers, so the sums are exact whatever their order).
+func idxCheckSumTreeShape(t *testing.T, st *sumTree) {
+	t.Helper()
+	n := st.size()
+	if n != 0 && (n < sumFanout || n&(n-1) != 0) {
+		t.Fatalf("size %d: want 0 or a power of two >= %d", n, sumFanout)
+	}
+	if len(st.levels[st.top]) > sumFanout {
+		t.Errorf("top level %d has %d entries, want <= %d", st.top, len(st.levels[st.top]), sumFanout)
+	}
+	for k := range st.levels {
+		if k > st.top {
+			if st.levels[k] != nil {
+				t.Errorf("level %d above the top (%d) is not nil", k, st.top)
+			}
+			continue
+		}
+		if k == 0 {
+			continue
+		}
+		lo, hi := st.levels[k-1], st.levels[k]
+		if len(hi)*sumFanout != len(lo) {
+			t.Errorf("level %d has %d entries over %d below", k, len(hi), len(lo))
+			continue
+		}
+		for i, v := range hi {
+			s := 0.0
+			for _, w := range lo[i*sumFanout : (i+1)*sumFanout] {
+				s += w
+			}
+			if v != s {
+				t.Errorf("levels[%d][%d] = %v, want %v (sum of its group)", k, i, v, s)
+			}
+		}
+	}
+}
+
+// idxSparse returns n weights, zero except at the given positions.
+func idxSparse(n int, at map[int]float64) []float64 {
+	w := make([]float64, n)
+	for i, v := range at {
+		w[i] = v
+	}
+	return w
+}
+
+func TestSumTree(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
@@ -27,40 +85,61 @@ func TestFenwick(t *testing.T) {
 		{"single", []float64{3}},
 		{"zeros between", []float64{0, 2, 0, 0, 5, 0, 1}},
 		{"leading and trailing zeros", []float64{0, 0, 4, 0, 0}},
-		{"power of two", []float64{1, 2, 3, 4, 5, 6, 7, 8}},
-		{"one past power of two", []float64{1, 0, 1, 0, 1, 0, 1, 0, 9}},
+		{"one group", []float64{1, 2, 3, 4, 5, 6, 7, 8}},
+		{"one past a group", []float64{1, 0, 1, 0, 1, 0, 1, 0, 9}},
 		{"all zero", []float64{0, 0, 0}},
+		{"two levels", []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}},
+		{"group boundaries", idxSparse(65, map[int]float64{7: 1, 8: 2, 15: 3, 56: 4, 63: 5, 64: 6})},
+		{"four levels", idxSparse(600, map[int]float64{0: 1, 63: 2, 64: 3, 511: 4, 512: 1, 599: 5})},
+		{"only last", idxSparse(1000, map[int]float64{999: 7})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			// Grow one position at a time so every growth path is taken,
-			// adding each weight right after the tree makes room for it.
-			var f fenwick
+			// setting each weight right after the tree makes room for it.
+			var grown sumTree
 			for i, w := range tt.weights {
-				f.grow(i + 1)
-				f.add(i, w)
-				if s := f.size(); s < i+1 || s&(s-1) != 0 {
-					t.Fatalf("size %d after grow(%d): want a power of two >= %d", s, i+1, i+1)
+				grown.grow(i + 1)
+				if s := grown.size(); s < i+1 {
+					t.Fatalf("size %d after grow(%d)", s, i+1)
+				}
+				if old := grown.set(i, w); old != 0 {
+					t.Fatalf("set(%d) on a new position returned old weight %v", i, old)
 				}
 			}
-			var built fenwick
+			// Built: grown once, weights stored, sums rebuilt.
+			var built sumTree
 			built.grow(len(tt.weights))
-			built.build(tt.weights)
-
-			sum := 0.0
-			for i, w := range tt.weights {
-				sum += w
-				if got := idxFenwickPrefix(&f, i+1); got != sum {
-					t.Errorf("grown: prefix(%d) = %v, want %v", i+1, got, sum)
-				}
-				if got := idxFenwickPrefix(&built, i+1); got != sum {
-					t.Errorf("built: prefix(%d) = %v, want %v", i+1, got, sum)
+			copy(built.levels[0], tt.weights)
+			built.rebuild()
+			// Updated: every weight moved away and back through set, so the
+			// sums above carry every delta.
+			var updated sumTree
+			updated.grow(len(tt.weights))
+			for _, r := range [][2]float64{{2, 6}, {0, 0}, {1, 0}} {
+				for i, w := range tt.weights {
+					updated.set(i, r[0]*w+r[1])
 				}
 			}
-			for _, tree := range []*fenwick{&f, &built} {
-				if got := tree.total(); got != sum {
-					t.Errorf("total = %v, want %v", got, sum)
+
+			for _, tree := range []struct {
+				name string
+				st   *sumTree
+			}{{"grown", &grown}, {"built", &built}, {"updated", &updated}} {
+				idxCheckSumTreeShape(t, tree.st)
+				sum := 0.0
+				for i, w := range tt.weights {
+					sum += w
+					if got := tree.st.weight(i); got != w {
+						t.Errorf("%s: weight(%d) = %v, want %v", tree.name, i, got, w)
+					}
+					if got := idxSumTreePrefix(tree.st, i+1); got != sum {
+						t.Errorf("%s: prefix(%d) = %v, want %v", tree.name, i+1, got, sum)
+					}
+				}
+				if got := tree.st.total(); got != sum {
+					t.Errorf("%s: total = %v, want %v", tree.name, got, sum)
 				}
 				// find(x) is the first position whose prefix sum exceeds x;
 				// the weights are integers, so half steps probe both sides of
@@ -74,15 +153,22 @@ func TestFenwick(t *testing.T) {
 						}
 					}
 					if want == len(tt.weights) {
-						want = tree.size()
+						want = tree.st.size()
 					}
-					if got := tree.find(x); got != want {
-						t.Errorf("find(%v) = %d, want %d", x, got, want)
+					if got := tree.st.find(x); got != want {
+						t.Errorf("%s: find(%v) = %d, want %d", tree.name, x, got, want)
 					}
 				}
 			}
 		})
 	}
+	t.Run("empty", func(t *testing.T) {
+		t.Parallel()
+		var st sumTree
+		if st.size() != 0 || st.total() != 0 || st.find(0) != 0 {
+			t.Errorf("zero sumTree: size %d, total %v, find(0) %d; want 0, 0, 0", st.size(), st.total(), st.find(0))
+		}
+	})
 }
 
 // idxPublishedTotal sums the shard totals sample reads.
@@ -339,32 +425,49 @@ func TestIndexDrift(t *testing.T) {
 		check(t)
 	})
 
-	// Slots 0, 16 and 32 share shard 0 as positions 0, 1 and 2. Position 1's
-	// tree node (tree[1]) sums positions 0 and 1. Around 1e17 floats are 16
-	// apart, so adding and removing 1e17 there leaves known rounding errors.
+	// Slots 0, 16, ..., 240 share shard 0 as positions 0, 1, ..., 15. Once
+	// position 8 (slot 128) is set the shard's trees hold 16 positions in
+	// two levels: the weights, and levels[1] = [sum of positions 0..7, sum
+	// of positions 8..15]. The weights are stored exactly; the sums above
+	// are not. Around 1e17 floats are 16 apart, so adding and removing 1e17
+	// at position 1 leaves a known rounding error in levels[1][0].
+	idxDriftedSum := func(w0 float64) float64 {
+		big := 1e17
+		return (w0 + big) - big
+	}
 	tests := []struct {
 		name string
 		w0   float64
-		// drifted is position 1's node once slot 16 is zeroed: 1e17+w0
-		// rounds to a multiple of 16, so the node keeps a wrong residue
-		// unless publishing rebuilt the tree.
+		// drifted is levels[1][0] if nothing rebuilt the sums: 1e17+w0
+		// rounds to a multiple of 16, so the sum keeps a wrong residue.
 		drifted float64
 	}{
-		// The total falls from 1e17 to 10, far below its peak: rebuilt.
-		{"total far below peak", 10, 10},
+		// The total falls from 1e17 to 16, far below its peak: rebuilt.
+		{"total far below peak", 10, 16},
 		// 1e17+1 rounds to 1e17, so zeroing slot 16 cancels slot 0's
 		// weight entirely; the shard must not vanish: rebuilt.
-		{"cancelled positive weight", 1, 1},
+		{"cancelled positive weight", 1, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			if got := idxDriftedSum(tt.w0); got != tt.drifted {
+				t.Fatalf("(%v+1e17)-1e17 = %v, want %v: the case no longer reproduces", tt.w0, got, tt.drifted)
+			}
 			x := newWeightIndex()
+			x.set(128, 0, 0) // two levels
 			x.set(0, tt.w0, tt.w0)
 			x.set(16, 1e17, 1e17)
 			x.set(16, 0, 0)
-			if got := x.shards[0].eligible.fw.tree[1]; got != tt.drifted {
-				t.Errorf("node over slots 0 and 16 = %v, want %v", got, tt.drifted)
+			tree := &x.shards[0].eligible
+			if tree.sums.top != 1 {
+				t.Fatalf("tree has top level %d, want 1", tree.sums.top)
+			}
+			if tree.updates != 0 {
+				t.Errorf("%d updates since the last rebuild, want 0 (rebuilt)", tree.updates)
+			}
+			if got := tree.sums.levels[1][0]; got != tt.w0 {
+				t.Errorf("sum over slots 0..112 = %v, want %v (rebuilt)", got, tt.w0)
 			}
 			if got := idxPublishedTotal(x, false); got != tt.w0 {
 				t.Errorf("total = %v, want %v", got, tt.w0)
@@ -380,49 +483,71 @@ func TestIndexDrift(t *testing.T) {
 
 	t.Run("residue on a zero weight", func(t *testing.T) {
 		t.Parallel()
-		// Slot 32 keeps the total near 1e17, so zeroing slot 16 leaves
-		// 1e17+10 (rounded to 1e17+16) minus 1e17 = 16 in the node over
-		// slots 0 and 16, where only 10 remains.
+		// Slot 128 (position 8, in the second group) keeps the total near
+		// 1e17, so zeroing slot 16 leaves 1e17+10 (rounded to 1e17+16)
+		// minus 1e17 = 16 in the sum over positions 0..7, where only 10
+		// remains.
 		x := newWeightIndex()
 		x.set(0, 10, 10)
+		x.set(128, 1e17, 1e17)
 		x.set(16, 1e17, 1e17)
-		x.set(32, 1e17, 1e17)
 		x.set(16, 0, 0)
-		node := &x.shards[0].eligible.fw.tree[1]
-		if *node != 16 {
-			t.Fatalf("node over slots 0 and 16 = %v, want 16 (drift)", *node)
+		tree := &x.shards[0].eligible
+		sum := &tree.sums.levels[1][0]
+		if *sum != 16 {
+			t.Fatalf("sum over slots 0..112 = %v, want 16 (drift)", *sum)
 		}
 		// The smallest nonzero r>>11 puts the draw at 2^-53 of the total,
-		// about 11.1: past slot 0's 10, inside the residue, so find lands
-		// on slot 16. The draw must rebuild and return slot 32 instead.
-		if slot, _, _, ok := x.sample(1<<11, false); !ok || slot != 32 {
-			t.Errorf("sample = (%d, %v), want (32, true)", slot, ok)
+		// about 11.1: inside the first group's sum, past slot 0's 10, so
+		// find runs off the group's weights and lands on its last position
+		// (slot 112), of weight 0. The draw must rebuild and return slot
+		// 128 instead.
+		if got := tree.sums.find(0x1p-53 * tree.sums.total()); got != 7 {
+			t.Fatalf("find in the residue = %d, want 7: the case no longer reproduces", got)
 		}
-		if *node != 10 {
-			t.Errorf("node after draw = %v, want 10 (rebuilt)", *node)
+		if slot, _, _, ok := x.sample(1<<11, false); !ok || slot != 128 {
+			t.Errorf("sample = (%d, %v), want (128, true)", slot, ok)
+		}
+		if *sum != 10 {
+			t.Errorf("sum after draw = %v, want 10 (rebuilt)", *sum)
 		}
 	})
 
-	t.Run("rounding miss in a fresh tree", func(t *testing.T) {
-		t.Parallel()
-		// Slot 0 (position 0) and slot 32 (position 2) in a tree of 4, no
-		// drift: nodes are 394.33…, 394.33…, 544.23… and their rounded sum T.
-		// One ulp below T, the descent skips the top node (T > x), then takes
-		// both children, whose exact sum is <= x, and lands on position 3 of
-		// weight 0. The largest r draws exactly there.
-		const w0, w32 = 394.3373084863396, 544.2372706264105
-		x := newWeightIndex()
-		x.set(0, w0, w0)
-		x.set(32, w32, w32)
-		tree := &x.shards[0].eligible
-		total := tree.fw.total()
-		if got := tree.fw.find(math.Nextafter(total, 0)); got != 3 {
-			t.Fatalf("find(T-ulp) = %d, want 3: the case no longer reproduces", got)
-		}
-		if slot, _, _, ok := x.sample(math.MaxUint64, false); !ok || (slot != 0 && slot != 32) {
-			t.Errorf("sample = (%d, %v), want slot 0 or 32", slot, ok)
-		}
-	})
+	// Even a tree without drift can miss: one ulp below the total T, the
+	// subtractions of find round, and the search runs past every positive
+	// weight. The largest r draws exactly there. The trees below are fresh
+	// (just grown) and the weights were found by search.
+	for _, tt := range []struct {
+		name   string
+		slot   int32 // the second weighted slot; the first is slot 0
+		w0, w1 float64
+		find   int // where find(T-ulp) lands
+	}{
+		// Slots 0 and 16: the top's first sum exceeds T-ulp, but minus
+		// slot 0's weight the rest rounds up to slot 16's, so the search
+		// runs off the group and lands on its last position, of weight 0.
+		{"off a group", 16, 311.026, 586.336, 7},
+		// Slots 0 and 144, in different groups: the top's first sum is
+		// slot 0's weight; the rest rounds up to the second sum, so the
+		// search runs off the top and returns size.
+		{"off the top", 144, 188.902, 618.441, 16},
+	} {
+		t.Run("rounding miss in a fresh tree, "+tt.name, func(t *testing.T) {
+			t.Parallel()
+			x := newWeightIndex()
+			x.set(0, tt.w0, tt.w0)
+			x.set(tt.slot, tt.w1, tt.w1)
+			x.set(240, 0, 0) // grows to 16 positions: a fresh tree
+			tree := &x.shards[0].eligible
+			total := tree.sums.total()
+			if got := tree.sums.find(math.Nextafter(total, 0)); got != tt.find {
+				t.Fatalf("find(T-ulp) = %d, want %d: the case no longer reproduces", got, tt.find)
+			}
+			if slot, _, _, ok := x.sample(math.MaxUint64, false); !ok || (slot != 0 && slot != tt.slot) {
+				t.Errorf("sample = (%d, %v), want slot 0 or %d", slot, ok, tt.slot)
+			}
+		})
+	}
 }
 
 func TestIndexCounts(t *testing.T) {

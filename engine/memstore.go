@@ -21,13 +21,13 @@ var _ Store = (*MemoryStore)(nil)
 func NewMemoryStore() *MemoryStore { return &MemoryStore{} }
 
 type memRoute struct {
-	mu       sync.Mutex
-	global   Health            // guarded by mu
-	pairs    map[int32]*Health // guarded by mu; created on first pair
+	mu     sync.Mutex
+	global Health            // guarded by mu
+	pairs  map[int32]*Health // guarded by mu; created on first pair
 	// present has bit n%64 set when pairs may hold target n (guarded by mu):
 	// most routes have records for few targets, and this skips the map's
 	// cache misses for all the others.
-	present uint64
+	present  uint64
 	inflight atomic.Int32
 }
 
