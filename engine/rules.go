@@ -7,9 +7,9 @@ type Scope uint8
 
 // Scopes are bits: a success counts for both the route and its pair.
 const (
-	ScopeNone   Scope = 0
 	ScopeRoute  Scope = 1 << iota // route-global: the exit itself (link, auth, tunnel)
 	ScopeTarget                   // route×target: this exit against this site
+	ScopeNone   Scope = 0         // no evidence: the caller's doing (4xx, cancel)
 )
 
 // Rule is what one outcome class means for routing.
