@@ -133,3 +133,30 @@ func BenchmarkPairMemory(b *testing.B) {
 	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(pairs), "B/pair")
 	runtime.KeepAlive(e)
 }
+
+// BenchmarkTargetMemory reports the heap held per interned target that has
+// only seen successes: a crawler meets millions of sites.
+func BenchmarkTargetMemory(b *testing.B) {
+	e, err := New(Config{}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e.AddRoute(start, RouteSpec{ID: "r0"})
+	names := make([]string, b.N)
+	for i := range names {
+		names[i] = fmt.Sprintf("site%d.example", i)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	b.ResetTimer()
+	for _, name := range names {
+		e.Feedback(start, "r0", name, Outcome{Class: OK})
+	}
+	b.StopTimer()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(b.N), "B/target")
+	runtime.KeepAlive(e)
+	runtime.KeepAlive(names)
+}

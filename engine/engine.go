@@ -79,7 +79,9 @@ type target struct {
 	n    int32
 
 	excluded atomic.Int32 // pairs of this target cooling or half-open
-	guard    incidentGuard
+	// guard is allocated on the target's first incident-class failure: a
+	// crawler touches millions of sites and most never fail.
+	guard atomic.Pointer[incidentGuard]
 }
 
 // RouteSpec describes a route to the engine.
@@ -209,7 +211,6 @@ func (e *Engine) target(name string) *target {
 		n := e.targets.add(func(n int32, t *target) {
 			t.name = name
 			t.n = n
-			t.guard.init(e.cfg.IncidentRoutes)
 		})
 		e.store.AddTarget(n, name)
 		return e.targets.get(n)
@@ -427,7 +428,9 @@ func (e *Engine) handle(ns int64, r *route, t *target, ch Change, cause Class) {
 		e.probes.push(ProbeJob{Route: r.id, Target: targetName(t), Gen: ch.Gen, key: key})
 	}
 	if t != nil && ch.To == Cooling && e.cfg.Rules.Rule(ch.Cause).Incident {
-		t.guard.noteCooling(r.slot, ch.Cause, ns)
+		if g := t.guard.Load(); g != nil {
+			g.noteCooling(r.slot, ch.Cause, ns)
+		}
 	}
 	if t != nil && ch.From == HalfOpen && ch.To == Cooling {
 		e.checkCrossTarget(ns, r, cause)

@@ -40,7 +40,8 @@ type guardBucket struct {
 	routes    [numClasses][]int32 // distinct failing route slots, capped at IncidentRoutes
 }
 
-func (g *incidentGuard) init(routes int) {
+func newIncidentGuard(routes int) *incidentGuard {
+	g := new(incidentGuard)
 	backing := make([]int32, 2*numClasses*routes)
 	for b := range g.buckets {
 		for c := range g.buckets[b].routes {
@@ -48,6 +49,7 @@ func (g *incidentGuard) init(routes int) {
 			g.buckets[b].routes[c] = backing[i : i : i+routes]
 		}
 	}
+	return g
 }
 
 func (g *incidentGuard) rotate(ns, width int64) {
@@ -94,7 +96,16 @@ func (e *Engine) guardObserve(ns int64, r *route, t *target, c Class, rule Rule)
 	if c != OK && !rule.Incident {
 		return false
 	}
-	g := &t.guard
+	g := t.guard.Load()
+	if g == nil {
+		if c == OK {
+			return false // no failure yet: nothing to weigh successes against
+		}
+		g = newIncidentGuard(e.cfg.IncidentRoutes)
+		if !t.guard.CompareAndSwap(nil, g) {
+			g = t.guard.Load()
+		}
+	}
 	g.mu.Lock()
 	g.rotate(ns, max(int64(e.cfg.IncidentWindow)/2, 1))
 	cur := &g.buckets[g.bucket&1]
