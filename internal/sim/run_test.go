@@ -1,0 +1,117 @@
+package sim
+
+import (
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// fakeWorld has routes 0..n-1; the first dead ones refuse connections
+// from deadFrom on, and route n-1 is banned on target 1.
+type fakeWorld struct {
+	n, dead  int
+	deadFrom time.Duration
+}
+
+func (f fakeWorld) Routes() int             { return f.n }
+func (f fakeWorld) Targets() int            { return 2 }
+func (f fakeWorld) RouteID(r int) string    { return "r" + string(rune('a'+r)) }
+func (f fakeWorld) TargetName(t int) string { return []string{"a.example", "b.example"}[t] }
+func (f fakeWorld) Bad(r, t int, now time.Duration) bool {
+	return (r < f.dead && now >= f.deadFrom) || (r == f.n-1 && t == 1)
+}
+func (f fakeWorld) Attempt(r, t int, now time.Duration, rng *rand.Rand) Result {
+	switch {
+	case r < f.dead && now >= f.deadFrom:
+		return Result{Class: engine.ProxyConnectFailed, Latency: 2 * time.Millisecond}
+	case r == f.n-1 && t == 1:
+		return Result{Class: engine.Blocked, Latency: 50 * time.Millisecond}
+	}
+	return Result{Class: engine.OK, Latency: time.Duration(80+rng.IntN(40)) * time.Millisecond}
+}
+func (f fakeWorld) Faults() []Fault {
+	var dead []int
+	for r := range f.dead {
+		dead = append(dead, r)
+	}
+	return []Fault{
+		{Name: "dead", Routes: dead, Target: -1, Start: f.deadFrom},
+		{Name: "ban", Routes: []int{f.n - 1}, Target: 1},
+	}
+}
+
+func testLoad() Load {
+	return Load{Seed: 3, Tasks: 4000, Workers: 8, AttemptTimeout: 5 * time.Second, MaxAttempts: 3, TaskDeadline: 30 * time.Second}
+}
+
+func newTestEngine(t *testing.T, w World, cfg engine.Config, blind bool) Policy {
+	t.Helper()
+	cfg.Seed = 7
+	p, err := NewEnginePolicy(w, cfg, Epoch, blind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestRunIsDeterministic(t *testing.T) {
+	t.Parallel()
+	w := fakeWorld{n: 10, dead: 3, deadFrom: 10 * time.Second}
+	a := Run(w, newTestEngine(t, w, engine.Config{}, false), testLoad(), nil)
+	b := Run(w, newTestEngine(t, w, engine.Config{}, false), testLoad(), nil)
+	a.AttemptsPerSecond, b.AttemptsPerSecond = 0, 0
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("same seed, different runs:\n%+v\n%+v", a, b)
+	}
+}
+
+func TestRunMeasures(t *testing.T) {
+	t.Parallel()
+	w := fakeWorld{n: 10, dead: 3, deadFrom: 10 * time.Second}
+	load := testLoad()
+	sw := Run(w, newTestEngine(t, w, engine.Config{}, false), load, nil)
+	rr := Run(w, newTestEngine(t, w, engine.Config{Picker: &engine.RoundRobin{}}, true), load, nil)
+	for _, s := range []Summary{sw, rr} {
+		if s.Tasks != load.Tasks || s.Completed > s.Tasks || s.Attempts < s.Completed {
+			t.Fatalf("inconsistent counts: %+v", s)
+		}
+		if s.P50ms <= 0 || s.P50ms > s.P95ms || s.P95ms > s.P99ms {
+			t.Errorf("percentiles %v %v %v", s.P50ms, s.P95ms, s.P99ms)
+		}
+		if len(s.Series) == 0 {
+			t.Error("no series")
+		}
+	}
+	if !(sw.WastedAttempts*3 < rr.WastedAttempts) {
+		t.Errorf("wasted: engine %d, round-robin %d", sw.WastedAttempts, rr.WastedAttempts)
+	}
+	if !(sw.AttemptsPerCompleted < rr.AttemptsPerCompleted) {
+		t.Errorf("attempts per task: engine %.3f, round-robin %.3f", sw.AttemptsPerCompleted, rr.AttemptsPerCompleted)
+	}
+	if sw.DetectMs < 0 || sw.DetectMs > 20000 {
+		t.Errorf("engine detect %v ms", sw.DetectMs)
+	}
+	if rr.DetectMs >= 0 {
+		t.Errorf("round-robin detected the dead routes in %v ms", rr.DetectMs)
+	}
+}
+
+func TestEventQueueOrder(t *testing.T) {
+	t.Parallel()
+	var q eventQueue
+	rng := rand.New(rand.NewPCG(1, 1))
+	for i := range 500 {
+		q.push(event{at: time.Duration(rng.IntN(50)), worker: i})
+	}
+	var last event
+	for i := 0; len(q.items) > 0; i++ {
+		ev := q.pop()
+		if i > 0 && (ev.at < last.at || (ev.at == last.at && ev.seq < last.seq)) {
+			t.Fatalf("event %+v after %+v", ev, last)
+		}
+		last = ev
+	}
+}
