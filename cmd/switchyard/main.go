@@ -1,6 +1,6 @@
 // Command switchyard is the Switchyard egress gateway. This build carries
-// the routing engine; the forward proxy (serve) and the simulator (bench)
-// arrive with their issues.
+// the routing engine and its simulator; the forward proxy (serve) arrives
+// with its issue.
 package main
 
 import (
@@ -14,6 +14,7 @@ import (
 const usage = `usage: switchyard <command> [flags]
 
 commands:
+  bench     compare the engine with other policies on simulated pools (switchyard bench -h)
   demo      route a simulated pool with the engine and with round-robin, side by side
   version   print the version
 `
@@ -26,6 +27,8 @@ func main() {
 		os.Exit(2)
 	}
 	switch os.Args[1] {
+	case "bench":
+		os.Exit(bench(os.Args[2:], os.Stdout, os.Stderr))
 	case "demo":
 		fs := flag.NewFlagSet("demo", flag.ExitOnError)
 		tasks := fs.Int("tasks", 20000, "tasks to send")

@@ -1,0 +1,421 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// Fixed latencies of answers that never reach a target.
+const (
+	refusedLatency    = 3 * time.Millisecond  // a refused connect costs one round trip to the exit
+	proxyReplyLatency = 20 * time.Millisecond // the exit answers 407 itself
+)
+
+// maxFlapFaults caps the down phases Faults lists for one flap behaviour,
+// as the World does not know how long the run lasts.
+const maxFlapFaults = 100
+
+// allTargets is the target number of a behaviour or fault that concerns
+// every target.
+const allTargets = -1
+
+// World builds the ground truth of s. Every call returns a fresh model with
+// its own rate-limit state, so each policy meets the same world. s must be
+// valid (ParseScenario's result, or Validate passes).
+func (s *Scenario) World() World {
+	w := &scenarioWorld{timeout: s.AttemptTimeout}
+	index := make(map[string]int, len(s.Targets))
+	for i, t := range s.Targets {
+		index[t.Name] = i
+		w.targets = append(w.targets, worldTarget{name: t.Name, down: t.Down})
+	}
+	for gi, g := range s.Routes {
+		wg := worldGroup{name: g.Name, first: len(w.ids), count: g.Count, median: g.Latency, sigma: g.Jitter}
+		for r := range g.Count {
+			w.ids = append(w.ids, routeID(g, r))
+			w.groupOf = append(w.groupOf, int32(gi))
+		}
+		for _, b := range g.Behaviours {
+			r := rule{Behaviour: b, target: allTargets}
+			if b.Target != "" {
+				r.target = index[b.Target]
+			}
+			spec, _ := specOf(b.Kind)
+			switch {
+			case b.Kind == KindSlow:
+				wg.slow = append(wg.slow, r)
+			case spec.exit:
+				wg.exit = append(wg.exit, r)
+			default:
+				if b.Kind == KindRatelimit {
+					r.buckets = make([]rateBucket, g.Count)
+					for i := range r.buckets {
+						r.buckets[i].tokens = r.capacity()
+					}
+				}
+				wg.target = append(wg.target, r)
+			}
+		}
+		// Sorted by precedence, so the first active rule decides.
+		slices.SortStableFunc(wg.exit, byPrecedence)
+		slices.SortStableFunc(wg.target, byPrecedence)
+		w.groups = append(w.groups, wg)
+	}
+	return w
+}
+
+// precedence orders the failing kinds within their stage: an exit that
+// refuses connections never gets to hang or to ask for credentials, and a
+// target that bans a route never gets to rate-limit it.
+var precedence = []Kind{
+	KindDead, KindOutage, KindFlap, KindBlackhole, KindAuth,
+	KindBan, KindRatelimit, KindSoftban, KindErrors, KindDegrade,
+}
+
+func byPrecedence(a, b rule) int {
+	return slices.Index(precedence, a.Kind) - slices.Index(precedence, b.Kind)
+}
+
+// scenarioWorld is the World of a Scenario. All is immutable after World
+// but the rate-limit buckets, which only Attempt changes.
+type scenarioWorld struct {
+	timeout time.Duration
+	ids     []string
+	groupOf []int32 // route → index in groups
+	groups  []worldGroup
+	targets []worldTarget
+}
+
+var _ World = (*scenarioWorld)(nil)
+
+type worldGroup struct {
+	name         string
+	first, count int // routes first … first+count-1
+	median       time.Duration
+	sigma        float64
+	exit         []rule // dead, outage, flap, blackhole, auth, by precedence
+	slow         []rule
+	target       []rule // ban, ratelimit, softban, errors, degrade, by precedence
+}
+
+type worldTarget struct {
+	name string
+	down []DownWindow
+}
+
+// rule is a Behaviour compiled for its group.
+type rule struct {
+	Behaviour
+	target  int          // target number, or allTargets
+	buckets []rateBucket // ratelimit: one per route of the group
+}
+
+func (r *rule) appliesTo(target int) bool { return r.target == allTargets || r.target == target }
+
+func (r *rule) active(now time.Duration) bool {
+	return now >= r.From && (r.Until == 0 || now < r.Until)
+}
+
+// refusing reports whether an active dead, outage or flap rule refuses
+// connections at now: flap is up for Period from From, then down for
+// Period, and so on.
+func (r *rule) refusing(now time.Duration) bool {
+	return r.Kind != KindFlap || (now-r.From)/r.Period%2 == 1
+}
+
+// ramp is how far an active degrade rule has come, from 0 at From to 1 at
+// Until.
+func (r *rule) ramp(now time.Duration) float64 {
+	return float64(now-r.From) / float64(r.Until-r.From)
+}
+
+// capacity is a ratelimit rule's burst: a second's worth, but at least one
+// request so that rps below 1 still lets some through.
+func (r *rule) capacity() float64 { return max(r.RPS, 1) }
+
+// rateBucket is a token bucket of one route toward one target, refilled at
+// RPS. Running dry penalizes the route for RetryAfter, during which every
+// request is refused.
+type rateBucket struct {
+	tokens  float64
+	last    time.Duration
+	penalty time.Duration // rate limited until then
+}
+
+// take admits one request at now, or returns how long the route must wait.
+func (b *rateBucket) take(r *rule, now time.Duration) (retryAfter time.Duration, limited bool) {
+	if now < b.penalty {
+		return b.penalty - now, true
+	}
+	if now > b.last {
+		b.tokens = min(r.capacity(), b.tokens+r.RPS*(now-b.last).Seconds())
+		b.last = now
+	}
+	if b.tokens >= 1 {
+		b.tokens--
+		return 0, false
+	}
+	b.penalty = now + r.RetryAfter
+	return r.RetryAfter, true
+}
+
+func (w *scenarioWorld) Routes() int              { return len(w.ids) }
+func (w *scenarioWorld) Targets() int             { return len(w.targets) }
+func (w *scenarioWorld) RouteID(route int) string { return w.ids[route] }
+
+func (w *scenarioWorld) TargetName(target int) string {
+	if target == NeutralTarget {
+		return "neutral"
+	}
+	return w.targets[target].name
+}
+
+// exitClass is the class the exit itself answers with at now, OK if it
+// lets the request through.
+func (g *worldGroup) exitClass(target int, now time.Duration) engine.Class {
+	for i := range g.exit {
+		r := &g.exit[i]
+		if !r.appliesTo(target) || !r.active(now) {
+			continue
+		}
+		switch r.Kind {
+		case KindDead, KindOutage, KindFlap:
+			if r.refusing(now) {
+				return engine.ProxyConnectFailed
+			}
+		case KindBlackhole:
+			return engine.ProxyTimeout
+		case KindAuth:
+			return engine.ProxyAuth
+		}
+	}
+	return engine.OK
+}
+
+// multiplier is the factor slow and degrade rules put on latency at now.
+func (g *worldGroup) multiplier(target int, now time.Duration) float64 {
+	m := 1.0
+	for i := range g.slow {
+		if r := &g.slow[i]; r.appliesTo(target) && r.active(now) {
+			m *= r.Factor
+		}
+	}
+	if target == NeutralTarget {
+		return m
+	}
+	for i := range g.target {
+		if r := &g.target[i]; r.Kind == KindDegrade && r.appliesTo(target) && r.active(now) {
+			m *= 1 + (r.Factor-1)*r.ramp(now)
+		}
+	}
+	return m
+}
+
+func (t *worldTarget) downClass(now time.Duration) (engine.Class, bool) {
+	for _, d := range t.down {
+		if now >= d.From && (d.Until == 0 || now < d.Until) {
+			return d.Class, true
+		}
+	}
+	return engine.OK, false
+}
+
+func isTimeout(c engine.Class) bool { return c == engine.ProxyTimeout || c == engine.TargetTimeout }
+
+// Attempt applies the exit's own behaviours first, then the target's
+// outage, then what the target does to this route; see scenarios/README.md.
+func (w *scenarioWorld) Attempt(route, target int, now time.Duration, rng *rand.Rand) Result {
+	g := &w.groups[w.groupOf[route]]
+	switch c := g.exitClass(target, now); c {
+	case engine.ProxyConnectFailed:
+		return Result{Class: c, Latency: min(refusedLatency, w.timeout)}
+	case engine.ProxyTimeout:
+		return Result{Class: c, Latency: w.timeout}
+	case engine.ProxyAuth:
+		return Result{Class: c, Latency: min(proxyReplyLatency, w.timeout)}
+	}
+	mult := g.multiplier(target, now)
+	// answer is the target's reply with class c, or a timeout if the reply
+	// would come too late.
+	answer := func(c engine.Class) Result {
+		lat := float64(g.median) * math.Exp(g.sigma*rng.NormFloat64()) * mult
+		// Compared as a float: a huge factor would overflow a Duration.
+		if lat > float64(w.timeout) {
+			return Result{Class: engine.TargetTimeout, Latency: w.timeout}
+		}
+		return Result{Class: c, Latency: time.Duration(lat)}
+	}
+	if target == NeutralTarget {
+		return answer(engine.OK)
+	}
+	if c, down := w.targets[target].downClass(now); down {
+		if isTimeout(c) {
+			return Result{Class: c, Latency: w.timeout}
+		}
+		return answer(c)
+	}
+	for i := range g.target {
+		r := &g.target[i]
+		if !r.appliesTo(target) || !r.active(now) {
+			continue
+		}
+		switch r.Kind {
+		case KindBan:
+			return answer(engine.Blocked)
+		case KindRatelimit:
+			if retry, limited := r.buckets[route-g.first].take(r, now); limited {
+				res := answer(engine.RateLimited)
+				if res.Class == engine.RateLimited {
+					res.RetryAfter = retry
+				}
+				return res
+			}
+		case KindSoftban:
+			if rng.Float64() < r.P {
+				return answer(engine.ContentInvalid)
+			}
+		case KindErrors:
+			if rng.Float64() < r.P {
+				return answer(engine.Target5xx)
+			}
+		case KindDegrade:
+			if rng.Float64() < r.P*r.ramp(now) {
+				return Result{Class: engine.TargetTimeout, Latency: w.timeout}
+			}
+		}
+	}
+	return answer(engine.OK)
+}
+
+// Bad reports whether an attempt at now fails by ground truth, ignoring
+// chance: a random failure counts once it is at least as likely as not,
+// and so does a median latency beyond the attempt timeout. It changes no
+// state.
+func (w *scenarioWorld) Bad(route, target int, now time.Duration) bool {
+	g := &w.groups[w.groupOf[route]]
+	if g.exitClass(target, now) != engine.OK {
+		return true
+	}
+	if float64(g.median)*g.multiplier(target, now) >= float64(w.timeout) {
+		return true
+	}
+	if target == NeutralTarget {
+		return false
+	}
+	if _, down := w.targets[target].downClass(now); down {
+		return true
+	}
+	for i := range g.target {
+		r := &g.target[i]
+		if !r.appliesTo(target) || !r.active(now) {
+			continue
+		}
+		switch r.Kind {
+		case KindBan:
+			return true
+		case KindRatelimit:
+			if now < r.buckets[route-g.first].penalty {
+				return true
+			}
+		case KindSoftban, KindErrors:
+			if r.P >= 0.5 {
+				return true
+			}
+		case KindDegrade:
+			if r.P*r.ramp(now) >= 0.5 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Faults lists, per behaviour, when it makes its routes bad as Bad judges
+// it, and the targets' down windows. Rate limits are left out: they trip
+// under load, not on a schedule.
+func (w *scenarioWorld) Faults() []Fault {
+	var faults []Fault
+	for gi := range w.groups {
+		g := &w.groups[gi]
+		add := func(name string, target int, start, end time.Duration) {
+			routes := make([]int, g.count)
+			for i := range routes {
+				routes[i] = g.first + i
+			}
+			faults = append(faults, Fault{Name: name, Routes: routes, Target: target, Start: start, End: end})
+		}
+		tooSlow := func(factor float64) bool { return float64(g.median)*factor >= float64(w.timeout) }
+		if tooSlow(1) {
+			add(g.name+": slower than the attempt timeout", allTargets, 0, 0)
+		}
+		for _, rules := range [][]rule{g.exit, g.slow, g.target} {
+			for i := range rules {
+				r := &rules[i]
+				name := w.faultName(g, r)
+				switch r.Kind {
+				case KindFlap:
+					for n, start := 1, r.From+r.Period; n <= maxFlapFaults && (r.Until == 0 || start < r.Until); n, start = n+1, start+2*r.Period {
+						end := start + r.Period
+						if r.Until != 0 {
+							end = min(end, r.Until)
+						}
+						add(fmt.Sprintf("%s down #%d", name, n), r.target, start, end)
+					}
+				case KindSlow:
+					if tooSlow(r.Factor) {
+						add(name, r.target, r.From, r.Until)
+					}
+				case KindRatelimit: // trips under load, not on a schedule
+				case KindSoftban, KindErrors:
+					if r.P >= 0.5 {
+						add(name, r.target, r.From, r.Until)
+					}
+				case KindDegrade:
+					if at, ok := w.degradeBadAt(g, r); ok {
+						add(name, r.target, at, r.Until)
+					}
+				default:
+					add(name, r.target, r.From, r.Until)
+				}
+			}
+		}
+	}
+	for ti, t := range w.targets {
+		for _, d := range t.down {
+			all := make([]int, len(w.ids))
+			for i := range all {
+				all[i] = i
+			}
+			faults = append(faults, Fault{Name: t.name + ": down", Routes: all, Target: ti, Start: d.From, End: d.Until, SiteDown: true})
+		}
+	}
+	return faults
+}
+
+func (w *scenarioWorld) faultName(g *worldGroup, r *rule) string {
+	if r.target == allTargets {
+		return fmt.Sprintf("%s: %s", g.name, r.Kind)
+	}
+	return fmt.Sprintf("%s: %s on %s", g.name, r.Kind, w.targets[r.target].name)
+}
+
+// degradeBadAt is when a degrade rule's ramp makes failure as likely as
+// not, or the median latency reach the timeout, whichever comes first.
+func (w *scenarioWorld) degradeBadAt(g *worldGroup, r *rule) (time.Duration, bool) {
+	at := math.Inf(1) // as a share of the ramp
+	if r.P >= 0.5 {
+		at = 0.5 / r.P
+	}
+	if r.Factor > 1 {
+		at = min(at, (float64(w.timeout)/float64(g.median)-1)/(r.Factor-1))
+	}
+	if at >= 1 {
+		return 0, false
+	}
+	return r.From + time.Duration(max(at, 0)*float64(r.Until-r.From)), true
+}
