@@ -78,8 +78,9 @@ func (c *Candidates) Draw() (slot int32, weight float64, ok bool) {
 		}
 		f := c.e.targetFactor(s, c.t, c.ignorePairs, c.ns)
 		// Rejection sampling: accepting with probability f makes the draw
-		// proportional to weight × f without a per-target index.
-		if f <= 0 || (f < 1 && unitFloat(c.e.rng.Uint64()) >= f) {
+		// proportional to weight × f without a per-target index. The
+		// least-bad fallback accepts every draw and compares w × f instead.
+		if f <= 0 || (!c.Fallback && f < 1 && unitFloat(c.e.rng.Uint64()) >= f) {
 			continue
 		}
 		return s, w * f, true
@@ -134,6 +135,10 @@ func (c *Candidates) matches(r *route) bool {
 	return true
 }
 
+// liftedPairFactor is the least target factor of an excluded pair whose
+// exclusion a panic lifted.
+const liftedPairFactor = 0.05
+
 // targetFactor is route slot's weight factor for target t: 1 without a pair
 // record, 0 while the pair is excluded (unless ignorePairs), otherwise its
 // target score^γ with suspect and slow-start terms.
@@ -148,7 +153,9 @@ func (e *Engine) targetFactor(slot int32, t *target, ignorePairs bool, ns int64)
 		if !ignorePairs {
 			return 0
 		}
-		f = max(f, minWeight)
+		// Lifted exclusions still rank below usable pairs, but not so far
+		// below that rejection sampling could never accept them.
+		f = max(f*e.cfg.SuspectWeight, liftedPairFactor)
 	case h.State == Suspect:
 		f *= e.cfg.SuspectWeight
 	}

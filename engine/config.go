@@ -82,8 +82,9 @@ type Config struct {
 	PanicThreshold float64
 
 	// IncidentRoutes distinct routes failing a target with the same
-	// incident class, making up IncidentShare of the target's attempts in
-	// IncidentWindow, open an incident. Defaults 5, 0.5 and 60s.
+	// incident class, making up IncidentShare of the distinct routes that
+	// tried it in IncidentWindow, open an incident. Defaults 5 (at most 64),
+	// 0.5 and 60s.
 	IncidentRoutes int
 	IncidentShare  float64
 	IncidentWindow time.Duration
@@ -199,7 +200,7 @@ func (c *Config) validate() error {
 		{"MaxRemovedShare", c.MaxRemovedShare <= 1, "at most 1 (negative disables)"},
 		{"OverwhelmingAfter", c.OverwhelmingAfter > 0, "positive"},
 		{"PanicThreshold", c.PanicThreshold <= 1, "at most 1 (negative disables)"},
-		{"IncidentRoutes", c.IncidentRoutes > 0 && c.IncidentRoutes <= 1024, "in [1, 1024]"},
+		{"IncidentRoutes", c.IncidentRoutes > 0 && c.IncidentRoutes <= guardRoutes, "in [1, 64]"},
 		{"IncidentShare", c.IncidentShare > 0 && c.IncidentShare <= 1, "in (0, 1]"},
 		{"IncidentWindow", c.IncidentWindow > 0, "positive"},
 		{"LeaseTTL", c.LeaseTTL > 0, "positive"},

@@ -59,8 +59,8 @@
 // # Guards
 //
 // A target incident opens when IncidentRoutes distinct routes fail one
-// target with the same class and that class is IncidentShare of the
-// target's attempts in IncidentWindow: the site is down, not the exits.
+// target with the same class and make up IncidentShare of the distinct
+// routes that tried it in IncidentWindow: the site is down, not the exits.
 // While open, failures of that class are not held against routes; it closes
 // when successes return. At most MaxRemovedShare of the routes may be
 // removed (cooling, half-open, ejected) by ordinary evidence; overwhelming

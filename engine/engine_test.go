@@ -261,8 +261,11 @@ func TestIncidentGuard(t *testing.T) {
 	e := newTestEngine(t, Config{}, 10)
 	sub := e.Subscribe(1024)
 	now := start
-	for i := range 10 {
-		report(t, e, now, fmt.Sprintf("r%d", i), "down.com", Target5xx, 5)
+	// The site fails every route for 40s: the guard judges after half a
+	// window (30s) of evidence.
+	for s := range 40 {
+		now = start.Add(time.Duration(s) * time.Second)
+		report(t, e, now, fmt.Sprintf("r%d", s%10), "down.com", Target5xx, 1)
 	}
 	inc := e.Incidents()
 	if len(inc) != 1 || inc[0].Target != "down.com" || inc[0].Class != Target5xx {
@@ -275,7 +278,7 @@ func TestIncidentGuard(t *testing.T) {
 		}
 	}
 	if cooled > 0 {
-		t.Fatalf("%d routes cooled for a target in incident", cooled)
+		t.Fatalf("%d routes still cooled for a target in incident", cooled)
 	}
 	l := mustAcquire(t, e, now, Request{Target: "down.com"})
 	if !l.Incident {
@@ -804,5 +807,49 @@ func TestEventsRecordAndReplayThroughJSON(t *testing.T) {
 	last := rep.Diffs[len(rep.Diffs)-1]
 	if last.Route != "r1" || last.Recorded != Cooling || last.Replayed != Suspect {
 		t.Fatalf("last difference %+v, want r1 cooling → suspect", last)
+	}
+}
+
+// Regression: a picker concentrating load on a few routes banned by a site
+// made their 403s the majority of the site's attempts, which opened an
+// incident and froze the bans. Incidents count distinct routes.
+func TestIncidentCountsRoutesNotAttempts(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{}, 20)
+	for i := 6; i < 20; i++ {
+		report(t, e, start, fmt.Sprintf("r%d", i), "shop.com", OK, 1)
+	}
+	for round := range 20 {
+		for i := range 6 {
+			report(t, e, start.Add(time.Duration(round)*time.Second), fmt.Sprintf("r%d", i), "shop.com", Blocked, 1)
+		}
+	}
+	if inc := e.Incidents(); len(inc) != 0 {
+		t.Fatalf("6 of 20 routes banned opened %+v", inc)
+	}
+	if s, _ := pairState(t, e, "r0", "shop.com"); s.Usable() {
+		t.Fatalf("banned pair is %v", s)
+	}
+}
+
+// Regression: with every pair of a target excluded, the least-bad fallback
+// drew with rejection on a near-zero factor and returned ErrNoRoute.
+func TestFallbackWhenEveryPairIsExcluded(t *testing.T) {
+	t.Parallel()
+	for _, panicThreshold := range []float64{-1, 0} {
+		e := newTestEngine(t, Config{PanicThreshold: panicThreshold}, 8)
+		for i := range 8 {
+			report(t, e, start, fmt.Sprintf("r%d", i), "down.com", RateLimited, 200) // evidence near 0
+		}
+		for range 100 {
+			l, err := e.Acquire(start, Request{Target: "down.com"})
+			if err != nil {
+				t.Fatalf("panic threshold %v: %v", panicThreshold, err)
+			}
+			if !l.Fallback && !l.Panic {
+				t.Fatalf("lease %+v neither fallback nor panic", l)
+			}
+			e.Report(start, l, Outcome{Class: Canceled})
+		}
 	}
 }

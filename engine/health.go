@@ -94,7 +94,7 @@ func (h *Health) observe(o Observation, scope Scope, c *Config, now int64) Chang
 	case !failure:
 	case rule.AtOnce:
 		h.cool(rule, o, c, now, "cools at once", &ch)
-	case int(h.ConsecFail) >= c.CoolAfter || (judged && rate >= c.CoolRate):
+	case int(h.ConsecFail) >= coolAfter(rule, c) || (judged && rate >= c.CoolRate):
 		if o.Capped && int(h.ConsecFail) < c.OverwhelmingAfter {
 			if h.State != Suspect {
 				h.move(Suspect, o.Class, now, "cooling capped by pool guard", &ch)
@@ -183,6 +183,15 @@ func (h *Health) apply(a action, cause Class, c *Config, scope Scope, now int64)
 		}
 	}
 	return h.end(ch, c, scope)
+}
+
+// coolAfter is the consecutive failures that cool a scope when the latest
+// is of rule's class.
+func coolAfter(rule Rule, c *Config) int {
+	if rule.CoolAfter > 0 {
+		return rule.CoolAfter
+	}
+	return c.CoolAfter
 }
 
 // cool starts a cooldown: Retry-After when the target sent one (capped),

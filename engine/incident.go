@@ -5,19 +5,26 @@ import "sync"
 // incidentGuard watches one target for failures that are the site's, not
 // the exits': many distinct routes failing it with the same class at once.
 // Two half-window buckets make the window slide (as grpc-go's outlier
-// detection call counter); distinct routes are remembered only up to
-// IncidentRoutes per class, which is all the rule needs, so memory is fixed.
+// detection call counter). It counts distinct routes, not attempts: a
+// picker that concentrates load on a few routes banned by the site must not
+// make their bans look like the site failing everyone.
 type incidentGuard struct {
+	// born is when the target first failed: the guard did not see the
+	// successes before, so it judges only after half a window of evidence.
+	born    int64
 	mu      sync.Mutex
-	bucket  int64                    // guarded by mu: number of the current half-window
-	buckets [2]guardBucket           // guarded by mu
-	cooled  [guardCoolings]coolingAt // guarded by mu: ring of recent pair coolings by incident classes
-	next    int                      // guarded by mu: next slot in cooled
+	bucket  int64          // guarded by mu: number of the current half-window
+	buckets [2]guardBucket // guarded by mu
+	cooled  []coolingAt    // guarded by mu: ring of recent pair coolings by incident classes
+	next    int            // guarded by mu: next slot in cooled once it is full
 }
 
-// guardCoolings is how many recent coolings an incident can lift: the ones
-// that happened before enough routes had failed to call it an incident.
-const guardCoolings = 64
+// guardRoutes caps the distinct routes a bucket remembers per class and
+// among successes: enough to tell "5 of 8 routes fail" from "18 of 60",
+// with bounded memory and bounded scans. It also caps the coolings an
+// incident can lift: those that happened before enough routes had failed
+// to call it an incident.
+const guardRoutes = 64
 
 type coolingAt struct {
 	slot  int32
@@ -25,31 +32,23 @@ type coolingAt struct {
 	at    int64
 }
 
+// guardBucket holds the distinct route slots seen in one half-window.
+type guardBucket struct {
+	ok    []int32             // succeeded
+	fails [numClasses][]int32 // failed with each incident class
+}
+
 // noteCooling remembers that route slot's pair cooled because of class c.
 func (g *incidentGuard) noteCooling(slot int32, c Class, ns int64) {
 	g.mu.Lock()
-	g.cooled[g.next] = coolingAt{slot: slot, class: c, at: ns}
-	g.next = (g.next + 1) % guardCoolings
-	g.mu.Unlock()
-}
-
-type guardBucket struct {
-	attempts  int32
-	successes int32
-	fails     [numClasses]int32
-	routes    [numClasses][]int32 // distinct failing route slots, capped at IncidentRoutes
-}
-
-func newIncidentGuard(routes int) *incidentGuard {
-	g := new(incidentGuard)
-	backing := make([]int32, 2*numClasses*routes)
-	for b := range g.buckets {
-		for c := range g.buckets[b].routes {
-			i := (b*numClasses + c) * routes
-			g.buckets[b].routes[c] = backing[i : i : i+routes]
-		}
+	k := coolingAt{slot: slot, class: c, at: ns}
+	if len(g.cooled) < guardRoutes {
+		g.cooled = append(g.cooled, k)
+	} else {
+		g.cooled[g.next] = k
+		g.next = (g.next + 1) % guardRoutes
 	}
-	return g
+	g.mu.Unlock()
 }
 
 func (g *incidentGuard) rotate(ns, width int64) {
@@ -59,25 +58,31 @@ func (g *incidentGuard) rotate(ns, width int64) {
 	}
 	for b := g.bucket + 1; b <= n && b <= g.bucket+2; b++ {
 		cur := &g.buckets[b&1]
-		cur.attempts, cur.successes = 0, 0
-		clear(cur.fails[:])
-		for c := range cur.routes {
-			cur.routes[c] = cur.routes[c][:0]
+		cur.ok = cur.ok[:0]
+		for c := range cur.fails {
+			cur.fails[c] = cur.fails[c][:0]
 		}
 	}
 	g.bucket = n
 }
 
-// distinct counts the distinct routes failing with c across both buckets.
-func (g *incidentGuard) distinct(c Class) int {
-	a, b := g.buckets[0].routes[c], g.buckets[1].routes[c]
-	n := len(a)
-	for _, s := range b {
-		if !containsSlot(a, s) {
-			n++
+// addSlot adds slot to the set s unless present or full.
+func addSlot(s []int32, slot int32) []int32 {
+	if len(s) < guardRoutes && !containsSlot(s, slot) {
+		s = append(s, slot)
+	}
+	return s
+}
+
+// removeSlot removes slot from the set s, if present.
+func removeSlot(s []int32, slot int32) []int32 {
+	for i, x := range s {
+		if x == slot {
+			s[i] = s[len(s)-1]
+			return s[:len(s)-1]
 		}
 	}
-	return n
+	return s
 }
 
 func containsSlot(s []int32, v int32) bool {
@@ -87,6 +92,30 @@ func containsSlot(s []int32, v int32) bool {
 		}
 	}
 	return false
+}
+
+// routes counts, over the given buckets, the distinct routes that failed
+// with c and those that only succeeded.
+func (g *incidentGuard) routes(c Class, buckets ...*guardBucket) (failed, succeeded int) {
+	var seen [2 * guardRoutes]int32
+	failing := seen[:0]
+	for _, b := range buckets {
+		for _, s := range b.fails[c] {
+			if !containsSlot(failing, s) {
+				failing = append(failing, s)
+			}
+		}
+	}
+	var okSeen [2 * guardRoutes]int32
+	ok := okSeen[:0]
+	for _, b := range buckets {
+		for _, s := range b.ok {
+			if !containsSlot(failing, s) && !containsSlot(ok, s) {
+				ok = append(ok, s)
+			}
+		}
+	}
+	return len(failing), len(ok)
 }
 
 // guardObserve counts an outcome against target t and opens or closes its
@@ -101,37 +130,44 @@ func (e *Engine) guardObserve(ns int64, r *route, t *target, c Class, rule Rule)
 		if c == OK {
 			return false // no failure yet: nothing to weigh successes against
 		}
-		g = newIncidentGuard(e.cfg.IncidentRoutes)
+		g = &incidentGuard{born: ns}
 		if !t.guard.CompareAndSwap(nil, g) {
 			g = t.guard.Load()
 		}
 	}
 	g.mu.Lock()
 	g.rotate(ns, max(int64(e.cfg.IncidentWindow)/2, 1))
-	cur := &g.buckets[g.bucket&1]
-	cur.attempts++
+	cur, prev := &g.buckets[g.bucket&1], &g.buckets[(g.bucket+1)&1]
+	// A route counts by its latest outcome in the half-window: one that
+	// failed and then succeeded is a success.
 	if c == OK {
-		cur.successes++
-	} else {
-		cur.fails[c]++
-		if rs := cur.routes[c]; len(rs) < cap(rs) && !containsSlot(rs, r.slot) {
-			cur.routes[c] = append(rs, r.slot)
+		for k := range cur.fails {
+			cur.fails[k] = removeSlot(cur.fails[k], r.slot)
 		}
-	}
-	attempts := float64(g.buckets[0].attempts + g.buckets[1].attempts)
-	share := func(c Class) float64 {
-		return float64(g.buckets[0].fails[c]+g.buckets[1].fails[c]) / attempts
+		cur.ok = addSlot(cur.ok, r.slot)
+	} else {
+		cur.ok = removeSlot(cur.ok, r.slot)
+		cur.fails[c] = addSlot(cur.fails[c], r.slot)
 	}
 	open, ok := e.store.Incident(t.n)
 	var opened, closed bool
-	var lift [guardCoolings]int32
+	var lift [guardRoutes]int32
 	lifts := lift[:0]
 	switch {
 	case ok && c == open:
 		frozen = true
-	case ok && c == OK && share(open) < e.cfg.IncidentShare/2:
-		closed = e.store.SetIncident(t.n, open, false)
-	case !ok && c != OK && g.distinct(c) >= e.cfg.IncidentRoutes && share(c) >= e.cfg.IncidentShare:
+	case ok && c == OK:
+		// Successes are back when, in the current half-window, enough
+		// routes succeed and few of them fail.
+		if f, s := g.routes(open, cur); s >= e.cfg.IncidentRoutes && float64(f) < e.cfg.IncidentShare/2*float64(f+s) {
+			closed = e.store.SetIncident(t.n, open, false)
+		}
+	case !ok && c != OK && len(cur.fails[c])+len(prev.fails[c]) >= e.cfg.IncidentRoutes &&
+		ns-g.born >= int64(e.cfg.IncidentWindow)/2:
+		f, s := g.routes(c, cur, prev)
+		if f < e.cfg.IncidentRoutes || float64(f) < e.cfg.IncidentShare*float64(f+s) {
+			break
+		}
 		opened = e.store.SetIncident(t.n, c, true)
 		frozen = true
 		for _, k := range g.cooled {

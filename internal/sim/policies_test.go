@@ -227,7 +227,7 @@ func TestProxyOpsCandidateCap(t *testing.T) {
 		}
 	}
 	// The sample is redrawn per pick, so picks are not confined to any
-	// fixed 512 routes.
+	// fixed proxyOpsMaxCandidates routes.
 	if len(seen) <= proxyOpsMaxCandidates {
 		t.Errorf("picked %d distinct routes, want > %d", len(seen), proxyOpsMaxCandidates)
 	}
