@@ -853,3 +853,20 @@ func TestFallbackWhenEveryPairIsExcluded(t *testing.T) {
 		}
 	}
 }
+
+func TestIncidentGuardIsDroppedWhenQuiet(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{}, 3)
+	report(t, e, start, "r0", "a.com", Target5xx, 1)
+	if e.target("a.com").guard.Load() == nil {
+		t.Fatal("a failure created no guard")
+	}
+	report(t, e, start.Add(time.Second), "r1", "a.com", OK, 1)
+	if e.target("a.com").guard.Load() == nil {
+		t.Fatal("guard dropped while its failure is in the window")
+	}
+	report(t, e, start.Add(e.Config().IncidentWindow+time.Minute), "r1", "a.com", OK, 1)
+	if e.target("a.com").guard.Load() != nil {
+		t.Fatal("guard kept after a window without failures")
+	}
+}

@@ -7,10 +7,12 @@ import "sync"
 // Two half-window buckets make the window slide (as grpc-go's outlier
 // detection call counter). It counts distinct routes, not attempts: a
 // picker that concentrates load on a few routes banned by the site must not
-// make their bans look like the site failing everyone.
+// make their bans look like the site failing everyone. A target gets a
+// guard on its first failure and loses it after a window without one, so
+// guards exist only for the targets failing now.
 type incidentGuard struct {
-	// born is when the target first failed: the guard did not see the
-	// successes before, so it judges only after half a window of evidence.
+	// born is when the guard was created: it did not see the successes
+	// before, so it judges only after half a window of evidence.
 	born    int64
 	mu      sync.Mutex
 	bucket  int64          // guarded by mu: number of the current half-window
@@ -19,11 +21,10 @@ type incidentGuard struct {
 	next    int            // guarded by mu: next slot in cooled once it is full
 }
 
-// guardRoutes caps the distinct routes a bucket remembers per class and
-// among successes: enough to tell "5 of 8 routes fail" from "18 of 60",
-// with bounded memory and bounded scans. It also caps the coolings an
-// incident can lift: those that happened before enough routes had failed
-// to call it an incident.
+// guardRoutes caps the distinct routes a bucket remembers: enough to tell
+// "5 of 8 routes fail" from "18 of 60", in fixed memory. It also caps the
+// coolings an incident can lift: those that happened before enough routes
+// had failed to call it an incident.
 const guardRoutes = 64
 
 type coolingAt struct {
@@ -32,10 +33,53 @@ type coolingAt struct {
 	at    int64
 }
 
-// guardBucket holds the distinct route slots seen in one half-window.
+// guardBucket remembers the latest outcome of up to guardRoutes distinct
+// routes in one half-window, in a small open-addressing table, with running
+// counts so that recording an outcome costs O(1).
 type guardBucket struct {
-	ok    []int32             // succeeded
-	fails [numClasses][]int32 // failed with each incident class
+	slots  [2 * guardRoutes]int32 // route slot + 1; 0 marks an empty cell
+	latest [2 * guardRoutes]Class
+	n      int               // routes remembered
+	ok     int               // of which the latest outcome is OK
+	fails  [numClasses]int32 // of which the latest failed with each class
+}
+
+// find returns the cell of slot, or the empty cell where it would go.
+func (b *guardBucket) find(slot int32) (int, bool) {
+	const mask = 2*guardRoutes - 1
+	i := int(uint32(slot)*0x9e3779b1>>25) & mask
+	for b.slots[i] != 0 {
+		if b.slots[i] == slot+1 {
+			return i, true
+		}
+		i = (i + 1) & mask
+	}
+	return i, false
+}
+
+// record sets slot's latest outcome to c, if the route is remembered or
+// there is room for it.
+func (b *guardBucket) record(slot int32, c Class) {
+	i, found := b.find(slot)
+	switch {
+	case found:
+		b.count(b.latest[i], -1)
+	case b.n < guardRoutes:
+		b.slots[i] = slot + 1
+		b.n++
+	default:
+		return
+	}
+	b.latest[i] = c
+	b.count(c, 1)
+}
+
+func (b *guardBucket) count(c Class, d int) {
+	if c == OK {
+		b.ok += d
+	} else {
+		b.fails[c] += int32(d)
+	}
 }
 
 // noteCooling remembers that route slot's pair cooled because of class c.
@@ -57,65 +101,40 @@ func (g *incidentGuard) rotate(ns, width int64) {
 		return
 	}
 	for b := g.bucket + 1; b <= n && b <= g.bucket+2; b++ {
-		cur := &g.buckets[b&1]
-		cur.ok = cur.ok[:0]
-		for c := range cur.fails {
-			cur.fails[c] = cur.fails[c][:0]
-		}
+		g.buckets[b&1] = guardBucket{}
 	}
 	g.bucket = n
 }
 
-// addSlot adds slot to the set s unless present or full.
-func addSlot(s []int32, slot int32) []int32 {
-	if len(s) < guardRoutes && !containsSlot(s, slot) {
-		s = append(s, slot)
+// quiet reports whether neither half-window saw a failure.
+func (g *incidentGuard) quiet() bool {
+	for i := range g.buckets {
+		if g.buckets[i].n != g.buckets[i].ok {
+			return false
+		}
 	}
-	return s
+	return true
 }
 
-// removeSlot removes slot from the set s, if present.
-func removeSlot(s []int32, slot int32) []int32 {
-	for i, x := range s {
-		if x == slot {
-			s[i] = s[len(s)-1]
-			return s[:len(s)-1]
+// routes counts the distinct routes whose latest outcome across cur and
+// prev (cur wins) is a failure with c, and those whose latest is a success.
+func routes(c Class, cur, prev *guardBucket) (failed, succeeded int) {
+	failed, succeeded = int(cur.fails[c]), cur.ok
+	for i, s := range prev.slots {
+		if s == 0 {
+			continue
+		}
+		if _, inCur := cur.find(s - 1); inCur {
+			continue
+		}
+		switch prev.latest[i] {
+		case c:
+			failed++
+		case OK:
+			succeeded++
 		}
 	}
-	return s
-}
-
-func containsSlot(s []int32, v int32) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-// routes counts, over the given buckets, the distinct routes that failed
-// with c and those that only succeeded.
-func (g *incidentGuard) routes(c Class, buckets ...*guardBucket) (failed, succeeded int) {
-	var seen [2 * guardRoutes]int32
-	failing := seen[:0]
-	for _, b := range buckets {
-		for _, s := range b.fails[c] {
-			if !containsSlot(failing, s) {
-				failing = append(failing, s)
-			}
-		}
-	}
-	var okSeen [2 * guardRoutes]int32
-	ok := okSeen[:0]
-	for _, b := range buckets {
-		for _, s := range b.ok {
-			if !containsSlot(failing, s) && !containsSlot(ok, s) {
-				ok = append(ok, s)
-			}
-		}
-	}
-	return len(failing), len(ok)
+	return failed, succeeded
 }
 
 // guardObserve counts an outcome against target t and opens or closes its
@@ -128,7 +147,7 @@ func (e *Engine) guardObserve(ns int64, r *route, t *target, c Class, rule Rule)
 	g := t.guard.Load()
 	if g == nil {
 		if c == OK {
-			return false // no failure yet: nothing to weigh successes against
+			return false // no failure lately: nothing to weigh successes against
 		}
 		g = &incidentGuard{born: ns}
 		if !t.guard.CompareAndSwap(nil, g) {
@@ -138,18 +157,15 @@ func (e *Engine) guardObserve(ns int64, r *route, t *target, c Class, rule Rule)
 	g.mu.Lock()
 	g.rotate(ns, max(int64(e.cfg.IncidentWindow)/2, 1))
 	cur, prev := &g.buckets[g.bucket&1], &g.buckets[(g.bucket+1)&1]
-	// A route counts by its latest outcome in the half-window: one that
-	// failed and then succeeded is a success.
-	if c == OK {
-		for k := range cur.fails {
-			cur.fails[k] = removeSlot(cur.fails[k], r.slot)
-		}
-		cur.ok = addSlot(cur.ok, r.slot)
-	} else {
-		cur.ok = removeSlot(cur.ok, r.slot)
-		cur.fails[c] = addSlot(cur.fails[c], r.slot)
-	}
+	// A route counts by its latest outcome: one that failed and then
+	// succeeded is a success.
+	cur.record(r.slot, c)
 	open, ok := e.store.Incident(t.n)
+	if !ok && c == OK && g.quiet() {
+		t.guard.CompareAndSwap(g, nil) // a window without failure
+		g.mu.Unlock()
+		return false
+	}
 	var opened, closed bool
 	var lift [guardRoutes]int32
 	lifts := lift[:0]
@@ -158,13 +174,13 @@ func (e *Engine) guardObserve(ns int64, r *route, t *target, c Class, rule Rule)
 		frozen = true
 	case ok && c == OK:
 		// Successes are back when, in the current half-window, enough
-		// routes succeed and few of them fail.
-		if f, s := g.routes(open, cur); s >= e.cfg.IncidentRoutes && float64(f) < e.cfg.IncidentShare/2*float64(f+s) {
+		// routes succeed and few fail.
+		if f, s := int(cur.fails[open]), cur.ok; s >= e.cfg.IncidentRoutes && float64(f) < e.cfg.IncidentShare/2*float64(f+s) {
 			closed = e.store.SetIncident(t.n, open, false)
 		}
-	case !ok && c != OK && len(cur.fails[c])+len(prev.fails[c]) >= e.cfg.IncidentRoutes &&
+	case !ok && c != OK && int(cur.fails[c]+prev.fails[c]) >= e.cfg.IncidentRoutes &&
 		ns-g.born >= int64(e.cfg.IncidentWindow)/2:
-		f, s := g.routes(c, cur, prev)
+		f, s := routes(c, cur, prev)
 		if f < e.cfg.IncidentRoutes || float64(f) < e.cfg.IncidentShare*float64(f+s) {
 			break
 		}
