@@ -394,13 +394,18 @@ func (e *Engine) handle(ns int64, r *route, t *target, ch Change, cause Class) {
 	if math.Abs(ch.NewScore-ch.OldScore) >= e.cfg.ScoreEventStep {
 		e.publishScore(ns, r, t, ch, cause)
 	}
+	key := Key{Route: r.slot}
+	if t != nil {
+		key.Target = t.n
+	}
+	if ch.Probe {
+		e.probes.push(ProbeJob{Route: r.id, Target: targetName(t), Gen: ch.Gen, Seq: ch.ProbeSeq, key: key})
+	}
 	if !ch.Changed() {
 		return
 	}
 	e.publishState(ns, r, t, ch, cause)
-	key := Key{Route: r.slot}
 	if t != nil {
-		key.Target = t.n
 		if ch.From.Usable() != ch.To.Usable() {
 			if ch.To.Usable() {
 				t.excluded.Add(-1)
@@ -423,9 +428,6 @@ func (e *Engine) handle(ns int64, r *route, t *target, ch Change, cause Class) {
 	}
 	if ch.Until != 0 && ch.Until != math.MaxInt64 {
 		e.wakeups.push(wakeup{at: ch.Until, key: key, gen: ch.Gen})
-	}
-	if ch.Probe {
-		e.probes.push(ProbeJob{Route: r.id, Target: targetName(t), Gen: ch.Gen, key: key})
 	}
 	if t != nil && ch.To == Cooling && e.cfg.Rules.Rule(ch.Cause).Incident {
 		if g := t.guard.Load(); g != nil {

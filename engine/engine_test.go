@@ -177,11 +177,26 @@ func TestWakeWithoutReportsAndProbeIdempotency(t *testing.T) {
 		t.Fatalf("jobs %+v, want one for the new generation", jobs)
 	}
 	now := st.Health.UntilTime()
-	for range e.Config().ProbeSuccesses {
+	// Each job is answered once; a success that does not yet restore the
+	// route issues the next job, and answering a job twice counts once.
+	for i := range e.Config().ProbeSuccesses {
+		if len(jobs) != 1 || int(jobs[0].Seq) != i {
+			t.Fatalf("probe %d: jobs %+v", i, jobs)
+		}
 		e.ReportProbe(now, jobs[0], Outcome{Class: OK})
+		if i == 0 {
+			e.ReportProbe(now, jobs[0], Outcome{Class: OK}) // duplicate
+			if s := state(t, e, "r1"); s != HalfOpen {
+				t.Fatalf("a duplicate probe report restored the route: %v", s)
+			}
+		}
+		jobs = e.ProbeJobs(nil)
 	}
 	if s := state(t, e, "r1"); s != Healthy {
 		t.Fatalf("after probes: %v, want healthy", s)
+	}
+	if len(jobs) != 0 {
+		t.Fatalf("jobs after recovery: %+v", jobs)
 	}
 }
 

@@ -49,7 +49,8 @@ type Change struct {
 	OldScore, NewScore float64
 	Gen                uint32
 	Reason             string // why the state changed; "" when it did not
-	Probe              bool   // the record entered half-open: issue a probe job for Gen
+	Probe              bool   // issue a probe job for (Gen, ProbeSeq): the record entered half-open or needs another probe
+	ProbeSeq           uint8  // successful probes so far in this half-open period
 	Until              int64  // the record's deadline after the change (cooling, ejected)
 	Cause              Class  // the class that moved the record into its state
 	SlowStart          bool   // the record is ramping up after a recovery
@@ -119,6 +120,8 @@ func (h *Health) probeResult(success, failure bool, o Observation, scope Scope, 
 			h.FailedRecoveries = 0
 			h.move(Healthy, o.Class, now, "probes succeeded", ch)
 			h.SlowStart = true
+		} else {
+			ch.Probe = true // the next probe of this half-open period
 		}
 	case failure:
 		h.FailedRecoveries = satInc8(h.FailedRecoveries)
@@ -256,6 +259,7 @@ func (h *Health) end(ch Change, c *Config, scope Scope) Change {
 	ch.Gen = h.Gen
 	ch.Until = h.Until
 	ch.Cause = h.Cause
+	ch.ProbeSeq = h.ProbeOK
 	ch.SlowStart = h.SlowStart
 	ch.NewScore = h.score(c, scope)
 	return ch

@@ -44,6 +44,10 @@ type Op struct {
 	// is applied as Stale.
 	Gen      uint32
 	CheckGen bool
+	// ProbeSeq, for a probe's outcome with CheckGen, is the probe's place
+	// in its half-open period: a second report of the same probe job is
+	// stale, so each job counts once.
+	ProbeSeq uint8
 	// Create makes a missing pair record (negative evidence, sessions).
 	// Without it an op on a missing pair does nothing.
 	Create bool
@@ -130,7 +134,7 @@ func (h *Health) Apply(c *Config, k Key, op Op, now int64) Change {
 	switch op.Kind {
 	case OpObserve:
 		o := op.Obs
-		if op.CheckGen && op.Gen != h.Gen {
+		if op.CheckGen && (op.Gen != h.Gen || (o.Probe && op.ProbeSeq != h.ProbeOK)) {
 			o.Stale = true
 		}
 		return h.observe(o, scope, c, now)

@@ -83,13 +83,15 @@ func (e *Engine) wakeDue(ns int64) {
 	}
 }
 
-// ProbeJob asks the prober to test a half-open record: the route alone
-// (Target "", a neutral probe) or the route against Target. Each job is
-// issued once per (route, target, generation).
+// ProbeJob asks the prober to test a half-open record once: the route
+// alone (Target "", a neutral probe) or the route against Target. Each job
+// is issued once per (route, target, generation, sequence); a successful
+// probe that does not yet restore the record issues the next.
 type ProbeJob struct {
 	Route  string
 	Target string
 	Gen    uint32
+	Seq    uint8 // successful probes before this one in its half-open period
 	key    Key
 }
 
@@ -131,7 +133,7 @@ func (e *Engine) ReportProbe(now time.Time, job ProbeJob, o Outcome) error {
 	}
 	obs := Observation{Class: o.Class, Latency: o.Latency, RetryAfter: o.RetryAfter, Probe: true, Jitter: e.jitter()}
 	e.publishOutcome(ns, r, t, obs, nil)
-	op := Op{Kind: OpObserve, Obs: obs, Gen: job.Gen, CheckGen: true}
+	op := Op{Kind: OpObserve, Obs: obs, Gen: job.Gen, CheckGen: true, ProbeSeq: job.Seq}
 	if ch, ok := e.store.Update(&e.cfg, job.key, op, ns); ok {
 		e.handle(ns, r, t, ch, o.Class)
 	}

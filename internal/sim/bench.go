@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/switchyard/switchyard/engine"
 )
@@ -53,6 +54,9 @@ var sweepParams = map[string]func(*engine.Config, float64){
 	"panic_threshold":   func(c *engine.Config, v float64) { c.PanicThreshold = v },
 	"max_removed_share": func(c *engine.Config, v float64) { c.MaxRemovedShare = v },
 	"probe_successes":   func(c *engine.Config, v float64) { c.ProbeSuccesses = int(v) },
+	"eject_after":       func(c *engine.Config, v float64) { c.EjectAfter = int(v) },
+	"eject_time_s":      func(c *engine.Config, v float64) { c.EjectTime = time.Duration(v * float64(time.Second)) },
+	"cooldown_cap_s":    func(c *engine.Config, v float64) { c.CooldownCap = time.Duration(v * float64(time.Second)) },
 }
 
 // ParseSweep parses "param=v1,v2,…".
