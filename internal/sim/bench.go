@@ -43,20 +43,21 @@ type Sweep struct {
 
 // sweepParams are the engine parameters a sweep can vary.
 var sweepParams = map[string]func(*engine.Config, float64){
-	"alpha":             func(c *engine.Config, v float64) { c.Alpha = v },
-	"gamma":             func(c *engine.Config, v float64) { c.Gamma = v },
-	"prior":             func(c *engine.Config, v float64) { c.Prior = v },
-	"prior_samples":     func(c *engine.Config, v float64) { c.PriorSamples = v },
-	"suspect_after":     func(c *engine.Config, v float64) { c.SuspectAfter = int(v) },
-	"cool_after":        func(c *engine.Config, v float64) { c.CoolAfter = int(v) },
-	"cool_rate":         func(c *engine.Config, v float64) { c.CoolRate = v },
-	"suspect_weight":    func(c *engine.Config, v float64) { c.SuspectWeight = v },
-	"panic_threshold":   func(c *engine.Config, v float64) { c.PanicThreshold = v },
-	"max_removed_share": func(c *engine.Config, v float64) { c.MaxRemovedShare = v },
-	"probe_successes":   func(c *engine.Config, v float64) { c.ProbeSuccesses = int(v) },
-	"eject_after":       func(c *engine.Config, v float64) { c.EjectAfter = int(v) },
-	"eject_time_s":      func(c *engine.Config, v float64) { c.EjectTime = time.Duration(v * float64(time.Second)) },
-	"cooldown_cap_s":    func(c *engine.Config, v float64) { c.CooldownCap = time.Duration(v * float64(time.Second)) },
+	"alpha":              func(c *engine.Config, v float64) { c.Alpha = v },
+	"gamma":              func(c *engine.Config, v float64) { c.Gamma = v },
+	"prior":              func(c *engine.Config, v float64) { c.Prior = v },
+	"prior_samples":      func(c *engine.Config, v float64) { c.PriorSamples = v },
+	"suspect_after":      func(c *engine.Config, v float64) { c.SuspectAfter = int(v) },
+	"cool_after":         func(c *engine.Config, v float64) { c.CoolAfter = int(v) },
+	"cool_rate":          func(c *engine.Config, v float64) { c.CoolRate = v },
+	"suspect_weight":     func(c *engine.Config, v float64) { c.SuspectWeight = v },
+	"panic_threshold":    func(c *engine.Config, v float64) { c.PanicThreshold = v },
+	"max_removed_share":  func(c *engine.Config, v float64) { c.MaxRemovedShare = v },
+	"overwhelming_after": func(c *engine.Config, v float64) { c.OverwhelmingAfter = int(v) },
+	"probe_successes":    func(c *engine.Config, v float64) { c.ProbeSuccesses = int(v) },
+	"eject_after":        func(c *engine.Config, v float64) { c.EjectAfter = int(v) },
+	"eject_time_s":       func(c *engine.Config, v float64) { c.EjectTime = time.Duration(v * float64(time.Second)) },
+	"cooldown_cap_s":     func(c *engine.Config, v float64) { c.CooldownCap = time.Duration(v * float64(time.Second)) },
 }
 
 // ParseSweep parses "param=v1,v2,…".
