@@ -200,5 +200,6 @@ func (sc *Scenario) load() Load {
 	return Load{
 		Seed: sc.Seed, Tasks: sc.Tasks, Workers: sc.Workers, AttemptTimeout: sc.AttemptTimeout,
 		MaxAttempts: sc.MaxAttempts, TaskDeadline: sc.TaskDeadline, Think: sc.Think, TargetWeights: weights,
+		SessionTasks: sc.SessionTasks,
 	}
 }

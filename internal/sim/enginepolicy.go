@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"errors"
+	"strconv"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
@@ -24,7 +26,9 @@ type enginePolicy struct {
 	events *engine.Subscription
 	buf    []engine.Event
 
-	falseEjections int
+	falseEjections  int
+	restarts        map[string]int // client session → restarts so far
+	sessionRestarts int
 }
 
 var _ Policy = (*enginePolicy)(nil)
@@ -39,8 +43,9 @@ func NewEnginePolicy(w World, cfg engine.Config, start time.Time, blind bool) (P
 	}
 	p := &enginePolicy{
 		e: e, w: w, start: start, blind: blind,
-		routes:  make(map[string]int, w.Routes()),
-		targets: make(map[string]int, w.Targets()),
+		routes:   make(map[string]int, w.Routes()),
+		targets:  make(map[string]int, w.Targets()),
+		restarts: make(map[string]int),
 	}
 	for i := range w.Routes() {
 		id := w.RouteID(i)
@@ -59,13 +64,27 @@ func NewEnginePolicy(w World, cfg engine.Config, start time.Time, blind bool) (P
 	return p, nil
 }
 
-// Pick implements Policy.
-func (p *enginePolicy) Pick(now time.Time, target int, avoid []int) (int, uint64, bool) {
+// Pick implements Policy. A session whose route the engine no longer
+// offers (ErrSessionRestartRequired) is restarted as the client would: a
+// new engine session id for the same client session, counted.
+func (p *enginePolicy) Pick(now time.Time, target int, session string, avoid []int) (int, uint64, bool) {
 	p.avoid = p.avoid[:0]
 	for _, r := range avoid {
 		p.avoid = append(p.avoid, p.w.RouteID(r))
 	}
-	l, err := p.e.Acquire(now, engine.Request{Target: p.names[target], Avoid: p.avoid})
+	req := engine.Request{Target: p.names[target], Avoid: p.avoid}
+	// A blind picker gets no sessions: the engine would restart them by
+	// health, which would make the baseline see.
+	if session != "" && !p.blind {
+		req.Session = p.sessionID(session)
+	}
+	l, err := p.e.Acquire(now, req)
+	if errors.Is(err, engine.ErrSessionRestartRequired) {
+		p.restarts[session]++
+		p.sessionRestarts++
+		req.Session = p.sessionID(session)
+		l, err = p.e.Acquire(now, req)
+	}
 	if err != nil {
 		return 0, 0, false
 	}
@@ -80,6 +99,17 @@ func (p *enginePolicy) Pick(now time.Time, target int, avoid []int) (int, uint64
 	}
 	return p.routes[l.Route], ticket, true
 }
+
+// sessionID is the engine's id for a client session after its restarts.
+func (p *enginePolicy) sessionID(session string) string {
+	if n := p.restarts[session]; n > 0 {
+		return session + "#" + strconv.Itoa(n)
+	}
+	return session
+}
+
+// SessionRestarts implements sessionCounter.
+func (p *enginePolicy) SessionRestarts() int { return p.sessionRestarts }
 
 // Report implements Policy.
 func (p *enginePolicy) Report(now time.Time, ticket uint64, r Result) {
@@ -132,3 +162,6 @@ func (p *enginePolicy) FalseEjections() int {
 
 // ejectionCounter is implemented by policies that eject routes.
 type ejectionCounter interface{ FalseEjections() int }
+
+// sessionCounter is implemented by policies with sticky sessions.
+type sessionCounter interface{ SessionRestarts() int }

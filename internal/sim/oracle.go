@@ -37,7 +37,7 @@ func NewOracle(w World, start time.Time, seed uint64) Policy {
 }
 
 // Pick implements Policy. The ticket is always 0: the oracle learns nothing.
-func (o *oracle) Pick(now time.Time, target int, avoid []int) (int, uint64, bool) {
+func (o *oracle) Pick(now time.Time, target int, _ string, avoid []int) (int, uint64, bool) {
 	if o.world.Routes() == 0 {
 		return 0, 0, false
 	}

@@ -55,7 +55,7 @@ func drivePolicy(t *testing.T, p Policy, w World, picks int, avoid []int, seed u
 	for i := range picks {
 		now := policyStart.Add(time.Duration(i) * 100 * time.Millisecond)
 		target := i % 2
-		route, ticket, ok := p.Pick(now, target, avoid)
+		route, ticket, ok := p.Pick(now, target, "", avoid)
 		if !ok {
 			t.Fatalf("pick %d: no route", i)
 		}
@@ -151,13 +151,13 @@ func TestProxyOpsPrior(t *testing.T) {
 			t.Parallel()
 			p := NewProxyOps(policyWorld{routes: 2}, 7)
 			for range tt.k {
-				_, ticket, _ := p.Pick(policyStart, 0, []int{1})
+				_, ticket, _ := p.Pick(policyStart, 0, "", []int{1})
 				p.Report(policyStart, ticket, Result{Class: tt.class})
 			}
 			const n = 4000
 			hits := 0
 			for range n {
-				route, ticket, _ := p.Pick(policyStart, 0, nil)
+				route, ticket, _ := p.Pick(policyStart, 0, "", nil)
 				if route == 0 {
 					hits++
 				}
@@ -248,8 +248,8 @@ func TestProxyOpsCandidateCap(t *testing.T) {
 func TestProxyOpsTickets(t *testing.T) {
 	t.Parallel()
 	p := NewProxyOps(policyWorld{routes: 3}, 1)
-	_, first, _ := p.Pick(policyStart, 0, nil)
-	_, second, _ := p.Pick(policyStart, 0, nil)
+	_, first, _ := p.Pick(policyStart, 0, "", nil)
+	_, second, _ := p.Pick(policyStart, 0, "", nil)
 	if first == second {
 		t.Fatalf("two attempts in flight share ticket %d", first)
 	}
@@ -259,7 +259,7 @@ func TestProxyOpsTickets(t *testing.T) {
 	if free := p.(*proxyOps).free; len(free) != 1 {
 		t.Fatalf("free list = %v, want one ticket", free)
 	}
-	if _, third, _ := p.Pick(policyStart, 0, nil); third != first {
+	if _, third, _ := p.Pick(policyStart, 0, "", nil); third != first {
 		t.Errorf("ticket %d not recycled: got %d", first, third)
 	}
 }
@@ -314,7 +314,7 @@ func TestPoliciesNoAllocs(t *testing.T) {
 			avoid := []int{1, 2}
 			now, target := policyStart, 0
 			step := func() {
-				route, ticket, ok := p.Pick(now, target, avoid)
+				route, ticket, ok := p.Pick(now, target, "", avoid)
 				if !ok {
 					t.Fatal("no route")
 				}
@@ -414,7 +414,7 @@ func TestOracle(t *testing.T) {
 			p := NewOracle(tt.world, policyStart, 9)
 			seen := make(map[int]bool)
 			for range 500 {
-				route, _, ok := p.Pick(policyStart.Add(tt.at), tt.target, tt.avoid)
+				route, _, ok := p.Pick(policyStart.Add(tt.at), tt.target, "", tt.avoid)
 				if ok != (len(tt.want) > 0) {
 					t.Fatalf("ok = %v, want %v", ok, !ok)
 				}
@@ -458,7 +458,7 @@ func TestWeighted(t *testing.T) {
 			const n = 100000
 			counts := make([]int, tt.routes)
 			for range n {
-				route, _, ok := p.Pick(policyStart, 0, tt.avoid)
+				route, _, ok := p.Pick(policyStart, 0, "", tt.avoid)
 				if ok != (tt.want != nil) {
 					t.Fatalf("ok = %v, want %v", ok, !ok)
 				}

@@ -89,7 +89,7 @@ func NewProxyOps(w World, seed uint64) Policy {
 }
 
 // Pick implements Policy: the argmax of one Beta draw per candidate.
-func (p *proxyOps) Pick(now time.Time, target int, avoid []int) (int, uint64, bool) {
+func (p *proxyOps) Pick(now time.Time, target int, _ string, avoid []int) (int, uint64, bool) {
 	if !p.started {
 		p.origin, p.started = now, true
 	}

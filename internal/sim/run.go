@@ -3,6 +3,7 @@ package sim
 import (
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
@@ -18,6 +19,10 @@ type Load struct {
 	MaxAttempts    int
 	TaskDeadline   time.Duration
 	Think          time.Duration // pause between a worker's tasks
+	// SessionTasks, when positive, groups each worker's tasks in sticky
+	// sessions of that many tasks; a task's first attempt uses the session,
+	// its retries go anywhere.
+	SessionTasks int
 	// TargetWeights is each target's share of tasks; nil means even.
 	TargetWeights []float64
 }
@@ -79,6 +84,9 @@ type worker struct {
 	started  time.Duration
 	attempts int
 	avoid    []int
+	session  string
+	sessions int // sessions started
+	left     int // tasks left in the session
 	// the attempt in flight
 	route  int
 	ticket uint64
@@ -144,6 +152,14 @@ func (r *runner) startTask(i int) bool {
 	wk.target, _ = slices.BinarySearch(r.cum, x)
 	wk.target = min(wk.target, len(r.cum)-1)
 	wk.started, wk.attempts, wk.avoid = r.now, 0, wk.avoid[:0]
+	if r.load.SessionTasks > 0 {
+		if wk.left == 0 {
+			wk.sessions++
+			wk.session = "w" + strconv.Itoa(i) + "-" + strconv.Itoa(wk.sessions)
+			wk.left = r.load.SessionTasks
+		}
+		wk.left--
+	}
 	r.attempt(i)
 	return true
 }
@@ -155,7 +171,11 @@ func (r *runner) attempt(i int) {
 	if len(wk.avoid) >= r.w.Routes() {
 		wk.avoid = wk.avoid[:0] // every route tried: any may be tried again
 	}
-	route, ticket, ok := r.p.Pick(Epoch.Add(r.now), wk.target, wk.avoid)
+	session := ""
+	if wk.attempts == 0 {
+		session = wk.session
+	}
+	route, ticket, ok := r.p.Pick(Epoch.Add(r.now), wk.target, session, wk.avoid)
 	if !ok {
 		r.endTask(i, false)
 		return
@@ -241,6 +261,9 @@ func (r *runner) summary() Summary {
 	s.DetectMs, s.RecoverMs = faultTimes(r.faults, r.w.Routes())
 	if ec, ok := r.p.(ejectionCounter); ok {
 		s.FalseEjections = ec.FalseEjections()
+	}
+	if sc, ok := r.p.(sessionCounter); ok {
+		s.SessionRestarts = sc.SessionRestarts()
 	}
 	for i, b := range r.series {
 		pt := Point{At: time.Duration(i+1) * seriesBucket}

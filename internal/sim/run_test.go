@@ -115,3 +115,19 @@ func TestEventQueueOrder(t *testing.T) {
 		last = ev
 	}
 }
+
+func TestRunSessions(t *testing.T) {
+	t.Parallel()
+	w := fakeWorld{n: 10, dead: 3, deadFrom: 10 * time.Second}
+	load := testLoad()
+	load.SessionTasks = 5
+	s := Run(w, newTestEngine(t, w, engine.Config{MaxRemovedShare: -1}, false), load, nil)
+	// Sessions bound to the routes that die must restart; the rest keep
+	// their exit.
+	if s.SessionRestarts == 0 || s.SessionRestarts > load.Tasks/load.SessionTasks {
+		t.Fatalf("%d session restarts for %d sessions", s.SessionRestarts, load.Tasks/load.SessionTasks)
+	}
+	if s.CompletionRate < 0.99 {
+		t.Fatalf("completion %.3f with sessions", s.CompletionRate)
+	}
+}

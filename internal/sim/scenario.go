@@ -30,6 +30,7 @@ type Scenario struct {
 	MaxAttempts    int           // attempts per task; default 4
 	TaskDeadline   time.Duration // default 60s
 	Think          time.Duration // pause between a worker's tasks; default 0
+	SessionTasks   int           // tasks per sticky session of a worker; default 0, no sessions
 
 	Targets []TargetSpec
 	Routes  []RouteGroup
@@ -224,6 +225,7 @@ func (s *Scenario) Validate() error {
 	c.need(s.MaxAttempts > 0, "max_attempts", "must be positive")
 	c.need(s.TaskDeadline > 0, "task_deadline", "must be positive")
 	c.need(s.Think >= 0, "think", "must not be negative")
+	c.need(s.SessionTasks >= 0, "session_tasks", "must not be negative")
 	c.need(len(s.Targets) > 0, "targets", "at least one [[targets]] is needed")
 	c.need(len(s.Routes) > 0, "routes", "at least one [[routes]] is needed")
 
@@ -344,6 +346,7 @@ type scenarioFile struct {
 	MaxAttempts    any          `toml:"max_attempts,omitempty"`
 	TaskDeadline   any          `toml:"task_deadline,omitempty"`
 	Think          any          `toml:"think,omitempty"`
+	SessionTasks   any          `toml:"session_tasks,omitempty"`
 	Targets        []targetFile `toml:"targets,omitempty"`
 	Routes         []routeFile  `toml:"routes,omitempty"`
 }
@@ -398,6 +401,7 @@ func (f *scenarioFile) scenario(name string) (*Scenario, error) {
 		MaxAttempts:    d.integer(f.MaxAttempts, "max_attempts", defaultMaxAttempts),
 		TaskDeadline:   d.duration(f.TaskDeadline, "task_deadline", defaultTaskDeadline),
 		Think:          d.duration(f.Think, "think", 0),
+		SessionTasks:   d.integer(f.SessionTasks, "session_tasks", 0),
 	}
 	seed := d.integer(f.Seed, "seed", defaultSeed)
 	d.need(seed >= 0, "seed", "must not be negative")
@@ -591,6 +595,7 @@ func (s *Scenario) Encode() ([]byte, error) {
 		MaxAttempts:    int64(s.MaxAttempts),
 		TaskDeadline:   formatDuration(s.TaskDeadline),
 		Think:          optionalDuration(s.Think),
+		SessionTasks:   optionalInt(s.SessionTasks),
 	}
 	for _, t := range s.Targets {
 		tf := targetFile{Name: t.Name, Weight: t.Weight}
@@ -646,6 +651,14 @@ func optional(s string) any {
 		return nil
 	}
 	return s
+}
+
+// optionalInt returns nil, which Encode leaves out, for 0.
+func optionalInt(n int) any {
+	if n == 0 {
+		return nil
+	}
+	return int64(n)
 }
 
 // optionalDuration returns nil, which Encode leaves out, for 0.

@@ -55,10 +55,11 @@ type Fault struct {
 // from one goroutine, on the virtual clock.
 type Policy interface {
 	// Pick chooses a route for an attempt at target, avoiding the routes in
-	// avoid (already tried for this task). ok is false when the policy has
-	// nothing to offer; the attempt is then counted as failed at once.
-	// ticket identifies the attempt in Report.
-	Pick(now time.Time, target int, avoid []int) (route int, ticket uint64, ok bool)
+	// avoid (already tried for this task). session, when not empty, names
+	// the client's sticky session (policies without sessions ignore it). ok
+	// is false when the policy has nothing to offer; the attempt is then
+	// counted as failed at once. ticket identifies the attempt in Report.
+	Pick(now time.Time, target int, session string, avoid []int) (route int, ticket uint64, ok bool)
 	// Report gives the policy the attempt's result.
 	Report(now time.Time, ticket uint64, r Result)
 	// Tick runs the policy's timed work about once per simulated second;
@@ -86,6 +87,7 @@ type Summary struct {
 	RecoverMs            float64 `json:"recover_ms"`        // fault end → recovered routes back to ≥ 50% of fair share
 	FalseEjections       int     `json:"false_ejections"`   // routes ejected while good on every target
 	IncidentAttempts     int     `json:"incident_attempts"` // attempts sent to a target while it was down for everyone
+	SessionRestarts      int     `json:"session_restarts"`  // sticky sessions the policy ended: their route became unusable
 	SimulatedSeconds     float64 `json:"simulated_s"`
 	AttemptsPerSecond    float64 `json:"attempts_per_wall_s"` // simulator speed
 

@@ -59,7 +59,7 @@ func NewWeighted(w World, weights []float64, seed uint64) Policy {
 
 // Pick implements Policy. ok is false when every route not in avoid has
 // weight 0. The ticket is always 0: the policy learns nothing.
-func (p *weighted) Pick(_ time.Time, _ int, avoid []int) (int, uint64, bool) {
+func (p *weighted) Pick(_ time.Time, _ int, _ string, avoid []int) (int, uint64, bool) {
 	n := len(p.cumulative)
 	if n == 0 || p.cumulative[n-1] == 0 {
 		return 0, 0, false
