@@ -796,7 +796,7 @@ func TestEventsRecordAndReplayThroughJSON(t *testing.T) {
 	cfg := Config{Seed: 4, MaxRemovedShare: -1}
 	e := newTestEngine(t, cfg, 3)
 	sub := e.Subscribe(256)
-	report(t, e, start, "r1", "", ProxyConnectFailed, 4)
+	report(t, e, start, "r1", "", ProxyTimeout, 4)
 	var buf bytes.Buffer
 	if err := WriteEvents(&buf, sub.Poll(nil)); err != nil {
 		t.Fatal(err)

@@ -42,8 +42,7 @@ func Example() {
 		}
 	}
 	// Output:
-	// candidate → suspect   suspect threshold
-	// suspect   → cooling   failure threshold
+	// candidate → cooling   failure threshold
 	// cooling   → half_open cooldown expired
 	// half_open → cooling   probe failed
 	// cooling   → half_open cooldown expired
