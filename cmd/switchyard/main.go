@@ -4,18 +4,14 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"os"
-
-	"github.com/switchyard/switchyard/internal/demo"
 )
 
 const usage = `usage: switchyard <command> [flags]
 
 commands:
   bench     compare the engine with other policies on simulated pools (switchyard bench -h)
-  demo      route a simulated pool with the engine and with round-robin, side by side
   version   print the version
 `
 
@@ -29,19 +25,6 @@ func main() {
 	switch os.Args[1] {
 	case "bench":
 		os.Exit(bench(os.Args[2:], os.Stdout, os.Stderr))
-	case "demo":
-		fs := flag.NewFlagSet("demo", flag.ExitOnError)
-		tasks := fs.Int("tasks", 20000, "tasks to send")
-		seed := fs.Uint64("seed", 1, "random seed (same seed, same run)")
-		fs.Parse(os.Args[2:])
-		if *tasks < 1 {
-			fmt.Fprintln(os.Stderr, "switchyard demo: -tasks must be at least 1")
-			os.Exit(2)
-		}
-		if err := demo.Print(os.Stdout, *tasks, *seed); err != nil {
-			fmt.Fprintln(os.Stderr, "switchyard demo:", err)
-			os.Exit(1)
-		}
 	case "version":
 		fmt.Println("switchyard", version)
 	case "-h", "--help", "help":
