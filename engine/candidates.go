@@ -111,6 +111,9 @@ func (c *Candidates) Slot(i int) (int32, bool) {
 	return int32(i % n), true
 }
 
+// Inflight returns route slot's leases in flight.
+func (c *Candidates) Inflight(slot int32) int32 { return c.e.store.Inflight(slot) }
+
 // Allowed reports whether route slot meets the request's hard constraints:
 // its labels, not avoided, not drained, not at max_inflight.
 func (c *Candidates) Allowed(slot int32) bool {

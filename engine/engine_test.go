@@ -885,3 +885,31 @@ func TestIncidentGuardIsDroppedWhenQuiet(t *testing.T) {
 		t.Fatal("guard kept after a window without failures")
 	}
 }
+
+func TestPowerOfTwoPrefersTheLessLoaded(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{Picker: PowerOfTwo{}}, 2)
+	var held []Lease
+	for len(held) < 6 { // load r0 only
+		l := mustAcquire(t, e, start, Request{Target: "a.com"})
+		if l.Route == "r0" {
+			held = append(held, l)
+		} else {
+			e.Report(start, l, Outcome{Class: Canceled})
+		}
+	}
+	r1 := 0
+	for range 2000 {
+		l := mustAcquire(t, e, start, Request{Target: "a.com"})
+		if l.Route == "r1" {
+			r1++
+		}
+		e.Report(start, l, Outcome{Class: Canceled})
+	}
+	// r0 weighs 1/7 of r1: one weighted draw would pick r1 7/8 of the
+	// time; two draws and the lighter load pick r0 only when both draws
+	// land on it, (1/8)^2.
+	if got := float64(r1) / 2000; got < 0.97 {
+		t.Fatalf("r1 picked %.3f of the time, want ≥ 0.97", got)
+	}
+}

@@ -28,9 +28,9 @@ func (WeightedRandom) Pick(c *Candidates) (int32, bool) {
 	return slot, ok
 }
 
-// PowerOfTwo draws two routes by weight and keeps the heavier, which favours
-// lightly loaded routes more strongly than one weighted draw (Mitzenmacher's
-// power of two choices).
+// PowerOfTwo draws two routes by weight and keeps the less loaded (fewer
+// leases in flight; the heavier on a tie): Mitzenmacher's power of two
+// choices on load, with health deciding which two are drawn.
 type PowerOfTwo struct{}
 
 // Pick implements Picker.
@@ -40,7 +40,11 @@ func (PowerOfTwo) Pick(c *Candidates) (int32, bool) {
 		return 0, false
 	}
 	b, wb, ok := c.Draw()
-	if ok && wb > wa {
+	if !ok {
+		return a, true
+	}
+	la, lb := c.Inflight(a), c.Inflight(b)
+	if lb < la || (lb == la && wb > wa) {
 		return b, true
 	}
 	return a, true
