@@ -1,0 +1,56 @@
+// Package route is Switchyard's exits: the proxy-list format, stable route
+// ids with credentials redacted, and the dialers that reach a target
+// through a route (direct, HTTP CONNECT, HTTPS proxy, SOCKS5), with typed
+// errors that say where an attempt failed.
+package route
+
+import (
+	"net/url"
+	"strings"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// Scheme is how a route reaches targets.
+type Scheme string
+
+// The schemes of SPEC §1.3.
+const (
+	Direct Scheme = "direct" // the gateway's own connection
+	HTTP   Scheme = "http"   // HTTP proxy: absolute-form requests, CONNECT for tunnels
+	HTTPS  Scheme = "https"  // HTTP proxy spoken over TLS
+	SOCKS5 Scheme = "socks5" // SOCKS5 proxy, optionally with username/password
+)
+
+// Route is one exit. Its URL holds the credentials; everything printed
+// about a route (ID, Redacted) leaves the password out.
+type Route struct {
+	ID     string        // stable id: the normalized URL without password, or an id= label
+	Scheme Scheme        // how targets are reached
+	URL    *url.URL      // proxy address with credentials; nil for Direct
+	Labels engine.Labels // labels other than the reserved id, max_inflight, cost, weight
+
+	MaxInflight int     // max_inflight= label; 0 = unlimited
+	Cost        float64 // cost= label
+	Weight      float64 // weight= label; 0 = 1
+	Line        int     // line in the list it came from, for messages
+}
+
+// Redacted is the route's address as it may be shown: user:*** instead of
+// the password (SPEC §1.3).
+func (r *Route) Redacted() string {
+	if r.URL == nil {
+		return string(r.Scheme)
+	}
+	u := *r.URL
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "***")
+	}
+	// url.URL escapes "*" in passwords; the marker must read as written.
+	return strings.Replace(u.String(), ":%2A%2A%2A@", ":***@", 1)
+}
+
+// Spec is what the engine needs to know of the route.
+func (r *Route) Spec() engine.RouteSpec {
+	return engine.RouteSpec{ID: r.ID, Labels: r.Labels, MaxInflight: r.MaxInflight, Weight: r.Weight, Cost: r.Cost}
+}

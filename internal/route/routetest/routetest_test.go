@@ -1,0 +1,245 @@
+package routetest
+
+import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// target is a site behind the proxies: it echoes the path it was asked for.
+func target(t *testing.T, useTLS bool) *httptest.Server {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "hello "+r.URL.Path)
+	})
+	s := httptest.NewUnstartedServer(h)
+	if useTLS {
+		s.StartTLS()
+	} else {
+		s.Start()
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// TestProxyServesClients drives each kind of proxy with net/http's own
+// client, which knows HTTP, HTTPS and SOCKS5 proxies: what it accepts, real
+// clients accept.
+func TestProxyServesClients(t *testing.T) {
+	NoLeaks(t, func(t *testing.T) {
+		tests := []struct {
+			desc      string
+			b         Behavior
+			tlsTarget bool   // https target: the client tunnels with CONNECT
+			proxyUser string // overrides the credentials the client sends
+			wantCode  int    // 0: the client must fail
+		}{
+			{desc: "absolute-form", b: Behavior{}, wantCode: 200},
+			{desc: "absolute-form with auth", b: Behavior{User: "u", Password: "p"}, wantCode: 200},
+			{desc: "CONNECT", b: Behavior{}, tlsTarget: true, wantCode: 200},
+			{desc: "CONNECT with auth", b: Behavior{User: "u", Password: "p"}, tlsTarget: true, wantCode: 200},
+			{desc: "https proxy, absolute-form", b: Behavior{TLS: true, User: "u", Password: "p"}, wantCode: 200},
+			{desc: "https proxy, CONNECT", b: Behavior{TLS: true}, tlsTarget: true, wantCode: 200},
+			{desc: "socks5", b: Behavior{Kind: SOCKS5Proxy}, wantCode: 200},
+			{desc: "socks5 with auth", b: Behavior{Kind: SOCKS5Proxy, User: "u", Password: "p"}, tlsTarget: true, wantCode: 200},
+			{desc: "407 always", b: Behavior{Answer407: true}, wantCode: 407},
+			{desc: "wrong password", b: Behavior{User: "u", Password: "p"}, proxyUser: "u:wrong", wantCode: 407},
+			{desc: "no credentials", b: Behavior{User: "u", Password: "p"}, proxyUser: "-", wantCode: 407},
+			{desc: "blocked host", b: Behavior{BlockHosts: []string{"127.0.0.1"}}, wantCode: 403},
+			{desc: "socks5 blocked host", b: Behavior{Kind: SOCKS5Proxy, BlockHosts: []string{"127.0.0.1"}}},
+			{desc: "socks5 wrong password", b: Behavior{Kind: SOCKS5Proxy, User: "u", Password: "p"}, proxyUser: "u:wrong"},
+			{desc: "socks5 407 always", b: Behavior{Kind: SOCKS5Proxy, Answer407: true}},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				ts := target(t, tc.tlsTarget)
+				p := NewProxy(t, tc.b)
+				proxyURL := *p.URL
+				switch {
+				case tc.proxyUser == "-":
+					proxyURL.User = nil
+				case tc.proxyUser != "":
+					user, pass, _ := strings.Cut(tc.proxyUser, ":")
+					proxyURL.User = url.UserPassword(user, pass)
+				}
+				// One config serves TLS to the proxy and to the target.
+				roots := x509.NewCertPool()
+				if p.CertPool() != nil {
+					roots = p.CertPool().Clone()
+				}
+				if tc.tlsTarget {
+					roots.AddCert(ts.Certificate())
+				}
+				client := &http.Client{
+					Timeout: 5 * time.Second,
+					Transport: &http.Transport{
+						Proxy:             http.ProxyURL(&proxyURL),
+						TLSClientConfig:   &tls.Config{RootCAs: roots},
+						DisableKeepAlives: true,
+					},
+				}
+				resp, err := client.Get(ts.URL + "/page")
+				if tc.wantCode == 0 {
+					if err == nil {
+						resp.Body.Close()
+						t.Fatalf("got %s, want the client to fail", resp.Status)
+					}
+				} else {
+					if err != nil {
+						t.Fatal(err)
+					}
+					body, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if resp.StatusCode != tc.wantCode {
+						t.Fatalf("status %d, want %d", resp.StatusCode, tc.wantCode)
+					}
+					if tc.wantCode == 200 && string(body) != "hello /page" {
+						t.Fatalf("body %q, want %q", body, "hello /page")
+					}
+				}
+				if got := p.Requests(); got != 1 {
+					t.Errorf("Requests() = %d, want 1", got)
+				}
+			})
+		}
+	})
+}
+
+// TestProxyFaults checks the faults that are not answers: a refused
+// connection and a proxy that never answers.
+func TestProxyFaults(t *testing.T) {
+	NoLeaks(t, func(t *testing.T) {
+		t.Run("refuse", func(t *testing.T) {
+			t.Parallel()
+			p := NewProxy(t, Behavior{Refuse: true})
+			c, err := net.Dial("tcp", p.URL.Host)
+			if err == nil {
+				c.Close()
+				t.Fatal("dial succeeded, want connection refused")
+			}
+			if !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Fatalf("dial: %v, want connection refused", err)
+			}
+		})
+		blackholes := []struct {
+			desc string
+			b    Behavior
+		}{
+			{"blackhole http", Behavior{Blackhole: true}},
+			{"blackhole https", Behavior{Blackhole: true, TLS: true}},
+			{"blackhole socks5", Behavior{Blackhole: true, Kind: SOCKS5Proxy}},
+		}
+		for _, tc := range blackholes {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				p := NewProxy(t, tc.b)
+				c, err := net.Dial("tcp", p.URL.Host)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				// Any client's opening bytes: the proxy reads and ignores them.
+				io.WriteString(c, "CONNECT 127.0.0.1:1 HTTP/1.1\r\n\r\n\x05\x01\x00")
+				c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+				n, err := c.Read(make([]byte, 1))
+				var ne net.Error
+				if !errors.As(err, &ne) || !ne.Timeout() {
+					t.Fatalf("read %d bytes, %v; want a timeout", n, err)
+				}
+				if got := p.Requests(); got != 1 {
+					t.Errorf("Requests() = %d, want 1", got)
+				}
+			})
+		}
+	})
+}
+
+// TestCloseCutsTunnels checks that closing a proxy ends tunnels still in
+// use, and that a tunnel passes a half-close on (request, then read).
+func TestCloseCutsTunnels(t *testing.T) {
+	NoLeaks(t, func(t *testing.T) {
+		kinds := []struct {
+			desc string
+			kind Kind
+		}{{"http", HTTPProxy}, {"socks5", SOCKS5Proxy}}
+		for _, tc := range kinds {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				echo := ServeTCP(t, func(c net.Conn) { io.Copy(c, c) })
+				p := NewProxy(t, Behavior{Kind: tc.kind})
+				c := openTunnel(t, p, echo)
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+
+				io.WriteString(c, "ping")
+				buf := make([]byte, 4)
+				if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
+					t.Fatalf("echo: %q, %v", buf, err)
+				}
+				p.srv.close()
+				if n, err := c.Read(buf); err == nil {
+					t.Fatalf("read %d bytes after close, want the tunnel cut", n)
+				}
+			})
+		}
+		t.Run("half-close", func(t *testing.T) {
+			t.Parallel()
+			echo := ServeTCP(t, func(c net.Conn) { io.Copy(c, c) })
+			p := NewProxy(t, Behavior{})
+			c := openTunnel(t, p, echo)
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			io.WriteString(c, "ping")
+			c.(*net.TCPConn).CloseWrite()
+			got, err := io.ReadAll(c)
+			if err != nil || string(got) != "ping" {
+				t.Fatalf("after half-close read %q, %v; want %q", got, err, "ping")
+			}
+		})
+	})
+}
+
+// openTunnel opens a tunnel to addr through p by hand, so the test holds
+// the raw connection.
+func openTunnel(t *testing.T, p *Proxy, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", p.URL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if p.b.Kind == SOCKS5Proxy {
+		ap := netip.MustParseAddrPort(addr)
+		ip, port := ap.Addr().As4(), ap.Port()
+		// Greeting offering no auth, then CONNECT to an IPv4 address.
+		req := append([]byte{5, 1, 0, 5, 1, 0, 1}, ip[:]...)
+		c.Write(append(req, byte(port>>8), byte(port)))
+		reply := make([]byte, 2+10)
+		if _, err := io.ReadFull(c, reply); err != nil || reply[1] != 0 || reply[3] != 0 {
+			t.Fatalf("socks5 handshake: % x, %v", reply, err)
+		}
+	} else {
+		io.WriteString(c, "CONNECT "+addr+" HTTP/1.1\r\nHost: "+addr+"\r\n\r\n")
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil || resp.StatusCode != 200 || br.Buffered() != 0 {
+			t.Fatalf("CONNECT: %v, %v", resp, err)
+		}
+	}
+	c.SetDeadline(time.Time{})
+	return c
+}
