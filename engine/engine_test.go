@@ -913,3 +913,25 @@ func TestPowerOfTwoPrefersTheLessLoaded(t *testing.T) {
 		t.Fatalf("r1 picked %.3f of the time, want ≥ 0.97", got)
 	}
 }
+
+// A probe that ends without evidence (canceled) issues its job again, so a
+// half-open route is never left without a probe.
+func TestCanceledProbeIsAskedAgain(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{MaxRemovedShare: -1}, 2)
+	report(t, e, start, "r0", "", ProxyAuth, 1)
+	st, _ := e.Route("r0")
+	e.Sweep(st.Health.UntilTime())
+	jobs := e.ProbeJobs(nil)
+	if len(jobs) != 1 {
+		t.Fatalf("jobs %+v", jobs)
+	}
+	e.ReportProbe(st.Health.UntilTime(), jobs[0], Outcome{Class: Canceled})
+	again := e.ProbeJobs(nil)
+	if len(again) != 1 || again[0].Gen != jobs[0].Gen || again[0].Seq != jobs[0].Seq {
+		t.Fatalf("after a canceled probe: %+v, want the same job again", again)
+	}
+	if s := state(t, e, "r0"); s != HalfOpen {
+		t.Fatalf("state %v", s)
+	}
+}

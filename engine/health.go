@@ -67,6 +67,9 @@ func (h *Health) observe(o Observation, scope Scope, c *Config, now int64) Chang
 	success := o.Class == OK
 	failure := !success && (rule.Breaker || rule.AtOnce)
 	if !success && !failure && rule.Scope == ScopeNone {
+		if o.Probe && !o.Stale && h.State == HalfOpen {
+			ch.Probe = true // a probe without evidence (canceled): ask again
+		}
 		return h.end(ch, c, scope)
 	}
 	h.Evidence.observe(success, o.Latency, c, now)

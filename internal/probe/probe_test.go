@@ -1,0 +1,215 @@
+package probe
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/route"
+	"github.com/switchyard/switchyard/internal/route/routetest"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// setup returns an engine over the given proxy list, and the routes.
+func setup(t *testing.T, list string) (*engine.Engine, []*route.Route) {
+	t.Helper()
+	parsed, err := route.ParseList("test.txt", []byte(list))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(engine.Config{Seed: 1, MaxRemovedShare: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var routes []*route.Route
+	for i := range parsed {
+		routes = append(routes, &parsed[i])
+		if err := e.AddRoute(t0, parsed[i].Spec()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e, routes
+}
+
+// halfOpen cools the record (route, or route×target when target is set)
+// and wakes it, returning the time it went half-open.
+func halfOpen(t *testing.T, e *engine.Engine, id, target string) time.Time {
+	t.Helper()
+	class := engine.ProxyAuth
+	if target != "" {
+		class = engine.RateLimited
+	}
+	if err := e.Feedback(t0, id, target, engine.Outcome{Class: class}); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := e.Route(id)
+	until := st.Health.UntilTime()
+	for _, p := range st.Targets {
+		if p.Target == target {
+			until = p.Health.UntilTime()
+		}
+	}
+	e.Sweep(until)
+	return until
+}
+
+// answer drains and waits for probe rounds until no job is left or rounds
+// run out, so a record needing several probes gets them all.
+func answer(t *testing.T, p *Prober) {
+	t.Helper()
+	for range 5 {
+		if jobs := p.Drain(context.Background(), nil); len(jobs) == 0 {
+			return
+		}
+		p.Wait()
+	}
+}
+
+func state(e *engine.Engine, id, target string) engine.State {
+	st, _ := e.Route(id)
+	if target == "" {
+		return st.Health.State
+	}
+	for _, p := range st.Targets {
+		if p.Target == target {
+			return p.Health.State
+		}
+	}
+	return engine.Candidate
+}
+
+func TestNeutralProbes(t *testing.T) {
+	t.Parallel()
+	routetest.NoLeaks(t, func(t *testing.T) {
+		live := routetest.NewProxy(t, routetest.Behavior{User: "u", Password: "Sekr1t"})
+		dead := routetest.NewProxy(t, routetest.Behavior{Refuse: true})
+		e, routes := setup(t, live.URL.String()+"\n"+dead.URL.String()+"\ndirect\n")
+		tests := []struct {
+			route *route.Route
+			want  engine.State
+		}{
+			{routes[0], engine.Healthy},
+			{routes[1], engine.Cooling},
+			{routes[2], engine.Healthy},
+		}
+		var now time.Time
+		for _, tt := range tests {
+			now = halfOpen(t, e, tt.route.ID, "")
+		}
+		p := New(e, routes, Config{Now: func() time.Time { return now }, Timeouts: route.Timeouts{Dial: time.Second}})
+		answer(t, p)
+		for _, tt := range tests {
+			if got := state(e, tt.route.ID, ""); got != tt.want {
+				t.Errorf("%s: %v after probes, want %v", tt.route.Redacted(), got, tt.want)
+			}
+		}
+	})
+}
+
+func TestTargetProbes(t *testing.T) {
+	t.Parallel()
+	routetest.NoLeaks(t, func(t *testing.T) {
+		ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("User-Agent") != "switchyard-probe" {
+				t.Errorf("probe User-Agent %q", r.Header.Get("User-Agent"))
+			}
+		}))
+		defer ok.Close()
+		banned := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusForbidden)
+		}))
+		defer banned.Close()
+		proxy := routetest.NewProxy(t, routetest.Behavior{})
+		socks := routetest.NewProxy(t, routetest.Behavior{Kind: routetest.SOCKS5Proxy})
+		e, routes := setup(t, proxy.URL.String()+"\n"+socks.URL.String()+"\n")
+		pages := map[string]string{"ok.test": ok.URL + "/", "banned.test": banned.URL + "/"}
+		tests := []struct {
+			route  *route.Route
+			target string
+			want   engine.State
+		}{
+			{routes[0], "ok.test", engine.Healthy},
+			{routes[0], "banned.test", engine.Cooling},
+			{routes[1], "ok.test", engine.Healthy},
+			{routes[1], "banned.test", engine.Cooling},
+		}
+		var now time.Time
+		for _, tt := range tests {
+			now = later(now, halfOpen(t, e, tt.route.ID, tt.target))
+		}
+		p := New(e, routes, Config{
+			Now:       func() time.Time { return now },
+			TargetURL: func(target string) string { return pages[target] },
+		})
+		answer(t, p)
+		for _, tt := range tests {
+			if got := state(e, tt.route.ID, tt.target); got != tt.want {
+				t.Errorf("%s × %s: %v after probes, want %v", tt.route.Redacted(), tt.target, got, tt.want)
+			}
+		}
+		if proxy.Requests() == 0 || socks.Requests() == 0 {
+			t.Fatal("probes did not go through the routes")
+		}
+	})
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func TestRunStopsWithItsContext(t *testing.T) {
+	t.Parallel()
+	routetest.NoLeaks(t, func(t *testing.T) {
+		hang := routetest.NewProxy(t, routetest.Behavior{Blackhole: true})
+		e, routes := setup(t, hang.URL.String()+"\n")
+		until := halfOpen(t, e, routes[0].ID, "hang.test")
+		p := New(e, routes, Config{
+			Now:       func() time.Time { return until },
+			TargetURL: func(string) string { return "http://hang.test/" },
+			Timeouts:  route.Timeouts{Handshake: time.Minute},
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { p.Run(ctx, time.Millisecond); close(done) }()
+		// Wait (bounded) until the probe is in flight, then stop.
+		deadline := time.Now().Add(5 * time.Second)
+		for hang.Requests() == 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run did not return after its context ended")
+		}
+		// The canceled probe is no evidence: the record stays half-open and
+		// its job is issued again, so no job is lost.
+		if s := state(e, routes[0].ID, "hang.test"); s != engine.HalfOpen {
+			t.Fatalf("state %v, want half_open", s)
+		}
+		if jobs := e.ProbeJobs(nil); len(jobs) != 1 {
+			t.Fatalf("jobs after a canceled probe: %+v", jobs)
+		}
+	})
+}
+
+func TestBadPagesAreNoEvidence(t *testing.T) {
+	t.Parallel()
+	e, routes := setup(t, "direct\n")
+	p := New(e, routes, Config{})
+	for _, page := range []string{"", "https://x.test/", "::", "ftp://x"} {
+		if c, _ := p.fetch(context.Background(), routes[0], page); c != engine.Canceled {
+			t.Errorf("page %q: %v, want canceled", page, c)
+		}
+	}
+	if got := p.cfg.TargetURL("a.example"); got != "http://a.example/" {
+		t.Errorf("default target page %q", got)
+	}
+}
