@@ -1,0 +1,125 @@
+package admin
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// Metrics are the gateway's Prometheus metrics (names prefixed switchyard_).
+// The gateway calls the Observe methods; the route gauges are read from the
+// engine at scrape time, so they cost nothing between scrapes and never
+// drift from the engine's own view. They live in their own registry so that
+// tests and embedders never collide on the global one.
+type Metrics struct {
+	// All immutable after NewMetrics; the collectors are safe for
+	// concurrent use.
+	reg            *prometheus.Registry
+	requests       *prometheus.CounterVec
+	attempts       *prometheus.CounterVec
+	retries        prometheus.Counter
+	attemptSeconds *prometheus.HistogramVec
+}
+
+// NewMetrics returns the metrics of a gateway running on e.
+func NewMetrics(e *engine.Engine) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_requests_total",
+			Help: "Requests served, by method and result (ok or the failing outcome class).",
+		}, []string{"method", "result"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_attempts_total",
+			Help: "Attempts made through each route, by outcome class.",
+		}, []string{"route", "class"}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_retries_total",
+			Help: "Attempts beyond each request's first.",
+		}),
+		attemptSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "switchyard_attempt_seconds",
+			Help:    "Attempt latency, by outcome class.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"class"}),
+	}
+	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.attemptSeconds, engineCollector{e})
+	return m
+}
+
+// ObserveRequest counts a finished request: class is its final outcome, and
+// retries the attempts it made after the first.
+func (m *Metrics) ObserveRequest(method string, class engine.Class, retries int) {
+	m.requests.WithLabelValues(methodLabel(method), class.String()).Inc()
+	if retries > 0 {
+		m.retries.Add(float64(retries))
+	}
+}
+
+// ObserveAttempt counts one attempt through route (an id, which never holds
+// a password) and records its latency.
+func (m *Metrics) ObserveAttempt(route string, class engine.Class, latency time.Duration) {
+	m.attempts.WithLabelValues(route, class.String()).Inc()
+	m.attemptSeconds.WithLabelValues(class.String()).Observe(latency.Seconds())
+}
+
+// handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// methodLabel folds methods outside the standard set into "other": the
+// method comes from clients, and each distinct label value is a new series.
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return method
+	}
+	return "other"
+}
+
+var (
+	routesDesc   = prometheus.NewDesc("switchyard_routes", "Routes in each health state.", []string{"state"}, nil)
+	inflightDesc = prometheus.NewDesc("switchyard_route_inflight", "Leases in flight on each route.", []string{"route"}, nil)
+	scoreDesc    = prometheus.NewDesc("switchyard_route_score", "Global score of each route, in [0, 1].", []string{"route"}, nil)
+	incidentDesc = prometheus.NewDesc("switchyard_incidents", "Open target incidents.", nil, nil)
+)
+
+// engineCollector reads the route gauges from the engine at scrape time.
+type engineCollector struct{ e *engine.Engine }
+
+var _ prometheus.Collector = engineCollector{}
+
+// Describe implements prometheus.Collector.
+func (c engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- routesDesc
+	ch <- inflightDesc
+	ch <- scoreDesc
+	ch <- incidentDesc
+}
+
+// Collect implements prometheus.Collector.
+func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
+	routes := c.e.Routes()
+	perState := make(map[engine.State]int)
+	// Every state is exported, even at 0, so that alerts on a state's
+	// count see a series rather than an absent one. The states are
+	// numbered contiguously with Draining last.
+	for s := engine.Candidate; s <= engine.Draining; s++ {
+		perState[s] = 0
+	}
+	for _, r := range routes {
+		perState[r.Health.State]++
+		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(r.Inflight), r.ID)
+		ch <- prometheus.MustNewConstMetric(scoreDesc, prometheus.GaugeValue, r.Score, r.ID)
+	}
+	for s, n := range perState {
+		ch <- prometheus.MustNewConstMetric(routesDesc, prometheus.GaugeValue, float64(n), s.String())
+	}
+	ch <- prometheus.MustNewConstMetric(incidentDesc, prometheus.GaugeValue, float64(len(c.e.Incidents())))
+}

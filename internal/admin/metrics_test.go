@@ -1,0 +1,100 @@
+package admin
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc  string
+		setup func(t *testing.T, f *fixture)
+		want  []string // exposition lines
+	}{
+		{
+			desc:  "route gauges from the engine",
+			setup: func(*testing.T, *fixture) {},
+			want: []string{
+				`switchyard_routes{state="candidate"} 2`,
+				`switchyard_routes{state="cooling"} 1`,
+				`switchyard_routes{state="healthy"} 1`,
+				`switchyard_routes{state="suspect"} 0`,
+				`switchyard_routes{state="half_open"} 0`,
+				`switchyard_routes{state="ejected"} 0`,
+				`switchyard_routes{state="draining"} 0`,
+				`switchyard_incidents 1`,
+				`switchyard_route_score{route="direct"} 0.6`,
+				`switchyard_route_inflight{route="socks5://bob@10.0.0.2:1080"} 0`,
+				`switchyard_retries_total 0`,
+			},
+		},
+		{
+			desc: "gauges follow operator actions and leases",
+			setup: func(t *testing.T, f *fixture) {
+				if err := f.e.Drain(time.Now(), bob); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.e.Eject(time.Now(), direct); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.e.Acquire(time.Now(), engine.Request{Target: "a.example"}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: []string{
+				`switchyard_routes{state="candidate"} 1`,
+				`switchyard_routes{state="healthy"} 0`,
+				`switchyard_routes{state="draining"} 1`,
+				`switchyard_routes{state="ejected"} 1`,
+				// carol is the only usable route left.
+				`switchyard_route_inflight{route="http://carol@10.0.0.3:3128"} 1`,
+			},
+		},
+		{
+			desc: "requests, attempts and retries",
+			setup: func(_ *testing.T, f *fixture) {
+				f.m.ObserveRequest(http.MethodGet, engine.OK, 2)
+				f.m.ObserveRequest("BREW", engine.Blocked, 0)
+				f.m.ObserveAttempt(alice, engine.ProxyTimeout, 1500*time.Millisecond)
+				f.m.ObserveAttempt(bob, engine.OK, 200*time.Millisecond)
+				f.m.ObserveAttempt(bob, engine.OK, 300*time.Millisecond)
+			},
+			want: []string{
+				`switchyard_requests_total{method="GET",result="ok"} 1`,
+				`switchyard_requests_total{method="other",result="blocked"} 1`,
+				`switchyard_retries_total 2`,
+				`switchyard_attempts_total{class="proxy_timeout",route="http://alice@10.0.0.1:8080"} 1`,
+				`switchyard_attempts_total{class="ok",route="socks5://bob@10.0.0.2:1080"} 2`,
+				`switchyard_attempt_seconds_count{class="ok"} 2`,
+				`switchyard_attempt_seconds_sum{class="ok"} 0.5`,
+				`switchyard_attempt_seconds_bucket{class="proxy_timeout",le="2.5"} 1`,
+				`switchyard_attempt_seconds_bucket{class="proxy_timeout",le="1"} 0`,
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, Options{})
+			tc.setup(t, f)
+			status, h, body := f.do(t, http.MethodGet, "/metrics", "")
+			if status != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "text/plain") {
+				t.Fatalf("GET /metrics: %d %q", status, h.Get("Content-Type"))
+			}
+			lines := make(map[string]bool)
+			for l := range strings.Lines(string(body)) {
+				lines[strings.TrimSuffix(l, "\n")] = true
+			}
+			for _, w := range tc.want {
+				if !lines[w] {
+					t.Errorf("missing %q in\n%s", w, body)
+				}
+			}
+		})
+	}
+}

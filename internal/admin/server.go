@@ -1,0 +1,360 @@
+// Package admin is Switchyard's admin listener (SPEC §1.5): Prometheus
+// metrics, liveness and readiness, a JSON API over the engine's state, and
+// the operator actions drain, eject and restore. Everything it prints about a
+// route comes from the route's id or Redacted address, so proxy passwords
+// never leave the process through it.
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/route"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Token is the bearer token for admin actions. "" makes the listener
+	// read-only: actions answer 403.
+	Token string
+	// Ready reports whether the gateway can serve traffic; its error text
+	// is /readyz's answer. nil means always ready.
+	Ready func() error
+	// Events is how many recent state and incident events /api/events
+	// keeps. Zero or less means 1000.
+	Events int
+}
+
+// subscriptionBuffer is the engine subscription's capacity. Outcome and
+// score events share it with the transitions kept, so it absorbs bursts
+// between the collector's wake-ups; an overflow loses old history, never
+// engine throughput.
+const subscriptionBuffer = 4096
+
+// Server serves the admin endpoints.
+type Server struct {
+	// Immutable after NewServer.
+	engine   *engine.Engine
+	routes   map[string]*route.Route // by id: the addresses to show
+	token    [sha256.Size]byte       // hash of Options.Token, compared in constant time
+	hasToken bool
+	ready    func() error
+	mux      *http.ServeMux
+
+	// The collector goroutine reads sub and fills events until Close
+	// closes sub; it closes done as it exits. Both are safe for concurrent
+	// use.
+	sub    *engine.Subscription
+	done   chan struct{}
+	events *recentEvents
+}
+
+// NewServer returns the admin server of a gateway running e with routes,
+// serving m at /metrics. It starts a goroutine collecting the engine's
+// transitions for /api/events; Close stops it.
+func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options) *Server {
+	if opts.Events <= 0 {
+		opts.Events = 1000
+	}
+	s := &Server{
+		engine:   e,
+		routes:   make(map[string]*route.Route, len(routes)),
+		hasToken: opts.Token != "",
+		ready:    opts.Ready,
+		mux:      http.NewServeMux(),
+		sub:      e.Subscribe(subscriptionBuffer),
+		done:     make(chan struct{}),
+		events:   newRecentEvents(opts.Events),
+	}
+	// Hashing first makes both sides of the comparison the same length,
+	// so neither the comparison's time nor its result leaks the length.
+	s.token = sha256.Sum256([]byte(opts.Token))
+	for _, r := range routes {
+		s.routes[r.ID] = r
+	}
+	s.mux.Handle("/healthz", readOnly(http.HandlerFunc(s.healthz)))
+	s.mux.Handle("/readyz", readOnly(http.HandlerFunc(s.readyz)))
+	s.mux.Handle("/metrics", readOnly(m.handler()))
+	s.mux.Handle("/api/routes", readOnly(http.HandlerFunc(s.listRoutes)))
+	s.mux.Handle("/api/targets", readOnly(http.HandlerFunc(s.targets)))
+	s.mux.Handle("/api/events", readOnly(http.HandlerFunc(s.listEvents)))
+	// Route ids hold "/" (http://user@host:port), so clients path-escape
+	// them (url.PathEscape); the mux matches and unescapes each segment.
+	s.mux.HandleFunc("/api/routes/{id}/{action}", s.act)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such endpoint")
+	})
+	go s.collect()
+	return s
+}
+
+// Handler returns the admin endpoints' handler.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Close stops the event collector and waits for it to exit. It is
+// idempotent.
+func (s *Server) Close() {
+	s.sub.Close()
+	<-s.done
+}
+
+// collect keeps the engine's state and incident events for /api/events
+// until the subscription closes.
+func (s *Server) collect() {
+	defer close(s.done)
+	for {
+		// Next returns an error only once the subscription is closed and
+		// drained: its context never ends.
+		ev, err := s.sub.Next(context.Background())
+		if err != nil {
+			return
+		}
+		if ev.Kind == engine.EventState || ev.Kind == engine.EventIncident {
+			s.events.add(ev)
+		}
+	}
+}
+
+// readOnly answers methods other than GET and HEAD with 405, since the mux
+// patterns carry no method: a method pattern would make the catch-all "/"
+// answer 404 instead.
+func readOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, r.Method+" not allowed: use GET")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeText(w, http.StatusOK, "ok")
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if s.ready != nil {
+		if err := s.ready(); err != nil {
+			writeText(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+	}
+	writeText(w, http.StatusOK, "ready")
+}
+
+// routeJSON is a route in /api/routes. Times are RFC 3339 in UTC and
+// omitted when they never happened; cause is omitted when it is ok.
+type routeJSON struct {
+	ID                  string            `json:"id"`
+	URL                 string            `json:"url,omitempty"`    // Redacted: user:***, never the password
+	Scheme              string            `json:"scheme,omitempty"` // omitted for a route missing from the list
+	Labels              map[string]string `json:"labels"`
+	State               string            `json:"state"`
+	Score               float64           `json:"score"`
+	Weight              float64           `json:"weight"`
+	Inflight            int               `json:"inflight"`
+	Samples             uint32            `json:"samples"`
+	SuccessEWMA         float64           `json:"success_ewma"`
+	LatencyMSEWMA       float64           `json:"latency_ms_ewma"`
+	ConsecutiveFailures uint16            `json:"consecutive_failures"`
+	LastSuccess         string            `json:"last_success,omitempty"`
+	LastFailure         string            `json:"last_failure,omitempty"`
+	CooldownUntil       string            `json:"cooldown_until,omitempty"`
+	Cause               string            `json:"cause,omitempty"`
+	Targets             []targetJSON      `json:"targets"`
+}
+
+// targetJSON is one route×target record of a route in /api/routes.
+type targetJSON struct {
+	Target        string  `json:"target"`
+	State         string  `json:"state"`
+	Score         float64 `json:"score"`
+	CooldownUntil string  `json:"cooldown_until,omitempty"`
+	Cause         string  `json:"cause,omitempty"`
+	Samples       uint32  `json:"samples"`
+}
+
+func (s *Server) listRoutes(w http.ResponseWriter, _ *http.Request) {
+	statuses := s.engine.Routes()
+	out := make([]routeJSON, 0, len(statuses))
+	for _, st := range statuses {
+		out = append(out, s.routeJSON(st))
+	}
+	slices.SortFunc(out, func(a, b routeJSON) int { return strings.Compare(a.ID, b.ID) })
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) routeJSON(st engine.RouteStatus) routeJSON {
+	h := st.Health
+	rj := routeJSON{
+		ID:                  st.ID,
+		Labels:              make(map[string]string, len(st.Labels)),
+		State:               h.State.String(),
+		Score:               st.Score,
+		Weight:              st.Weight,
+		Inflight:            st.Inflight,
+		Samples:             h.Samples,
+		SuccessEWMA:         h.Success,
+		LatencyMSEWMA:       h.Latency * 1000,
+		ConsecutiveFailures: h.ConsecFail,
+		LastSuccess:         unixTime(h.LastSuccess),
+		LastFailure:         unixTime(h.LastFailure),
+		CooldownUntil:       timeText(h.UntilTime()),
+		Cause:               causeName(h.Cause),
+		Targets:             make([]targetJSON, 0, len(st.Targets)),
+	}
+	if r, ok := s.routes[st.ID]; ok {
+		rj.URL, rj.Scheme = r.Redacted(), string(r.Scheme)
+	}
+	for _, l := range st.Labels {
+		rj.Labels[l.Key] = l.Value
+	}
+	for _, p := range st.Targets {
+		rj.Targets = append(rj.Targets, targetJSON{
+			Target:        p.Target,
+			State:         p.Health.State.String(),
+			Score:         p.Score,
+			CooldownUntil: timeText(p.Health.UntilTime()),
+			Cause:         causeName(p.Health.Cause),
+			Samples:       p.Health.Samples,
+		})
+	}
+	return rj
+}
+
+type incidentJSON struct {
+	Target string `json:"target"`
+	Class  string `json:"class"`
+}
+
+func (s *Server) targets(w http.ResponseWriter, _ *http.Request) {
+	incidents := s.engine.Incidents()
+	out := struct {
+		Incidents []incidentJSON `json:"incidents"`
+	}{Incidents: make([]incidentJSON, 0, len(incidents))}
+	for _, in := range incidents {
+		out.Incidents = append(out.Incidents, incidentJSON{Target: in.Target, Class: in.Class.String()})
+	}
+	slices.SortFunc(out.Incidents, func(a, b incidentJSON) int { return strings.Compare(a.Target, b.Target) })
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
+	limit := s.events.capacity()
+	if q := r.URL.Query().Get("limit"); q != "" {
+		n, err := strconv.Atoi(q)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, "limit must be a whole number, 1 or more")
+			return
+		}
+		limit = n
+	}
+	writeJSON(w, http.StatusOK, s.events.newest(limit))
+}
+
+// act runs an operator action on a route: POST /api/routes/{id}/{action}.
+func (s *Server) act(w http.ResponseWriter, r *http.Request) {
+	var op func(time.Time, string) error
+	switch r.PathValue("action") {
+	case "drain":
+		op = s.engine.Drain
+	case "eject":
+		op = s.engine.Eject
+	case "restore":
+		op = s.engine.Restore
+	default:
+		writeError(w, http.StatusNotFound, "unknown action: want drain, eject or restore")
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, http.StatusMethodNotAllowed, r.Method+" not allowed: use POST")
+		return
+	}
+	if !s.hasToken {
+		writeError(w, http.StatusForbidden, "admin actions need --admin-token")
+		return
+	}
+	if !s.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard"`)
+		writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+		return
+	}
+	// The id is not echoed: it came from the client, and a route id typed
+	// with its password would otherwise be printed back.
+	if err := op(time.Now(), r.PathValue("id")); err != nil {
+		if errors.Is(err, engine.ErrUnknownRoute) {
+			writeError(w, http.StatusNotFound, "unknown route: give its id, path-escaped, as listed by /api/routes")
+			return
+		}
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// authorized reports whether r carries the admin bearer token.
+func (s *Server) authorized(r *http.Request) bool {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	return subtle.ConstantTimeCompare(got[:], s.token[:]) == 1
+}
+
+func writeText(w http.ResponseWriter, status int, text string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(text + "\n"))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"encoding the answer failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+// unixTime formats Unix nanoseconds, "" for 0 (never).
+func unixTime(ns int64) string {
+	if ns == 0 {
+		return ""
+	}
+	return timeText(time.Unix(0, ns))
+}
+
+// timeText formats t as RFC 3339 in UTC, "" for the zero time.
+func timeText(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// causeName is the class's name, "" for ok: a record that was never moved
+// by a failure has no cause to show.
+func causeName(c engine.Class) string {
+	if c == engine.OK {
+		return ""
+	}
+	return c.String()
+}

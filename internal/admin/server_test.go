@@ -1,0 +1,565 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"reflect"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/route"
+)
+
+// The proxy passwords of testList; no response may contain any of them.
+var passwords = []string{"s3cr3t-Pa55", "pw-bob-77", "pw-carol-9"}
+
+// testList is listed out of id order, so that sorting is tested.
+const testList = `# test pool
+socks5://bob:pw-bob-77@10.0.0.2:1080 region=eu
+http://alice:s3cr3t-Pa55@10.0.0.1:8080 region=us tier=gold
+direct
+10.0.0.3:3128:carol:pw-carol-9
+`
+
+const (
+	alice  = "http://alice@10.0.0.1:8080"
+	bob    = "socks5://bob@10.0.0.2:1080"
+	carol  = "http://carol@10.0.0.3:3128"
+	direct = "direct"
+	token  = "tok-123"
+)
+
+// TestMain fails the package if a collector goroutine outlives its test:
+// every Server must be closed.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := waitNoCollectors(5 * time.Second); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// waitNoCollectors waits, at most d, until no goroutine runs Server.collect.
+func waitNoCollectors(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		if !strings.Contains(stacks, "admin.(*Server).collect") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("leaked event collector goroutines:\n" + stacks)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// fixture is a server over an engine driven into known states:
+// alice cooling (proxy timeouts), bob healthy with its pair for
+// shop.example cooling (blocked), an incident on down.example from direct
+// and carol, which stay candidates.
+type fixture struct {
+	e   *engine.Engine
+	m   *Metrics
+	srv *Server
+	hs  *httptest.Server
+	// transitions are the state and incident events the drive made,
+	// oldest first.
+	transitions []engine.Event
+}
+
+func newFixture(t *testing.T, opts Options) *fixture {
+	t.Helper()
+	list, err := route.ParseList("test", []byte(testList))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(engine.Config{Seed: 1, MaxRemovedShare: -1, PanicThreshold: -1, IncidentRoutes: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Outcomes happen in the past, so that actions at time.Now follow them.
+	t0 := time.Now().Add(-2 * time.Minute)
+	routes := make([]*route.Route, len(list))
+	for i := range list {
+		routes[i] = &list[i]
+		if err := e.AddRoute(t0, list[i].Spec()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := &fixture{e: e, m: NewMetrics(e)}
+	f.srv = NewServer(e, routes, f.m, opts)
+	t.Cleanup(f.srv.Close)
+	f.hs = httptest.NewServer(f.srv.Handler())
+	t.Cleanup(f.hs.Close)
+
+	// A second subscription counts what the collector should keep.
+	sub := e.Subscribe(4096)
+	defer sub.Close()
+	feedback := func(at time.Time, id, target string, c engine.Class, n int) {
+		t.Helper()
+		for range n {
+			if err := e.Feedback(at, id, target, engine.Outcome{Class: c, Latency: 200 * time.Millisecond}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	feedback(t0, alice, "", engine.ProxyTimeout, 4)
+	feedback(t0, bob, "a.example", engine.OK, 3)
+	feedback(t0, bob, "shop.example", engine.Blocked, 2)
+	// The incident guard judges after half a window of evidence.
+	for i := range 40 {
+		id := direct
+		if i%2 == 1 {
+			id = carol
+		}
+		feedback(t0.Add(time.Duration(i)*time.Second), id, "down.example", engine.Target5xx, 1)
+	}
+	for _, ev := range sub.Poll(nil) {
+		if ev.Kind == engine.EventState || ev.Kind == engine.EventIncident {
+			f.transitions = append(f.transitions, ev)
+		}
+	}
+	f.waitEvents(t, min(len(f.transitions), f.srv.events.capacity()))
+	return f
+}
+
+// waitEvents waits, boundedly, until the collector holds n events.
+func (f *fixture) waitEvents(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(f.srv.events.newest(n)) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("collector holds %d events, want %d", len(f.srv.events.newest(n)), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// do sends a request and returns the status, headers and body.
+func (f *fixture) do(t *testing.T, method, path, auth string) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, f.hs.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := f.hs.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, body
+}
+
+func (f *fixture) getJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	status, h, body := f.do(t, http.MethodGet, path, "")
+	if status != http.StatusOK || h.Get("Content-Type") != "application/json" {
+		t.Fatalf("GET %s: %d %q %s", path, status, h.Get("Content-Type"), body)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		t.Fatalf("GET %s: %v in %s", path, err, body)
+	}
+}
+
+func actionPath(id, action string) string {
+	return "/api/routes/" + url.PathEscape(id) + "/" + action
+}
+
+func TestRoutes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	var got []routeJSON
+	f.getJSON(t, "/api/routes", &got)
+	var ids []string
+	byID := make(map[string]routeJSON)
+	for _, r := range got {
+		ids = append(ids, r.ID)
+		byID[r.ID] = r
+	}
+	if want := []string{direct, alice, carol, bob}; fmt.Sprint(ids) != fmt.Sprint(want) {
+		t.Fatalf("ids %v, want sorted %v", ids, want)
+	}
+	tests := []struct {
+		desc  string
+		id    string
+		check func(t *testing.T, r routeJSON)
+	}{
+		{"cooling route shows its cooldown and cause", alice, func(t *testing.T, r routeJSON) {
+			if r.URL != "http://alice:***@10.0.0.1:8080" || r.Scheme != "http" {
+				t.Errorf("url %q scheme %q", r.URL, r.Scheme)
+			}
+			if r.Labels["region"] != "us" || r.Labels["tier"] != "gold" || len(r.Labels) != 2 {
+				t.Errorf("labels %v", r.Labels)
+			}
+			if r.State != "cooling" || r.Cause != "proxy_timeout" || r.Weight != 0 {
+				t.Errorf("state %q cause %q weight %v", r.State, r.Cause, r.Weight)
+			}
+			if r.Samples != 4 || r.ConsecutiveFailures != 4 || r.SuccessEWMA != 0 {
+				t.Errorf("samples %d consecutive failures %d success %v", r.Samples, r.ConsecutiveFailures, r.SuccessEWMA)
+			}
+			mustTime(t, "cooldown_until", r.CooldownUntil)
+			mustTime(t, "last_failure", r.LastFailure)
+			if r.LastSuccess != "" {
+				t.Errorf("last_success %q for a route that never succeeded", r.LastSuccess)
+			}
+			if len(r.Targets) != 0 {
+				t.Errorf("targets %+v", r.Targets)
+			}
+		}},
+		{"healthy route with a cooling pair", bob, func(t *testing.T, r routeJSON) {
+			if r.URL != "socks5://bob:***@10.0.0.2:1080" || r.Scheme != "socks5" {
+				t.Errorf("url %q scheme %q", r.URL, r.Scheme)
+			}
+			if r.State != "healthy" || r.Cause != "" || r.CooldownUntil != "" {
+				t.Errorf("state %q cause %q cooldown %q", r.State, r.Cause, r.CooldownUntil)
+			}
+			if r.Samples != 3 || r.SuccessEWMA != 1 || r.LatencyMSEWMA != 200 || r.Score <= 0 || r.Weight <= 0 {
+				t.Errorf("evidence %+v", r)
+			}
+			mustTime(t, "last_success", r.LastSuccess)
+			if len(r.Targets) != 1 {
+				t.Fatalf("targets %+v", r.Targets)
+			}
+			p := r.Targets[0]
+			if p.Target != "shop.example" || p.State != "cooling" || p.Cause != "blocked" || p.Samples != 2 {
+				t.Errorf("pair %+v", p)
+			}
+			mustTime(t, "pair cooldown_until", p.CooldownUntil)
+		}},
+		{"direct route has no credentials to show", direct, func(t *testing.T, r routeJSON) {
+			if r.URL != "direct" || r.Scheme != "direct" || r.State != "candidate" || len(r.Labels) != 0 {
+				t.Errorf("route %+v", r)
+			}
+			if len(r.Targets) != 1 || r.Targets[0].Target != "down.example" || r.Targets[0].Cause != "target_5xx" {
+				t.Errorf("targets %+v", r.Targets)
+			}
+		}},
+		{"colon form is redacted too", carol, func(t *testing.T, r routeJSON) {
+			if r.URL != "http://carol:***@10.0.0.3:3128" {
+				t.Errorf("url %q", r.URL)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			tc.check(t, byID[tc.id])
+		})
+	}
+}
+
+func mustTime(t *testing.T, field, s string) {
+	t.Helper()
+	if _, err := time.Parse(time.RFC3339, s); err != nil {
+		t.Errorf("%s %q: %v", field, s, err)
+	}
+}
+
+func TestRoutesOmitsAbsentFields(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	_, _, body := f.do(t, http.MethodGet, "/api/routes", "")
+	var raw []map[string]any
+	if err := json.Unmarshal(body, &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range raw {
+		if r["id"] != direct {
+			continue
+		}
+		for _, k := range []string{"last_success", "last_failure", "cooldown_until", "cause"} {
+			if _, ok := r[k]; ok {
+				t.Errorf("direct has %s: %v", k, r[k])
+			}
+		}
+		if _, ok := r["labels"].(map[string]any); !ok {
+			t.Errorf("labels %v, want an object", r["labels"])
+		}
+	}
+}
+
+func TestTargets(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	var got struct {
+		Incidents []incidentJSON `json:"incidents"`
+	}
+	f.getJSON(t, "/api/targets", &got)
+	want := []incidentJSON{{Target: "down.example", Class: "target_5xx"}}
+	if fmt.Sprint(got.Incidents) != fmt.Sprint(want) {
+		t.Errorf("incidents %+v, want %+v", got.Incidents, want)
+	}
+}
+
+func TestEvents(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	tests := []struct {
+		desc       string
+		query      string
+		wantStatus int
+		wantLen    int // -1: all
+	}{
+		{"all by default", "", http.StatusOK, -1},
+		{"limit", "?limit=3", http.StatusOK, 3},
+		{"limit above what is kept", "?limit=100000", http.StatusOK, -1},
+		{"zero limit", "?limit=0", http.StatusBadRequest, 0},
+		{"not a number", "?limit=ten", http.StatusBadRequest, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			status, _, body := f.do(t, http.MethodGet, "/api/events"+tc.query, "")
+			if status != tc.wantStatus {
+				t.Fatalf("status %d, want %d: %s", status, tc.wantStatus, body)
+			}
+			if status != http.StatusOK {
+				return
+			}
+			var got []engine.Event
+			if err := json.Unmarshal(body, &got); err != nil {
+				t.Fatal(err)
+			}
+			want := slices.Clone(f.transitions)
+			slices.Reverse(want)
+			if tc.wantLen >= 0 {
+				want = want[:tc.wantLen]
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("events, newest first:\n got %+v\nwant %+v", got, want)
+			}
+		})
+	}
+	t.Run("incident and reasons are kept", func(t *testing.T) {
+		t.Parallel()
+		var got []engine.Event
+		f.getJSON(t, "/api/events", &got)
+		var incident, cooled bool
+		for _, ev := range got {
+			incident = incident || ev.Kind == engine.EventIncident && ev.Open && ev.Target == "down.example"
+			cooled = cooled || ev.Route == alice && ev.To == engine.Cooling && ev.Reason != ""
+		}
+		if !incident || !cooled {
+			t.Errorf("incident opened %v, alice cooled with a reason %v", incident, cooled)
+		}
+	})
+}
+
+func TestEventsAreBounded(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{Events: 2})
+	var got []engine.Event
+	f.getJSON(t, "/api/events", &got)
+	n := len(f.transitions)
+	if want := []engine.Event{f.transitions[n-1], f.transitions[n-2]}; !reflect.DeepEqual(got, want) {
+		t.Errorf("kept %+v, want the newest two of %d: %+v", got, n, want)
+	}
+}
+
+func TestProbes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc       string
+		ready      func() error
+		path       string
+		wantStatus int
+		wantBody   string
+	}{
+		{"alive", nil, "/healthz", http.StatusOK, "ok\n"},
+		{"alive while not ready", func() error { return errors.New("routes not loaded") }, "/healthz", http.StatusOK, "ok\n"},
+		{"ready without a check", nil, "/readyz", http.StatusOK, "ready\n"},
+		{"ready", func() error { return nil }, "/readyz", http.StatusOK, "ready\n"},
+		{"not ready", func() error { return errors.New("routes not loaded") }, "/readyz", http.StatusServiceUnavailable, "routes not loaded\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, Options{Ready: tc.ready})
+			status, _, body := f.do(t, http.MethodGet, tc.path, "")
+			if status != tc.wantStatus || string(body) != tc.wantBody {
+				t.Errorf("GET %s: %d %q, want %d %q", tc.path, status, body, tc.wantStatus, tc.wantBody)
+			}
+		})
+	}
+}
+
+func TestActions(t *testing.T) {
+	t.Parallel()
+	bearer := "Bearer " + token
+	tests := []struct {
+		desc       string
+		token      string // configured
+		method     string
+		path       string
+		auth       string
+		wantStatus int
+		id         string       // route whose state is checked
+		wantState  engine.State // after the request
+	}{
+		{"drain", token, http.MethodPost, actionPath(bob, "drain"), bearer, http.StatusNoContent, bob, engine.Draining},
+		{"eject", token, http.MethodPost, actionPath(direct, "eject"), bearer, http.StatusNoContent, direct, engine.Ejected},
+		{"restore a cooling route", token, http.MethodPost, actionPath(alice, "restore"), bearer, http.StatusNoContent, alice, engine.Healthy},
+		{"scheme is case-insensitive", token, http.MethodPost, actionPath(bob, "drain"), "bearer " + token, http.StatusNoContent, bob, engine.Draining},
+		{"missing token", token, http.MethodPost, actionPath(bob, "drain"), "", http.StatusUnauthorized, bob, engine.Healthy},
+		{"wrong token", token, http.MethodPost, actionPath(bob, "drain"), "Bearer tok-124", http.StatusUnauthorized, bob, engine.Healthy},
+		{"token prefix", token, http.MethodPost, actionPath(bob, "drain"), "Bearer tok", http.StatusUnauthorized, bob, engine.Healthy},
+		{"basic auth", token, http.MethodPost, actionPath(bob, "drain"), "Basic " + token, http.StatusUnauthorized, bob, engine.Healthy},
+		{"read-only server", "", http.MethodPost, actionPath(bob, "drain"), bearer, http.StatusForbidden, bob, engine.Healthy},
+		{"GET is not an action", token, http.MethodGet, actionPath(bob, "drain"), bearer, http.StatusMethodNotAllowed, bob, engine.Healthy},
+		{"unknown route", token, http.MethodPost, actionPath("http://nobody@10.9.9.9:80", "drain"), bearer, http.StatusNotFound, bob, engine.Healthy},
+		{"unknown action", token, http.MethodPost, actionPath(bob, "reboot"), bearer, http.StatusNotFound, bob, engine.Healthy},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, Options{Token: tc.token})
+			status, h, body := f.do(t, tc.method, tc.path, tc.auth)
+			if status != tc.wantStatus {
+				t.Fatalf("%s %s: %d %s, want %d", tc.method, tc.path, status, body, tc.wantStatus)
+			}
+			if status != http.StatusNoContent {
+				var e struct{ Error string }
+				if err := json.Unmarshal(body, &e); err != nil || e.Error == "" {
+					t.Errorf("error body %q", body)
+				}
+			}
+			if status == http.StatusForbidden && !strings.Contains(string(body), "--admin-token") {
+				t.Errorf("403 body %q does not say how to enable actions", body)
+			}
+			if status == http.StatusUnauthorized && !strings.HasPrefix(h.Get("WWW-Authenticate"), "Bearer") {
+				t.Errorf("WWW-Authenticate %q", h.Get("WWW-Authenticate"))
+			}
+			if status == http.StatusMethodNotAllowed && h.Get("Allow") != http.MethodPost {
+				t.Errorf("Allow %q", h.Get("Allow"))
+			}
+			st, ok := f.e.Route(tc.id)
+			if !ok || st.Health.State != tc.wantState {
+				t.Errorf("%s is %v, want %v", tc.id, st.Health.State, tc.wantState)
+			}
+		})
+	}
+}
+
+func TestActionEventsAreRecorded(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{Token: token})
+	if status, _, body := f.do(t, http.MethodPost, actionPath(bob, "drain"), "Bearer "+token); status != http.StatusNoContent {
+		t.Fatalf("drain: %d %s", status, body)
+	}
+	f.waitEvents(t, len(f.transitions)+1)
+	var got []engine.Event
+	f.getJSON(t, "/api/events?limit=1", &got)
+	if len(got) != 1 || got[0].Route != bob || got[0].To != engine.Draining || got[0].Reason == "" {
+		t.Errorf("newest event %+v, want bob draining", got)
+	}
+}
+
+func TestUnknownPaths(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{Token: token})
+	tests := []struct {
+		desc       string
+		method     string
+		path       string
+		wantStatus int
+	}{
+		{"root", http.MethodGet, "/", http.StatusNotFound},
+		{"unknown api", http.MethodGet, "/api/nodes", http.StatusNotFound},
+		{"single route", http.MethodGet, "/api/routes/" + url.PathEscape(bob), http.StatusNotFound},
+		{"trailing segment", http.MethodPost, actionPath(bob, "drain") + "/now", http.StatusNotFound},
+		{"POST to a read endpoint", http.MethodPost, "/api/routes", http.StatusMethodNotAllowed},
+		{"DELETE metrics", http.MethodDelete, "/metrics", http.StatusMethodNotAllowed},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			status, h, body := f.do(t, tc.method, tc.path, "")
+			if status != tc.wantStatus {
+				t.Fatalf("%s %s: %d, want %d", tc.method, tc.path, status, tc.wantStatus)
+			}
+			var e struct{ Error string }
+			if h.Get("Content-Type") != "application/json" || json.Unmarshal(body, &e) != nil || e.Error == "" {
+				t.Errorf("body %q (%s), want a JSON error", body, h.Get("Content-Type"))
+			}
+		})
+	}
+}
+
+// TestNoPasswordInAnyResponse requests every endpoint, including errors and
+// ids typed with their password, and searches every body and header.
+func TestNoPasswordInAnyResponse(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{Token: token, Ready: func() error { return errors.New("warming up") }})
+	f.m.ObserveRequest(http.MethodGet, engine.OK, 1)
+	f.m.ObserveAttempt(alice, engine.ProxyTimeout, time.Second)
+	typedWithPassword := "http://alice:s3cr3t-Pa55@10.0.0.1:8080"
+	requests := []struct{ method, path, auth string }{
+		{http.MethodGet, "/healthz", ""},
+		{http.MethodGet, "/readyz", ""},
+		{http.MethodGet, "/metrics", ""},
+		{http.MethodGet, "/api/routes", ""},
+		{http.MethodGet, "/api/targets", ""},
+		{http.MethodGet, "/api/events", ""},
+		{http.MethodGet, "/api/events?limit=bad", ""},
+		{http.MethodGet, "/nowhere/" + url.PathEscape(typedWithPassword), ""},
+		{http.MethodPost, actionPath(typedWithPassword, "drain"), "Bearer " + token},
+		{http.MethodPost, actionPath(typedWithPassword, "drain"), ""},
+		{http.MethodGet, actionPath(typedWithPassword, "drain"), ""},
+		{http.MethodPost, actionPath(alice, "eject"), "Bearer " + token},
+		{http.MethodGet, "/api/routes", ""}, // again, with alice ejected
+		{http.MethodGet, "/api/events", ""},
+	}
+	for _, r := range requests {
+		status, h, body := f.do(t, r.method, r.path, r.auth)
+		text := fmt.Sprint(h) + string(body)
+		for _, pw := range passwords {
+			if strings.Contains(text, pw) || strings.Contains(text, url.QueryEscape(pw)) {
+				t.Errorf("%s %s (%d) shows a password: %s", r.method, r.path, status, text)
+			}
+		}
+	}
+}
+
+func TestCloseStopsCollector(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{Token: token})
+	f.srv.Close()
+	select {
+	case <-f.srv.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("collector still running after Close")
+	}
+	f.srv.Close() // idempotent
+	// The engine publishes on without the closed subscription, and the
+	// API keeps serving what was collected.
+	if err := f.e.Drain(time.Now(), bob); err != nil {
+		t.Fatal(err)
+	}
+	var got []engine.Event
+	f.getJSON(t, "/api/events", &got)
+	if len(got) != len(f.transitions) {
+		t.Errorf("%d events after Close, want the %d collected before", len(got), len(f.transitions))
+	}
+}

@@ -1,0 +1,168 @@
+package gateway
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+
+	"golang.org/x/net/publicsuffix"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// The per-request control headers (SPEC §1.1). They, and the proxy
+// credentials that may carry the same parameters, never leave the gateway.
+const (
+	headerSession = "X-Switchyard-Session"
+	headerLabels  = "X-Switchyard-Labels"
+)
+
+// maxSession bounds a session id, as a label value is bounded.
+const maxSession = 128
+
+// control is what a client asked of the gateway for one request.
+type control struct {
+	session string        // sticky session id; "" for none
+	labels  engine.Labels // hard constraints on the route
+}
+
+// parseControl reads the control headers and the proxy username. The
+// username follows the convention of commercial rotating gateways, so that
+// CONNECT clients, which cannot set headers inside the tunnel, can steer
+// too: "anything-session-abc123-region-us" is the session abc123 and the
+// label region=us. Its first token is free (an account name). The password
+// is not checked: client authentication is not implemented yet.
+func parseControl(h http.Header) (control, error) {
+	var c control
+	var fromUser []string
+	if auth := h.Get("Proxy-Authorization"); auth != "" {
+		user, err := proxyUser(auth)
+		if err != nil {
+			return c, err
+		}
+		c.session, fromUser, err = parseUsername(user)
+		if err != nil {
+			return c, err
+		}
+	}
+	if s := strings.TrimSpace(h.Get(headerSession)); s != "" {
+		if c.session != "" && c.session != s {
+			return c, errors.New("session given twice, differently, in " + headerSession + " and the proxy username")
+		}
+		c.session = s
+	}
+	if err := checkSession(c.session); err != nil {
+		return c, err
+	}
+	// Labels from both places are parsed together, so a key given twice is
+	// refused as a duplicate rather than one silently winning.
+	all := strings.Join(append(fromUser, h.Values(headerLabels)...), ",")
+	labels, err := engine.ParseLabels(all)
+	if err != nil {
+		return c, fmt.Errorf("bad labels: %w", err)
+	}
+	c.labels = labels
+	return c, nil
+}
+
+// proxyUser returns the username of a Basic Proxy-Authorization.
+func proxyUser(auth string) (string, error) {
+	scheme, encoded, _ := strings.Cut(auth, " ")
+	if !strings.EqualFold(scheme, "Basic") {
+		return "", errors.New("Proxy-Authorization: only the Basic scheme is accepted")
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(encoded))
+	if err != nil {
+		return "", errors.New("Proxy-Authorization: malformed Basic credentials")
+	}
+	user, _, ok := strings.Cut(string(raw), ":")
+	if !ok {
+		return "", errors.New("Proxy-Authorization: malformed Basic credentials")
+	}
+	return user, nil
+}
+
+// parseUsername splits "account-key-value-key-value…" into the session and
+// labels as "key=value" tokens.
+func parseUsername(user string) (session string, labels []string, err error) {
+	tokens := strings.Split(user, "-")[1:]
+	if len(tokens)%2 != 0 {
+		return "", nil, fmt.Errorf("proxy username %q: parameters after the first token must be key-value pairs", user)
+	}
+	for i := 0; i < len(tokens); i += 2 {
+		key, value := tokens[i], tokens[i+1]
+		if key == "" || value == "" {
+			return "", nil, fmt.Errorf("proxy username %q: empty parameter key or value", user)
+		}
+		if key == "session" {
+			if session != "" {
+				return "", nil, fmt.Errorf("proxy username %q: session given twice", user)
+			}
+			session = value
+			continue
+		}
+		labels = append(labels, key+"="+value)
+	}
+	return session, labels, nil
+}
+
+// checkSession keeps session ids to what a label value may hold: they
+// reach the engine's events and the admin UI.
+func checkSession(s string) error {
+	if len(s) > maxSession {
+		return fmt.Errorf("session id longer than %d bytes", maxSession)
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_.:-", r)) {
+			return fmt.Errorf("session id %q: only letters, digits and _.:- are allowed", s)
+		}
+	}
+	return nil
+}
+
+// targetKey is the engine's name for the site behind host: its registrable
+// domain, so that www.example.com and img.example.com share one record
+// (a site bans an exit, not a hostname). IP literals and single-label
+// names are their own key.
+func targetKey(host string) string {
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	if net.ParseIP(host) != nil || !strings.Contains(host, ".") {
+		return host
+	}
+	if key, err := publicsuffix.EffectiveTLDPlusOne(host); err == nil {
+		return key
+	}
+	return host // a public suffix itself, or malformed: it stands alone
+}
+
+// hopHeaders are meaningful for one connection only and are never passed
+// on (RFC 9110 §7.6.1), plus the proxy credentials of either leg.
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+// stripHop removes the hop-by-hop headers from h, those named by its
+// Connection header included, and every X-Switchyard- header: the
+// client's control headers must not leave, and an upstream must not pass
+// for the gateway.
+func stripHop(h http.Header) {
+	for _, v := range h.Values("Connection") {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+	for name := range h {
+		if strings.HasPrefix(name, "X-Switchyard-") {
+			delete(h, name)
+		}
+	}
+}

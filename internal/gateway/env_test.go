@@ -1,0 +1,154 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/route"
+	"github.com/switchyard/switchyard/internal/route/routetest"
+)
+
+// env is a gateway under test: the engine, the routes in list order, and
+// the gateway served on 127.0.0.1.
+type env struct {
+	e      *engine.Engine
+	g      *Gateway
+	routes []*route.Route
+	url    *url.URL // the gateway's address, as clients name their proxy
+	events *engine.Subscription
+}
+
+// newEnv starts a gateway over the routes of lines (proxy-list syntax).
+// Selection is round-robin in list order, so which route an attempt takes
+// is known in advance.
+func newEnv(t *testing.T, cfg Config, lines ...string) *env {
+	t.Helper()
+	list, err := route.ParseList("test", []byte(strings.Join(lines, "\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(engine.Config{Picker: &engine.RoundRobin{}, Seed: 1, MaxRemovedShare: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &env{e: e, events: e.Subscribe(4096)}
+	for i := range list {
+		r := &list[i]
+		if err := e.AddRoute(time.Now(), r.Spec()); err != nil {
+			t.Fatal(err)
+		}
+		v.routes = append(v.routes, r)
+	}
+	if v.g, err = New(cfg, e, v.routes); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(v.g)
+	t.Cleanup(v.g.Close)
+	t.Cleanup(srv.Close)
+	v.url, _ = url.Parse(srv.URL)
+	return v
+}
+
+// proxyLine is the list line of a fake proxy, with optional labels.
+func proxyLine(p *routetest.Proxy, labels string) string {
+	return strings.TrimSpace(p.URL.String() + " " + labels)
+}
+
+// client returns a client of the gateway; user, when set, is the proxy
+// username (and "pw" the password).
+func (v *env) client(t *testing.T, user string) *http.Client {
+	t.Helper()
+	u := *v.url
+	if user != "" {
+		u.User = url.UserPassword(user, "pw")
+	}
+	tr := &http.Transport{Proxy: http.ProxyURL(&u)}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{
+		Transport:     tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Timeout:       10 * time.Second,
+	}
+}
+
+// id is the id of the i-th route.
+func (v *env) id(i int) string { return v.routes[i].ID }
+
+// pair returns route i's record for target, if it has one.
+func (v *env) pair(t *testing.T, i int, target string) (engine.PairStatus, bool) {
+	t.Helper()
+	st, ok := v.e.Route(v.id(i))
+	if !ok {
+		t.Fatalf("route %s unknown", v.id(i))
+	}
+	for _, p := range st.Targets {
+		if p.Target == target {
+			return p, true
+		}
+	}
+	return engine.PairStatus{}, false
+}
+
+// waitOutcome waits (bounded) for an outcome event of class c on route i.
+func (v *env) waitOutcome(t *testing.T, i int, c engine.Class) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		ev, err := v.events.Next(ctx)
+		if err != nil {
+			t.Fatalf("no %v outcome on route %s: %v", c, v.id(i), err)
+		}
+		if ev.Kind == engine.EventOutcome && ev.Route == v.id(i) && ev.Class == c {
+			return
+		}
+	}
+}
+
+// target is an HTTP server on 127.0.0.1 whose handler sees the hit number
+// (1-based) of each request.
+type target struct {
+	*httptest.Server
+	hits atomic.Int64
+}
+
+func newTarget(t *testing.T, h func(n int, w http.ResponseWriter, r *http.Request)) *target {
+	t.Helper()
+	tg := &target{}
+	tg.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h(int(tg.hits.Add(1)), w, r)
+	}))
+	t.Cleanup(tg.Close)
+	return tg
+}
+
+func (tg *target) Hits() int { return int(tg.hits.Load()) }
+
+// raw sends a request as written to addr and reads the answer: for what
+// Go's client will not send (origin-form to a proxy, absolute https://).
+func raw(t *testing.T, addr, req string) *http.Response {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: strings.Fields(req)[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}

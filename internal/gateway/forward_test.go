@@ -1,0 +1,217 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/route/routetest"
+)
+
+// TestForward runs one absolute-form request through two routes, chosen
+// in order, and checks what the client got, how many attempts it took and
+// how often the target was reached.
+func TestForward(t *testing.T) {
+	healthy := routetest.Behavior{}
+	refused := routetest.Behavior{Refuse: true}
+	socks := routetest.Behavior{Kind: routetest.SOCKS5Proxy}
+	ok := func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") }
+	// firstThen answers the first hit with status (and body), later ones 200.
+	firstThen := func(status int, header, body string) func(int, http.ResponseWriter, *http.Request) {
+		return func(n int, w http.ResponseWriter, _ *http.Request) {
+			if n == 1 {
+				if k, v, ok := strings.Cut(header, ": "); ok {
+					w.Header().Set(k, v)
+				}
+				w.WriteHeader(status)
+			}
+			io.WriteString(w, body)
+		}
+	}
+	routetest.NoLeaks(t, func(t *testing.T) {
+		tests := []struct {
+			desc         string
+			routes       [2]routetest.Behavior
+			method, body string
+			handler      func(n int, w http.ResponseWriter, r *http.Request)
+			signatures   []string
+			wantStatus   int
+			wantAttempts int
+			wantRoute    int    // index of the route that answered
+			wantHits     int    // requests the target received
+			wantBody     string // prefix of the body the client got
+			wantError    string // X-Switchyard-Error
+			wantFirst    engine.Class
+		}{
+			{desc: "dead proxy routed around", routes: [2]routetest.Behavior{refused, healthy},
+				method: "GET", handler: ok, wantStatus: 200, wantAttempts: 2, wantRoute: 1, wantHits: 1, wantBody: "fine", wantFirst: engine.ProxyConnectFailed},
+			{desc: "407 proxy routed around", routes: [2]routetest.Behavior{{Answer407: true, User: "u", Password: "s3cret"}, healthy},
+				method: "GET", handler: ok, wantStatus: 200, wantAttempts: 2, wantRoute: 1, wantHits: 1, wantBody: "fine", wantFirst: engine.ProxyAuth},
+			{desc: "socks5 proxy carries requests", routes: [2]routetest.Behavior{socks, healthy},
+				method: "GET", handler: ok, wantStatus: 200, wantAttempts: 1, wantRoute: 0, wantHits: 1, wantBody: "fine", wantFirst: engine.OK},
+			{desc: "https proxy carries requests", routes: [2]routetest.Behavior{{TLS: true}, healthy},
+				method: "GET", handler: ok, wantStatus: 200, wantAttempts: 1, wantRoute: 0, wantHits: 1, wantBody: "fine", wantFirst: engine.OK},
+			{desc: "403 retried elsewhere", routes: [2]routetest.Behavior{healthy, healthy},
+				method: "GET", handler: firstThen(403, "", "page"), wantStatus: 200, wantAttempts: 2, wantRoute: 1, wantHits: 2, wantBody: "page", wantFirst: engine.Blocked},
+			{desc: "block signature is content_invalid", routes: [2]routetest.Behavior{healthy, healthy}, signatures: []string{"captcha"},
+				method: "GET", handler: func(n int, w http.ResponseWriter, _ *http.Request) {
+					w.Header().Set("Content-Type", "text/html")
+					if n == 1 {
+						io.WriteString(w, "<p>solve this captcha</p>")
+						return
+					}
+					io.WriteString(w, "<p>the page</p>")
+				}, wantStatus: 200, wantAttempts: 2, wantRoute: 1, wantHits: 2, wantBody: "<p>the page", wantFirst: engine.ContentInvalid},
+			{desc: "GET retried after a 502", routes: [2]routetest.Behavior{healthy, healthy},
+				method: "GET", handler: firstThen(502, "", "x"), wantStatus: 200, wantAttempts: 2, wantRoute: 1, wantHits: 2, wantFirst: engine.Target5xx},
+			{desc: "POST that reached the target is not re-sent", routes: [2]routetest.Behavior{healthy, healthy},
+				method: "POST", body: "order=1", handler: firstThen(502, "", "upstream failed"), wantStatus: 502, wantAttempts: 1, wantRoute: 0, wantHits: 1, wantBody: "upstream failed", wantFirst: engine.Target5xx},
+			{desc: "POST retried after a connect failure", routes: [2]routetest.Behavior{refused, healthy},
+				method: "POST", body: "order=1", handler: func(_ int, w http.ResponseWriter, r *http.Request) {
+					b, _ := io.ReadAll(r.Body)
+					w.Write(b)
+				}, wantStatus: 200, wantAttempts: 2, wantRoute: 1, wantHits: 1, wantBody: "order=1", wantFirst: engine.ProxyConnectFailed},
+			{desc: "PUT body resent on retry", routes: [2]routetest.Behavior{healthy, healthy},
+				method: "PUT", body: strings.Repeat("b", 100_000), handler: func(n int, w http.ResponseWriter, r *http.Request) {
+					b, _ := io.ReadAll(r.Body)
+					if n == 1 {
+						w.WriteHeader(503)
+					}
+					fmt.Fprintf(w, "got %d", len(b))
+				}, wantStatus: 200, wantAttempts: 2, wantRoute: 1, wantHits: 2, wantBody: "got 100000", wantFirst: engine.Target5xx},
+			{desc: "404 is the client's: passed on, not retried", routes: [2]routetest.Behavior{healthy, healthy},
+				method: "GET", handler: func(_ int, w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) },
+				wantStatus: 404, wantAttempts: 1, wantRoute: 0, wantHits: 1, wantFirst: engine.ClientError},
+			{desc: "last failure's page is passed on", routes: [2]routetest.Behavior{healthy, healthy},
+				method: "GET", handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
+					w.WriteHeader(403)
+					io.WriteString(w, "banned")
+				}, wantStatus: 403, wantAttempts: 2, wantRoute: 1, wantHits: 2, wantBody: "banned", wantFirst: engine.Blocked},
+			{desc: "no answer at all is a 502 naming the class", routes: [2]routetest.Behavior{refused, refused},
+				method: "GET", handler: ok, wantStatus: 502, wantAttempts: 2, wantRoute: 1, wantHits: 0, wantError: "proxy_connect_failed", wantFirst: engine.ProxyConnectFailed},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				tg := newTarget(t, tc.handler)
+				p0, p1 := routetest.NewProxy(t, tc.routes[0]), routetest.NewProxy(t, tc.routes[1])
+				cfg := Config{BlockSignatures: tc.signatures}
+				if pool := p0.CertPool(); pool != nil {
+					cfg.ProxyTLS = &tls.Config{RootCAs: pool}
+				}
+				v := newEnv(t, cfg, proxyLine(p0, ""), proxyLine(p1, ""))
+				req, _ := http.NewRequest(tc.method, tg.URL+"/x", strings.NewReader(tc.body))
+				resp, err := v.client(t, "").Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != tc.wantStatus {
+					t.Errorf("status %d, want %d (%s)", resp.StatusCode, tc.wantStatus, body)
+				}
+				if got := resp.Header.Get(headerAttempts); got != fmt.Sprint(tc.wantAttempts) {
+					t.Errorf("attempts %q, want %d", got, tc.wantAttempts)
+				}
+				if got := resp.Header.Get(headerRoute); got != v.id(tc.wantRoute) {
+					t.Errorf("route %q, want %q", got, v.id(tc.wantRoute))
+				}
+				if got := resp.Header.Get(headerError); got != tc.wantError {
+					t.Errorf("error header %q, want %q", got, tc.wantError)
+				}
+				if !strings.HasPrefix(string(body), tc.wantBody) {
+					t.Errorf("body %q, want prefix %q", body, tc.wantBody)
+				}
+				if tg.Hits() != tc.wantHits {
+					t.Errorf("target reached %d times, want %d", tg.Hits(), tc.wantHits)
+				}
+				if strings.Contains(fmt.Sprint(resp.Header)+string(body), "s3cret") {
+					t.Error("a route's password reached the client")
+				}
+				v.waitOutcome(t, 0, tc.wantFirst)
+				for i := range v.routes {
+					if st, _ := v.e.Route(v.id(i)); st.Inflight != 0 {
+						t.Errorf("route %s: %d leases in flight after the request", v.id(i), st.Inflight)
+					}
+				}
+			})
+		}
+	})
+}
+
+// A 429 with Retry-After cools the route for that target only: the pair
+// record waits out the delay, the route's own record is untouched.
+func TestRateLimitCoolsPairOnly(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		tg := newTarget(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+			if n == 1 {
+				w.Header().Set("Retry-After", "120")
+				w.WriteHeader(http.StatusTooManyRequests)
+			}
+		})
+		p0, p1 := routetest.NewProxy(t, routetest.Behavior{}), routetest.NewProxy(t, routetest.Behavior{})
+		v := newEnv(t, Config{}, proxyLine(p0, ""), proxyLine(p1, ""))
+		before := time.Now()
+		resp, err := v.client(t, "").Get(tg.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get(headerRoute) != v.id(1) {
+			t.Fatalf("got %d through %q, want 200 through the second route", resp.StatusCode, resp.Header.Get(headerRoute))
+		}
+		pair, ok := v.pair(t, 0, "127.0.0.1")
+		if !ok || pair.Health.State != engine.Cooling {
+			t.Fatalf("pair record %+v, want cooling", pair.Health)
+		}
+		if until := pair.Health.UntilTime(); until.Before(before.Add(110*time.Second)) || until.After(time.Now().Add(121*time.Second)) {
+			t.Errorf("cooling until %v, want Retry-After's 120s from %v", until, before)
+		}
+		if st, _ := v.e.Route(v.id(0)); !st.Health.State.Usable() {
+			t.Errorf("route's own record is %v: a 429 must not touch it", st.Health.State)
+		}
+	})
+}
+
+// A proxy that refuses one site keeps carrying the others: the block is
+// counted against the route×site pair, not the route.
+func TestBlockIsPerTarget(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		ok := func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") }
+		a, b := newTarget(t, ok), newTarget(t, ok)
+		blocker := routetest.NewProxy(t, routetest.Behavior{BlockHosts: []string{"localhost"}})
+		other := routetest.NewProxy(t, routetest.Behavior{})
+		v := newEnv(t, Config{}, proxyLine(blocker, ""), proxyLine(other, ""))
+		c := v.client(t, "")
+
+		urlA := strings.Replace(a.URL, "127.0.0.1", "localhost", 1)
+		resp, err := c.Get(urlA) // blocker first, then the other route
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get(headerAttempts) != "2" {
+			t.Fatalf("site A: %d after %s attempts, want 200 after 2", resp.StatusCode, resp.Header.Get(headerAttempts))
+		}
+		resp, err = c.Get(b.URL) // round robin is back at the blocker
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get(headerRoute) != v.id(0) || resp.Header.Get(headerAttempts) != "1" {
+			t.Fatalf("site B: %d through %q after %s attempts, want 200 through the blocker at once",
+				resp.StatusCode, resp.Header.Get(headerRoute), resp.Header.Get(headerAttempts))
+		}
+		if pair, ok := v.pair(t, 0, "localhost"); !ok || pair.Health.ConsecFail == 0 {
+			t.Errorf("blocker×localhost record %+v, want a failure counted", pair.Health)
+		}
+		if st, _ := v.e.Route(v.id(0)); st.Health.ConsecFail != 0 {
+			t.Errorf("blocker's own record counts %d failures, want none", st.Health.ConsecFail)
+		}
+	})
+}

@@ -1,0 +1,300 @@
+// Package gateway is Switchyard's forward proxy (SPEC §1.1): it takes
+// absolute-form HTTP requests and CONNECT tunnels from unmodified clients
+// and runs each through the attempt loop — lease a route from the engine,
+// carry the attempt through it, classify the outcome, report it, and retry
+// on another route when the rules, the budget and the method allow.
+//
+// Traffic only ever leaves through a leased route: when the engine has none
+// to give, the client gets a 503, never a direct connection.
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/route"
+)
+
+// Config tunes the gateway. Zero fields mean the documented defaults.
+type Config struct {
+	// MaxAttempts caps the attempts of one request, the first included.
+	// Default 3.
+	MaxAttempts int
+	// AttemptTimeout bounds one attempt from the dial to the end of the
+	// response headers (for CONNECT: until the tunnel is built). Default 30s.
+	AttemptTimeout time.Duration
+	// Timeouts bounds the phases of reaching a target through a route; zero
+	// fields get route's defaults.
+	Timeouts route.Timeouts
+	// RetryBody is the largest request body buffered so that a retry can
+	// resend it. Larger bodies stream once and are never retried.
+	// Default 1 MiB.
+	RetryBody int64
+	// RetryRatio is the pool-wide retry budget: retries may be at most
+	// RetryRatio × the requests of the last ~10s, plus a floor of 10, so a
+	// failing pool cannot turn into a retry storm (SPEC §2.4). Default 0.2.
+	RetryRatio float64
+	// BlockSignatures are body substrings that mark a soft ban (a captcha
+	// page served with 200): searched in the first 16 KiB of 2xx text and
+	// HTML answers, a match is content_invalid.
+	BlockSignatures []string
+	// ProxyTLS holds the roots that HTTPS proxies are verified against; nil
+	// means the system's. Tests set it to trust fake proxies.
+	ProxyTLS *tls.Config
+	// Now is the clock for the engine's timeline and the retry budget.
+	// Default time.Now.
+	Now func() time.Time
+}
+
+// Defaults applied by New to zero fields.
+const (
+	defaultMaxAttempts    = 3
+	defaultAttemptTimeout = 30 * time.Second
+	defaultRetryBody      = 1 << 20
+	defaultRetryRatio     = 0.2
+)
+
+func (c Config) withDefaults() Config {
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = defaultMaxAttempts
+	}
+	if c.AttemptTimeout <= 0 {
+		c.AttemptTimeout = defaultAttemptTimeout
+	}
+	if c.RetryBody <= 0 {
+		c.RetryBody = defaultRetryBody
+	}
+	if c.RetryRatio <= 0 {
+		c.RetryRatio = defaultRetryRatio
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Gateway is the forward proxy. It is an http.Handler, safe for concurrent
+// use.
+type Gateway struct {
+	// Immutable after New.
+	cfg    Config
+	engine *engine.Engine
+	exits  map[string]*exit // by route id
+	budget *retryBudget
+}
+
+// exit is one route with the transport that carries absolute-form
+// requests through it, built once so connections to the route are reused.
+type exit struct {
+	route     *route.Route
+	transport *http.Transport
+}
+
+// New returns a gateway over routes, which must already have been added to
+// e (with r.Spec()): the engine picks among them, the gateway dials them.
+func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) {
+	cfg = cfg.withDefaults()
+	g := &Gateway{cfg: cfg, engine: e, exits: make(map[string]*exit, len(routes)), budget: newRetryBudget(cfg.RetryRatio)}
+	for _, r := range routes {
+		if _, ok := e.Route(r.ID); !ok {
+			return nil, fmt.Errorf("gateway: route %s is not known to the engine", r.ID)
+		}
+		if _, dup := g.exits[r.ID]; dup {
+			return nil, fmt.Errorf("gateway: duplicate route %s", r.ID)
+		}
+		t, err := g.transport(r)
+		if err != nil {
+			return nil, err
+		}
+		g.exits[r.ID] = &exit{route: r, transport: t}
+	}
+	return g, nil
+}
+
+// transport builds the http.Transport of route r. HTTP and HTTPS proxies
+// get absolute-form requests (Go adds the route's Proxy-Authorization);
+// SOCKS5 and Direct routes dial the target through route.DialTarget. Every
+// dial of a proxy fails with a *route.Error, so attempts classify alike
+// whatever the scheme.
+func (g *Gateway) transport(r *route.Route) (*http.Transport, error) {
+	t := &http.Transport{
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     90 * time.Second,
+		// The client's Accept-Encoding goes through untouched; the answer
+		// must reach it as the target sent it.
+		DisableCompression: true,
+	}
+	switch r.Scheme {
+	case route.HTTP, route.HTTPS:
+		if r.URL == nil {
+			return nil, fmt.Errorf("gateway: route %s has no proxy address", r.ID)
+		}
+		t.Proxy = http.ProxyURL(r.URL)
+		t.DialContext = g.dialProxy(r)
+		// With an https:// proxy, Go dials the proxy through DialTLSContext.
+		t.DialTLSContext = g.dialProxyTLS(r)
+	case route.SOCKS5, route.Direct:
+		t.DialContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return route.DialTarget(ctx, r, addr, g.cfg.Timeouts, g.cfg.ProxyTLS)
+		}
+	default:
+		return nil, fmt.Errorf("gateway: route %s: unsupported scheme %q", r.ID, r.Scheme)
+	}
+	return t, nil
+}
+
+// dialProxy connects to r's proxy, naming failures as DialTarget would.
+func (g *Gateway) dialProxy(r *route.Route) func(context.Context, string, string) (net.Conn, error) {
+	dial := g.cfg.Timeouts.Dial
+	if dial <= 0 {
+		dial = 5 * time.Second
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d := net.Dialer{Timeout: dial}
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			phase := route.PhaseDial
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+				phase = route.PhaseDialTimeout
+			}
+			return nil, &route.Error{Phase: phase, Route: r.ID, Err: err}
+		}
+		return c, nil
+	}
+}
+
+// dialProxyTLS connects to an HTTPS proxy and completes TLS with it,
+// verifying the proxy's name from the route's URL.
+func (g *Gateway) dialProxyTLS(r *route.Route) func(context.Context, string, string) (net.Conn, error) {
+	dial := g.dialProxy(r)
+	handshake := g.cfg.Timeouts.Handshake
+	if handshake <= 0 {
+		handshake = 5 * time.Second
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		cfg := &tls.Config{}
+		if g.cfg.ProxyTLS != nil {
+			cfg = g.cfg.ProxyTLS.Clone()
+		}
+		cfg.ServerName = r.URL.Hostname()
+		cfg.NextProtos = nil // absolute-form requests are HTTP/1.1
+		tc := tls.Client(c, cfg)
+		hctx, cancel := context.WithTimeout(ctx, handshake)
+		defer cancel()
+		if err := tc.HandshakeContext(hctx); err != nil {
+			c.Close()
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return nil, &route.Error{Phase: route.PhaseHandshake, Route: r.ID, Err: err}
+		}
+		return tc, nil
+	}
+}
+
+// Close closes the idle upstream connections of every route. Requests and
+// tunnels in progress are not cut.
+func (g *Gateway) Close() {
+	for _, x := range g.exits {
+		x.transport.CloseIdleConnections()
+	}
+}
+
+// ServeHTTP is the forward proxy: CONNECT builds a tunnel, absolute-form
+// http:// requests are performed and observed; anything else is the
+// client's mistake and answered 400.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ctl, err := parseControl(r.Header)
+	if err != nil {
+		badRequest(w, err.Error())
+		return
+	}
+	if r.Method == http.MethodConnect {
+		g.serveConnect(w, r, ctl)
+		return
+	}
+	switch {
+	case !r.URL.IsAbs():
+		badRequest(w, "switchyard is a forward proxy: send absolute-form requests or CONNECT")
+	case r.URL.Scheme == "https":
+		badRequest(w, "https:// is not fetched by the proxy: use CONNECT (any HTTPS proxy client does)")
+	case r.URL.Scheme != "http":
+		badRequest(w, fmt.Sprintf("unsupported scheme %q: only http:// and CONNECT are proxied", r.URL.Scheme))
+	case r.URL.Host == "":
+		badRequest(w, "absolute URL without a host")
+	default:
+		g.serveForward(w, r, ctl)
+	}
+}
+
+// acquire leases a route for an attempt; the error is what the client is
+// told when there is none.
+func (g *Gateway) acquire(ctl control, target string, avoid []string) (engine.Lease, *exit, error) {
+	l, err := g.engine.Acquire(g.cfg.Now(), engine.Request{Target: target, Session: ctl.session, Labels: ctl.labels, Avoid: avoid})
+	if err != nil {
+		return engine.Lease{}, nil, err
+	}
+	x, ok := g.exits[l.Route]
+	if !ok {
+		// The engine knows a route this gateway was not given: it carries
+		// nothing, so the lease is released without evidence.
+		g.report(l, engine.Outcome{Class: engine.Canceled})
+		return engine.Lease{}, nil, fmt.Errorf("route %s has no dialer in this gateway", l.Route)
+	}
+	return l, x, nil
+}
+
+// report tells the engine how an attempt ended. An unknown lease means the
+// engine already reaped it as expired; nothing is left to do.
+func (g *Gateway) report(l engine.Lease, o engine.Outcome) {
+	g.engine.Report(g.cfg.Now(), l, o)
+}
+
+// acquireError answers a request for which no route could be leased.
+func acquireError(w http.ResponseWriter, err error) {
+	code := "no_route"
+	switch {
+	case errors.Is(err, engine.ErrSessionRestartRequired):
+		code = "session_restart_required"
+	case errors.Is(err, engine.ErrBusy):
+		code = "busy"
+	case errors.Is(err, engine.ErrNoMatch):
+		code = "no_matching_route"
+	}
+	fail(w, http.StatusServiceUnavailable, code, "switchyard: "+code)
+}
+
+// Response headers of the gateway's own making.
+const (
+	headerRoute    = "X-Switchyard-Route"
+	headerAttempts = "X-Switchyard-Attempts"
+	headerError    = "X-Switchyard-Error"
+)
+
+// fail answers with a one-line body naming what went wrong.
+func fail(w http.ResponseWriter, status int, code, msg string) {
+	h := w.Header()
+	h.Set(headerError, code)
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	fmt.Fprintln(w, msg)
+}
+
+func badRequest(w http.ResponseWriter, reason string) {
+	fail(w, http.StatusBadRequest, "bad_request", "switchyard: "+reason)
+}
