@@ -82,27 +82,6 @@ func TestTargetKey(t *testing.T) {
 	}
 }
 
-func TestRetryAfter(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	tests := []struct {
-		v    string
-		want time.Duration
-	}{
-		{"", 0},
-		{"30", 30 * time.Second},
-		{"-5", 0},
-		{"soon", 0},
-		{now.Add(time.Minute).Format(http.TimeFormat), time.Minute},
-		{now.Add(-time.Minute).Format(http.TimeFormat), 0},
-	}
-	for _, tc := range tests {
-		if got := retryAfter(tc.v, now); got != tc.want {
-			t.Errorf("retryAfter(%q) = %v, want %v", tc.v, got, tc.want)
-		}
-	}
-}
-
 // The budget allows the floor plus the ratio of recent requests, and
 // forgets requests older than its window.
 func TestRetryBudget(t *testing.T) {

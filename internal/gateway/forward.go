@@ -87,7 +87,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, ctl contr
 		l, x, err := g.acquire(ctl, target, tried)
 		if err != nil {
 			if last != nil {
-				g.answer(w, last, len(tried))
+				g.answer(w, r.Method, last, len(tried))
 				return
 			}
 			acquireError(w, err)
@@ -99,7 +99,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, ctl contr
 		tried = append(tried, l.Route)
 		res := g.attempt(r, l, x, body)
 		if !g.retry(r.Method, ctl, body, &res, len(tried)) {
-			g.answer(w, &res, len(tried))
+			g.answer(w, r.Method, &res, len(tried))
 			return
 		}
 		last = &res
@@ -158,7 +158,7 @@ func (g *Gateway) attempt(r *http.Request, l engine.Lease, x *exit, body *reqBod
 	outcome.Latency = g.cfg.Now().Sub(start)
 	if err == nil {
 		res.resp = resp
-		res.class, outcome.RetryAfter = classifyResponse(resp, g.cfg.Now())
+		res.class, outcome.RetryAfter = route.ClassifyStatus(resp.StatusCode, resp.Header, g.cfg.Now())
 		res.reached = resp.StatusCode != http.StatusProxyAuthRequired
 		if res.class == engine.OK {
 			err = g.checkSignatures(resp, &res.class)
@@ -202,43 +202,6 @@ func outbound(ctx context.Context, r *http.Request, body *reqBody) *http.Request
 		out.Body, out.GetBody, out.ContentLength = nil, nil, 0
 	}
 	return out
-}
-
-// classifyResponse maps an upstream answer to its outcome class (SPEC
-// §2.1), with the Retry-After of a 429 or 503.
-func classifyResponse(resp *http.Response, now time.Time) (engine.Class, time.Duration) {
-	switch code := resp.StatusCode; {
-	case code == http.StatusForbidden, code == http.StatusUnavailableForLegalReasons:
-		return engine.Blocked, 0
-	case code == http.StatusTooManyRequests:
-		return engine.RateLimited, retryAfter(resp.Header.Get("Retry-After"), now)
-	case code == http.StatusProxyAuthRequired:
-		return engine.ProxyAuth, 0
-	case code >= 500:
-		// Also a proxy's 502/504 for a site it could not reach.
-		return engine.Target5xx, retryAfter(resp.Header.Get("Retry-After"), now)
-	case code >= 400:
-		return engine.ClientError, 0
-	}
-	return engine.OK, 0
-}
-
-// retryAfter parses Retry-After: delay seconds or an HTTP date (RFC 9110
-// §10.2.3). Unparsable or past values mean none.
-func retryAfter(v string, now time.Time) time.Duration {
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
-		if s <= 0 {
-			return 0
-		}
-		return time.Duration(min(s, int64(24*time.Hour/time.Second))) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
 }
 
 // checkSignatures searches the start of a 2xx text answer for a block
@@ -312,8 +275,9 @@ func isTimeout(err error) bool {
 // a 502 naming the class when there is none to pass on. A proxy's 407 is
 // about the route's credentials, not the client's, so it is never passed
 // on as such.
-func (g *Gateway) answer(w http.ResponseWriter, res *result, attempts int) {
+func (g *Gateway) answer(w http.ResponseWriter, method string, res *result, attempts int) {
 	defer res.done()
+	g.observeRequest(method, res.class, attempts)
 	h := w.Header()
 	h.Set(headerRoute, res.route)
 	h.Set(headerAttempts, strconv.Itoa(attempts))

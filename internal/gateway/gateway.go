@@ -50,6 +50,15 @@ type Config struct {
 	// Now is the clock for the engine's timeline and the retry budget.
 	// Default time.Now.
 	Now func() time.Time
+	// Observer is told of every attempt and every request that got a
+	// route, for metrics; nil means none.
+	Observer Observer
+}
+
+// Observer receives what the gateway did; admin.Metrics implements it.
+type Observer interface {
+	ObserveAttempt(route string, class engine.Class, latency time.Duration)
+	ObserveRequest(method string, class engine.Class, retries int)
 }
 
 // Defaults applied by New to zero fields.
@@ -262,6 +271,16 @@ func (g *Gateway) acquire(ctl control, target string, avoid []string) (engine.Le
 // engine already reaped it as expired; nothing is left to do.
 func (g *Gateway) report(l engine.Lease, o engine.Outcome) {
 	g.engine.Report(g.cfg.Now(), l, o)
+	if g.cfg.Observer != nil {
+		g.cfg.Observer.ObserveAttempt(l.Route, o.Class, o.Latency)
+	}
+}
+
+// observeRequest tells the Observer how a request that got a route ended.
+func (g *Gateway) observeRequest(method string, class engine.Class, attempts int) {
+	if g.cfg.Observer != nil {
+		g.cfg.Observer.ObserveRequest(method, class, attempts-1)
+	}
 }
 
 // acquireError answers a request for which no route could be leased.

@@ -37,18 +37,19 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, ctl contr
 				acquireError(w, err)
 				return
 			}
-			g.answer(w, &last, len(tried))
+			g.answer(w, r.Method, &last, len(tried))
 			return
 		}
 		tried = append(tried, l.Route)
 		conn, latency, class := g.dialTunnel(r.Context(), l, x, addr)
 		if conn != nil {
+			g.observeRequest(r.Method, engine.OK, len(tried))
 			g.tunnel(w, l, conn, latency, len(tried))
 			return
 		}
 		last = result{route: l.Route, class: class, done: func() {}}
 		if !g.retry(r.Method, ctl, &reqBody{}, &last, len(tried)) {
-			g.answer(w, &last, len(tried))
+			g.answer(w, r.Method, &last, len(tried))
 			return
 		}
 	}

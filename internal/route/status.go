@@ -3,6 +3,7 @@ package route
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
@@ -29,7 +30,7 @@ func ClassifyStatus(status int, h http.Header, now time.Time) (engine.Class, tim
 // RetryAfter parses a Retry-After header: seconds or an HTTP date; 0 when
 // absent, malformed or in the past.
 func RetryAfter(h http.Header, now time.Time) time.Duration {
-	v := h.Get("Retry-After")
+	v := strings.TrimSpace(h.Get("Retry-After"))
 	if v == "" {
 		return 0
 	}

@@ -1,0 +1,54 @@
+package gateway
+
+import (
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/route/routetest"
+)
+
+// recorder is an Observer that remembers what it was told.
+type recorder struct {
+	mu       sync.Mutex
+	attempts []engine.Class
+	requests []int // retries per request
+}
+
+func (r *recorder) ObserveAttempt(_ string, c engine.Class, _ time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.attempts = append(r.attempts, c)
+}
+
+func (r *recorder) ObserveRequest(_ string, _ engine.Class, retries int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.requests = append(r.requests, retries)
+}
+
+func TestObserverSeesAttemptsAndRequests(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") })
+		dead := routetest.NewProxy(t, routetest.Behavior{Refuse: true})
+		live := routetest.NewProxy(t, routetest.Behavior{})
+		rec := &recorder{}
+		v := newEnv(t, Config{Observer: rec}, proxyLine(dead, ""), proxyLine(live, ""))
+		resp, err := v.client(t, "").Get(site.URL) // the dead route first, then the live one
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if len(rec.attempts) != 2 || rec.attempts[0] != engine.ProxyConnectFailed || rec.attempts[1] != engine.OK {
+			t.Errorf("attempts %v, want [proxy_connect_failed ok]", rec.attempts)
+		}
+		if len(rec.requests) != 1 || rec.requests[0] != 1 {
+			t.Errorf("requests %v, want one with one retry", rec.requests)
+		}
+	})
+}
