@@ -1,6 +1,5 @@
-// Command switchyard is the Switchyard egress gateway. This build carries
-// the routing engine and its simulator; the forward proxy (serve) arrives
-// with its issue.
+// Command switchyard is the Switchyard egress gateway: `serve` runs the
+// forward proxy, `bench` the simulator that measures its routing.
 package main
 
 import (
@@ -11,6 +10,7 @@ import (
 const usage = `usage: switchyard <command> [flags]
 
 commands:
+  serve     run the forward proxy over a proxy list (switchyard serve -h)
   bench     compare the engine with other policies on simulated pools (switchyard bench -h)
   version   print the version
 `
@@ -23,6 +23,11 @@ func main() {
 		os.Exit(2)
 	}
 	switch os.Args[1] {
+	case "serve":
+		ctx, stop := signalContext()
+		code := serve(ctx, os.Args[2:], os.Stderr)
+		stop()
+		os.Exit(code)
 	case "bench":
 		os.Exit(bench(os.Args[2:], os.Stdout, os.Stderr))
 	case "version":

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
@@ -96,6 +97,8 @@ type Gateway struct {
 	engine *engine.Engine
 	exits  map[string]*exit // by route id
 	budget *retryBudget
+
+	origins sync.Map // target key → the http:// origin last requested for it, for probes
 }
 
 // exit is one route with the transport that carries absolute-form
@@ -274,6 +277,17 @@ func (g *Gateway) report(l engine.Lease, o engine.Outcome) {
 	if g.cfg.Observer != nil {
 		g.cfg.Observer.ObserveAttempt(l.Route, o.Class, o.Latency)
 	}
+}
+
+// ProbeURL is the page a route×target probe should fetch for a target key:
+// the origin of the last absolute-form request for it, or the key's root
+// (a CONNECT target is probed over plain HTTP: any answer shows the route
+// reaches the site, and a ban or captcha page shows it is refused).
+func (g *Gateway) ProbeURL(target string) string {
+	if v, ok := g.origins.Load(target); ok {
+		return v.(string)
+	}
+	return "http://" + target + "/"
 }
 
 // observeRequest tells the Observer how a request that got a route ended.

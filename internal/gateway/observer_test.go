@@ -52,3 +52,21 @@ func TestObserverSeesAttemptsAndRequests(t *testing.T) {
 		}
 	})
 }
+
+func TestProbeURLFollowsTraffic(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") })
+		v := newEnv(t, Config{}, "direct")
+		if got := v.g.ProbeURL("example.org"); got != "http://example.org/" {
+			t.Fatalf("unseen target: %q", got)
+		}
+		resp, err := v.client(t, "").Get(site.URL + "/some/page?q=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got, want := v.g.ProbeURL("127.0.0.1"), site.URL+"/"; got != want {
+			t.Fatalf("probe page %q, want %q", got, want)
+		}
+	})
+}
