@@ -60,7 +60,9 @@ func TestServeEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	log := &syncBuffer{}
 	done := make(chan int)
-	go func() { done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--proxies", list}, log) }()
+	go func() {
+		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--proxies", list}, log)
+	}()
 	proxyAddr := addrOf(t, log, "forward proxy listening")
 	adminAddr := addrOf(t, log, "admin listening")
 
