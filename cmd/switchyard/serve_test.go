@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -121,6 +122,118 @@ func TestServeRejectsBadInput(t *testing.T) {
 			}
 			if !strings.Contains(log.String(), tt.want) || strings.Contains(log.String(), "Sekr1tPw") {
 				t.Fatalf("output %q, want it to mention %q and no password", log.String(), tt.want)
+			}
+		})
+	}
+}
+
+// startServe runs serve over a list of just "direct" and returns the proxy
+// and admin addresses, a stop function and the exit code channel.
+func startServe(t *testing.T) (proxyAddr, adminAddr string, stop context.CancelFunc, done chan int) {
+	t.Helper()
+	list := filepath.Join(t.TempDir(), "proxies.txt")
+	os.WriteFile(list, []byte("direct\n"), 0o644)
+	ctx, cancel := context.WithCancel(context.Background())
+	log := &syncBuffer{}
+	done = make(chan int, 1)
+	go func() {
+		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--proxies", list}, log)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("serve did not stop")
+		}
+	})
+	return addrOf(t, log, "forward proxy listening"), addrOf(t, log, "admin listening"), cancel, done
+}
+
+func TestServeFinishesInFlightRequestsOnShutdown(t *testing.T) {
+	started := make(chan struct{})
+	release := make(chan struct{})
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		<-release
+		io.WriteString(w, "late but whole")
+	}))
+	defer site.Close()
+	proxyAddr, _, stop, done := startServe(t)
+	proxyURL, _ := url.Parse("http://" + proxyAddr)
+	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 10 * time.Second}
+	type result struct {
+		body string
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		resp, err := client.Get(site.URL)
+		if err != nil {
+			got <- result{err: err}
+			return
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got <- result{string(b), err}
+	}()
+	select {
+	case <-started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request never reached the site")
+	}
+	stop() // shutdown begins with the request in flight
+	close(release)
+	r := <-got
+	if r.err != nil || r.body != "late but whole" {
+		t.Fatalf("in-flight request: %q, %v", r.body, r.err)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		done <- code // for the cleanup
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop after the request finished")
+	}
+}
+
+// TestServeWithCurl drives the gateway with the curl binary, the way users
+// first meet it, when curl is installed.
+func TestServeWithCurl(t *testing.T) {
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Skip("curl not installed")
+	}
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Switchyard-Session") != "" || r.Header.Get("Proxy-Authorization") != "" {
+			t.Errorf("control headers reached the site: %v", r.Header)
+		}
+		io.WriteString(w, "hello curl")
+	}))
+	defer site.Close()
+	tlsSite := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "hello tunnel")
+	}))
+	defer tlsSite.Close()
+	proxyAddr, _, _, _ := startServe(t)
+	tests := []struct {
+		desc string
+		args []string
+		want string
+	}{
+		{"absolute-form", []string{"-sS", "-i", "-x", "http://" + proxyAddr, "-H", "X-Switchyard-Session: s1", site.URL}, "X-Switchyard-Route: direct"},
+		{"body", []string{"-sS", "-x", "http://" + proxyAddr, site.URL}, "hello curl"},
+		{"CONNECT with username control", []string{"-sS", "-k", "-x", "http://acct-session-s2:pw@" + proxyAddr, tlsSite.URL}, "hello tunnel"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, curl, append(tt.args, "--noproxy", "")...).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), tt.want) {
+				t.Fatalf("curl %v: %v\n%s", tt.args, err, out)
 			}
 		})
 	}
