@@ -2,6 +2,8 @@ package admin
 
 import (
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +25,13 @@ type Metrics struct {
 	attempts       *prometheus.CounterVec
 	retries        prometheus.Counter
 	attemptSeconds *prometheus.HistogramVec
+
+	perRoute sync.Map // route id → *routeCounts, for /api/routes
+}
+
+// routeCounts are one route's attempts since start, and how many were OK.
+type routeCounts struct {
+	attempts, successes atomic.Uint64
 }
 
 // NewMetrics returns the metrics of a gateway running on e.
@@ -65,6 +74,24 @@ func (m *Metrics) ObserveRequest(method string, class engine.Class, retries int)
 func (m *Metrics) ObserveAttempt(route string, class engine.Class, latency time.Duration) {
 	m.attempts.WithLabelValues(route, class.String()).Inc()
 	m.attemptSeconds.WithLabelValues(class.String()).Observe(latency.Seconds())
+	v, ok := m.perRoute.Load(route)
+	if !ok {
+		v, _ = m.perRoute.LoadOrStore(route, new(routeCounts))
+	}
+	c := v.(*routeCounts)
+	c.attempts.Add(1)
+	if class == engine.OK {
+		c.successes.Add(1)
+	}
+}
+
+// routeTotals returns route's attempts and successes since start.
+func (m *Metrics) routeTotals(route string) (attempts, successes uint64) {
+	if v, ok := m.perRoute.Load(route); ok {
+		c := v.(*routeCounts)
+		return c.attempts.Load(), c.successes.Load()
+	}
+	return 0, 0
 }
 
 // handler serves the registry in the Prometheus exposition format.

@@ -44,6 +44,7 @@ const subscriptionBuffer = 4096
 type Server struct {
 	// Immutable after NewServer.
 	engine   *engine.Engine
+	metrics  *Metrics
 	routes   map[string]*route.Route // by id: the addresses to show
 	token    [sha256.Size]byte       // hash of Options.Token, compared in constant time
 	hasToken bool
@@ -67,6 +68,7 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 	}
 	s := &Server{
 		engine:   e,
+		metrics:  m,
 		routes:   make(map[string]*route.Route, len(routes)),
 		hasToken: opts.Token != "",
 		ready:    opts.Ready,
@@ -163,6 +165,8 @@ type routeJSON struct {
 	Score               float64           `json:"score"`
 	Weight              float64           `json:"weight"`
 	Inflight            int               `json:"inflight"`
+	Attempts            uint64            `json:"attempts"`  // through this gateway since start
+	Successes           uint64            `json:"successes"` // of which OK
 	Samples             uint32            `json:"samples"`
 	SuccessEWMA         float64           `json:"success_ewma"`
 	LatencyMSEWMA       float64           `json:"latency_ms_ewma"`
@@ -196,7 +200,10 @@ func (s *Server) listRoutes(w http.ResponseWriter, _ *http.Request) {
 
 func (s *Server) routeJSON(st engine.RouteStatus) routeJSON {
 	h := st.Health
+	attempts, successes := s.metrics.routeTotals(st.ID)
 	rj := routeJSON{
+		Attempts:            attempts,
+		Successes:           successes,
 		ID:                  st.ID,
 		Labels:              make(map[string]string, len(st.Labels)),
 		State:               h.State.String(),

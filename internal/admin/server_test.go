@@ -563,3 +563,26 @@ func TestCloseStopsCollector(t *testing.T) {
 		t.Errorf("%d events after Close, want the %d collected before", len(got), len(f.transitions))
 	}
 }
+
+func TestRoutesCountAttempts(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	f.m.ObserveAttempt(bob, engine.OK, time.Millisecond)
+	f.m.ObserveAttempt(bob, engine.Blocked, time.Millisecond)
+	f.m.ObserveAttempt(bob, engine.OK, time.Millisecond)
+	var routes []struct {
+		ID        string `json:"id"`
+		Attempts  uint64 `json:"attempts"`
+		Successes uint64 `json:"successes"`
+	}
+	f.getJSON(t, "/api/routes", &routes)
+	for _, r := range routes {
+		want := [2]uint64{}
+		if r.ID == bob {
+			want = [2]uint64{3, 2}
+		}
+		if got := [2]uint64{r.Attempts, r.Successes}; got != want {
+			t.Errorf("%s: attempts, successes = %v, want %v", r.ID, got, want)
+		}
+	}
+}
