@@ -1,5 +1,6 @@
 // Command switchyard is the Switchyard egress gateway: `serve` runs the
-// forward proxy, `bench` the simulator that measures its routing.
+// forward proxy, `demo` a live tour of it, `bench` the simulator that
+// measures its routing.
 package main
 
 import (
@@ -11,6 +12,7 @@ const usage = `usage: switchyard <command> [flags]
 
 commands:
   serve     run the forward proxy over a proxy list (switchyard serve -h)
+  demo      a live tour: fake proxies, the gateway and light load (switchyard demo -h)
   bench     compare the engine with other policies on simulated pools (switchyard bench -h)
   version   print the version
 `
@@ -26,6 +28,11 @@ func main() {
 	case "serve":
 		ctx, stop := signalContext()
 		code := serve(ctx, os.Args[2:], os.Stderr)
+		stop()
+		os.Exit(code)
+	case "demo":
+		ctx, stop := signalContext()
+		code := demoCmd(ctx, os.Args[2:], os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
 	case "bench":

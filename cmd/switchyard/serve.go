@@ -2,23 +2,18 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/admin"
-	"github.com/switchyard/switchyard/internal/gateway"
-	"github.com/switchyard/switchyard/internal/probe"
 	"github.com/switchyard/switchyard/internal/route"
+	"github.com/switchyard/switchyard/internal/server"
 )
 
 const serveUsage = `usage: switchyard serve --listen ADDR --proxies FILE [--admin ADDR]
@@ -59,97 +54,41 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "switchyard serve:", err)
 		return 2
 	}
-	ptrs := make([]*route.Route, len(routes))
-	e, err := engine.New(engine.Config{}, nil)
-	if err != nil {
+	opts := server.Options{AdminToken: os.Getenv("SWITCHYARD_ADMIN_TOKEN")}
+	if opts.Proxy, err = net.Listen("tcp", *listen); err != nil {
 		fmt.Fprintln(stderr, "switchyard serve:", err)
 		return 1
 	}
-	now := time.Now()
-	for i := range routes {
-		ptrs[i] = &routes[i]
-		if err := e.AddRoute(now, routes[i].Spec()); err != nil {
-			fmt.Fprintln(stderr, "switchyard serve:", err)
-			return 2
-		}
-	}
-	metrics := admin.NewMetrics(e)
-	gw, err := gateway.New(gateway.Config{Observer: metrics}, e, ptrs)
-	if err != nil {
-		fmt.Fprintln(stderr, "switchyard serve:", err)
-		return 2
-	}
-	defer gw.Close()
-
-	proxyLn, err := net.Listen("tcp", *listen)
-	if err != nil {
-		fmt.Fprintln(stderr, "switchyard serve:", err)
-		return 1
-	}
-	servers := []*http.Server{{Handler: gw, ReadHeaderTimeout: 10 * time.Second}}
-	listeners := []net.Listener{proxyLn}
 	if *adminAddr != "" {
-		adminLn, err := net.Listen("tcp", *adminAddr)
-		if err != nil {
-			proxyLn.Close()
+		if opts.Admin, err = net.Listen("tcp", *adminAddr); err != nil {
+			opts.Proxy.Close()
 			fmt.Fprintln(stderr, "switchyard serve:", err)
 			return 1
 		}
-		srv := admin.NewServer(e, ptrs, metrics, admin.Options{Token: os.Getenv("SWITCHYARD_ADMIN_TOKEN")})
-		defer srv.Close()
-		servers = append(servers, &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second})
-		listeners = append(listeners, adminLn)
-		log.Info("admin listening", "addr", adminLn.Addr().String(), "routes", "/api/routes", "metrics", "/metrics")
 	}
-	log.Info("forward proxy listening", "addr", proxyLn.Addr().String(), "routes", len(routes))
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	background := make(chan struct{})
-	go func() {
-		defer close(background)
-		run(ctx, e, gw, ptrs)
-	}()
-	failed := make(chan error, len(servers))
-	for i, srv := range servers {
-		go func() { failed <- srv.Serve(listeners[i]) }()
+	srv, err := server.New(routes, opts)
+	if err != nil {
+		closeAll(opts)
+		fmt.Fprintln(stderr, "switchyard serve:", err)
+		return 2
 	}
-	code := 0
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down", "grace", shutdownGrace)
-	case err := <-failed:
+	if opts.Admin != nil {
+		log.Info("admin listening", "addr", opts.Admin.Addr().String(), "routes", "/api/routes", "metrics", "/metrics")
+	}
+	log.Info("forward proxy listening", "addr", opts.Proxy.Addr().String(), "routes", len(routes))
+	if err := srv.Run(ctx, shutdownGrace); err != nil {
 		log.Error("listener failed", "err", err)
-		code = 1
+		return 1
 	}
-	shutdown, stop := context.WithTimeout(context.Background(), shutdownGrace)
-	defer stop()
-	for _, srv := range servers {
-		if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("shutdown", "err", err)
-		}
-	}
-	cancel()
-	<-background
-	return code
+	log.Info("stopped")
+	return 0
 }
 
-// run does the engine's timed work until ctx ends: sweeps once a second and
-// answers probe jobs.
-func run(ctx context.Context, e *engine.Engine, gw *gateway.Gateway, routes []*route.Route) {
-	prober := probe.New(e, routes, probe.Config{TargetURL: gw.ProbeURL})
-	done := make(chan struct{})
-	go func() { prober.Run(ctx, time.Second); close(done) }()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			<-done
-			return
-		case now := <-tick.C:
-			e.Sweep(now)
-		}
+// closeAll closes the listeners of a server that never ran.
+func closeAll(opts server.Options) {
+	opts.Proxy.Close()
+	if opts.Admin != nil {
+		opts.Admin.Close()
 	}
 }
 

@@ -59,12 +59,15 @@ type Behavior struct {
 type Proxy struct {
 	URL *url.URL // scheme http, https or socks5; with the credentials when Behavior.User is set
 
-	// Immutable after NewProxy.
+	// Immutable after Start.
 	b    Behavior
 	srv  *server         // nil when Refuse
 	tls  *tls.Config     // server side, when TLS
 	pool *x509.CertPool  // trusts the proxy's certificate, when TLS
 	tr   *http.Transport // forwards absolute-form requests
+
+	release   func() // frees the ClosedPort of a Refuse proxy
+	closeOnce sync.Once
 
 	requests atomic.Int64
 }
@@ -73,8 +76,19 @@ type Proxy struct {
 // which cuts every connection through it and waits for its goroutines.
 func NewProxy(t testing.TB, b Behavior) *Proxy {
 	t.Helper()
+	p, err := Start(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Start starts a proxy with behaviour b outside a test (a demo, a tool).
+// The caller must Close it.
+func Start(b Behavior) (*Proxy, error) {
 	if b.TLS && b.Kind != HTTPProxy {
-		t.Fatal("routetest: TLS is for HTTP proxies only")
+		return nil, errors.New("routetest: TLS is for HTTP proxies only")
 	}
 	p := &Proxy{b: b, URL: &url.URL{Scheme: "http"}}
 	switch {
@@ -87,16 +101,25 @@ func NewProxy(t testing.TB, b Behavior) *Proxy {
 		p.URL.User = url.UserPassword(b.User, b.Password)
 	}
 	if b.Refuse {
-		p.URL.Host = ClosedPort(t)
-		return p
+		addr, release, err := closedPort()
+		if err != nil {
+			return nil, err
+		}
+		p.URL.Host = addr
+		p.release = release
+		return p, nil
 	}
-	p.srv = listen(t)
+	srv, err := listen()
+	if err != nil {
+		return nil, err
+	}
+	p.srv = srv
 	p.URL.Host = p.srv.ln.Addr().String()
 	if b.TLS {
 		cert, pool, err := selfSigned()
 		if err != nil {
 			p.srv.ln.Close()
-			t.Fatal(err)
+			return nil, err
 		}
 		p.tls = &tls.Config{Certificates: []tls.Certificate{cert}}
 		p.pool = pool
@@ -107,8 +130,20 @@ func NewProxy(t testing.TB, b Behavior) *Proxy {
 		DisableKeepAlives: true,
 	}
 	p.srv.start(p.serve)
-	t.Cleanup(p.srv.close)
-	return p
+	return p, nil
+}
+
+// Close stops the proxy: it cuts every connection through it and returns
+// once its goroutines have. Closing twice is harmless.
+func (p *Proxy) Close() {
+	p.closeOnce.Do(func() {
+		if p.srv != nil {
+			p.srv.close()
+		}
+		if p.release != nil {
+			p.release()
+		}
+	})
 }
 
 // Requests is how many requests the proxy has received: HTTP requests
@@ -450,7 +485,10 @@ func selfSigned() (tls.Certificate, *x509.CertPool, error) {
 // which closes every connection and waits for the handlers to return.
 func ServeTCP(t testing.TB, handle func(c net.Conn)) (addr string) {
 	t.Helper()
-	s := listen(t)
+	s, err := listen()
+	if err != nil {
+		t.Fatal(err)
+	}
 	s.start(handle)
 	t.Cleanup(s.close)
 	return s.ln.Addr().String()
@@ -462,25 +500,35 @@ func ServeTCP(t testing.TB, handle func(c net.Conn)) (addr string) {
 // a loopback connection, which no listener can bind and nothing listens on.
 func ClosedPort(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, release, err := closedPort()
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(release)
+	return addr
+}
+
+// closedPort is ClosedPort without a test: release frees the port.
+func closedPort() (addr string, release func(), err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
 	}
 	defer ln.Close()
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
 	peer, err := ln.Accept()
 	if err != nil {
 		c.Close()
-		t.Fatal(err)
+		return "", nil, err
 	}
-	t.Cleanup(func() {
+	release = func() {
 		c.Close()
 		peer.Close()
-	})
-	return c.LocalAddr().String()
+	}
+	return c.LocalAddr().String(), release, nil
 }
 
 // server accepts on 127.0.0.1 and serves each connection on its own
@@ -496,13 +544,12 @@ type server struct {
 	wg sync.WaitGroup // the accept loop and one goroutine per connection
 }
 
-func listen(t testing.TB) *server {
-	t.Helper()
+func listen() (*server, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	return &server{ln: ln, conns: map[net.Conn]struct{}{}}
+	return &server{ln: ln, conns: map[net.Conn]struct{}{}}, nil
 }
 
 func (s *server) start(handle func(net.Conn)) {

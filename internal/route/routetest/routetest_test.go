@@ -243,3 +243,55 @@ func openTunnel(t *testing.T, p *Proxy, addr string) net.Conn {
 	c.SetDeadline(time.Time{})
 	return c
 }
+
+// TestStartWithoutTest runs proxies the way a demo does: Start, use,
+// Close (twice is harmless), nothing left running.
+func TestStartWithoutTest(t *testing.T) {
+	if _, err := Start(Behavior{TLS: true, Kind: SOCKS5Proxy}); err == nil {
+		t.Fatal("Start accepted TLS for a SOCKS5 proxy")
+	}
+	NoLeaks(t, func(t *testing.T) {
+		site := target(t, false)
+		p, err := Start(Behavior{BlockHosts: []string{"localhost"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := &http.Transport{Proxy: http.ProxyURL(p.URL), DisableKeepAlives: true}
+		client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+		resp, err := client.Get(site.URL + "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != "hello /x" {
+			t.Fatalf("through the proxy: %q", body)
+		}
+		_, port, _ := net.SplitHostPort(site.Listener.Addr().String())
+		resp, err = client.Get("http://localhost:" + port + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("blocked host: status %d, want 403", resp.StatusCode)
+		}
+		p.Close()
+		p.Close()
+		if _, err := client.Get(site.URL); err == nil {
+			t.Fatal("request through a closed proxy succeeded")
+		}
+
+		refused, err := Start(Behavior{Refuse: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err := net.Dial("tcp", refused.URL.Host); err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+			if c != nil {
+				c.Close()
+			}
+			t.Fatalf("dial a Refuse proxy: %v, want connection refused", err)
+		}
+		refused.Close()
+	})
+}

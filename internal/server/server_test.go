@@ -1,0 +1,102 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/internal/route"
+	"github.com/switchyard/switchyard/internal/route/routetest"
+)
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+func direct(t *testing.T) []route.Route {
+	t.Helper()
+	routes, err := route.ParseList("test", []byte("direct\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return routes
+}
+
+func TestNewNeedsAProxyListener(t *testing.T) {
+	t.Parallel()
+	if _, err := New(direct(t), Options{}); err == nil {
+		t.Fatal("a server without a proxy listener")
+	}
+}
+
+func TestRunServesUntilItsContextEnds(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+		defer site.Close()
+		proxy, adm := listen(t), listen(t)
+		s, err := New(direct(t), Options{Proxy: proxy, Admin: adm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx, time.Second) }()
+
+		tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxy.Addr().String()})}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get(site.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || s.Engine().Routes()[0].Health.Samples != 1 {
+			t.Fatalf("status %d, engine samples %d", resp.StatusCode, s.Engine().Routes()[0].Health.Samples)
+		}
+		resp, err = http.Get("http://" + adm.Addr().String() + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run did not return")
+		}
+	})
+}
+
+func TestRunReportsAFailedListener(t *testing.T) {
+	t.Parallel()
+	proxy := listen(t)
+	s, err := New(direct(t), Options{Proxy: proxy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Close() // Serve fails at once
+	select {
+	case err := <-func() chan error {
+		c := make(chan error, 1)
+		go func() { c <- s.Run(context.Background(), time.Second) }()
+		return c
+	}():
+		if err == nil {
+			t.Fatal("Run returned nil for a failed listener")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return")
+	}
+}
