@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -16,7 +17,7 @@ import (
 	"github.com/switchyard/switchyard/internal/server"
 )
 
-const serveUsage = `usage: switchyard serve --listen ADDR --proxies FILE [--admin ADDR]
+const serveUsage = `usage: switchyard serve --listen ADDR --proxies FILE [--admin ADDR] [--probe-url URL]
 
 Runs the forward proxy: point clients at --listen (curl -x http://ADDR …).
 State is kept in memory. Admin actions (drain, eject, restore) need a
@@ -41,6 +42,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	listen := fs.String("listen", "127.0.0.1:8080", "address of the forward proxy")
 	proxies := fs.String("proxies", "", "proxy list file (see proxies.example.txt); required")
 	adminAddr := fs.String("admin", "127.0.0.1:9090", `address of the admin listener ("" to disable)`)
+	probeURL := fs.String("probe-url", "", "http:// page that neutral probes fetch through each route (default: a TCP check of the proxy)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -48,13 +50,19 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
+	if *probeURL != "" {
+		if u, err := url.Parse(*probeURL); err != nil || u.Scheme != "http" || u.Host == "" {
+			fmt.Fprintf(stderr, "switchyard serve: --probe-url %q: want an http:// URL\n", *probeURL)
+			return 2
+		}
+	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	routes, err := route.LoadList(*proxies)
 	if err != nil {
 		fmt.Fprintln(stderr, "switchyard serve:", err)
 		return 2
 	}
-	opts := server.Options{AdminToken: os.Getenv("SWITCHYARD_ADMIN_TOKEN")}
+	opts := server.Options{AdminToken: os.Getenv("SWITCHYARD_ADMIN_TOKEN"), NeutralURL: *probeURL}
 	if opts.Proxy, err = net.Listen("tcp", *listen); err != nil {
 		fmt.Fprintln(stderr, "switchyard serve:", err)
 		return 1

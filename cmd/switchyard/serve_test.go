@@ -111,6 +111,7 @@ func TestServeRejectsBadInput(t *testing.T) {
 	}{
 		{"no list", []string{}, "usage"},
 		{"missing file", []string{"--proxies", filepath.Join(dir, "nope.txt")}, "nope.txt"},
+		{"bad probe url", []string{"--proxies", bad, "--probe-url", "ftp://x"}, "--probe-url"},
 		{"bad line", []string{"--proxies", bad}, "proxies.txt:2: missing port"},
 	}
 	for _, tt := range tests {

@@ -25,8 +25,13 @@ type Config struct {
 	// default "http://<target>/". The gateway supplies the origin it last
 	// saw for the key (the key is a registrable domain, without a port).
 	TargetURL func(target string) string
-	ProxyTLS  *tls.Config      // roots for HTTPS proxies
-	Now       func() time.Time // clock; nil → time.Now
+	// NeutralURL, when set, is an http:// page that every route should be
+	// able to fetch: neutral probes GET it through the route, which also
+	// checks the route's credentials. Unset, a neutral probe is a TCP check
+	// of the proxy.
+	NeutralURL string
+	ProxyTLS   *tls.Config      // roots for HTTPS proxies
+	Now        func() time.Time // clock; nil → time.Now
 }
 
 // Prober runs probe jobs with bounded concurrency.
@@ -115,9 +120,12 @@ func (p *Prober) probe(ctx context.Context, job engine.ProbeJob) engine.Outcome 
 	start := p.cfg.Now()
 	var class engine.Class
 	var wait time.Duration
-	if job.Target == "" {
+	switch {
+	case job.Target == "" && p.cfg.NeutralURL != "":
+		class, wait = p.fetch(ctx, r, p.cfg.NeutralURL)
+	case job.Target == "":
 		class = p.neutral(ctx, r)
-	} else {
+	default:
 		class, wait = p.fetch(ctx, r, p.cfg.TargetURL(job.Target))
 	}
 	return engine.Outcome{Class: class, Latency: p.cfg.Now().Sub(start), RetryAfter: wait}

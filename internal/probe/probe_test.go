@@ -213,3 +213,25 @@ func TestBadPagesAreNoEvidence(t *testing.T) {
 		t.Errorf("default target page %q", got)
 	}
 }
+
+func TestNeutralURLIsFetchedThroughTheRoute(t *testing.T) {
+	t.Parallel()
+	routetest.NoLeaks(t, func(t *testing.T) {
+		hits := 0
+		page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits++ }))
+		defer page.Close()
+		locked := routetest.NewProxy(t, routetest.Behavior{Answer407: true})
+		e, routes := setup(t, locked.URL.String()+"\n")
+		now := halfOpen(t, e, routes[0].ID, "")
+		p := New(e, routes, Config{Now: func() time.Time { return now }, NeutralURL: page.URL + "/"})
+		answer(t, p)
+		// A TCP check would pass this proxy; fetching a page through it
+		// finds the 407.
+		if s := state(e, routes[0].ID, ""); s != engine.Cooling {
+			t.Fatalf("407 proxy is %v after a neutral page probe, want cooling", s)
+		}
+		if hits != 0 || locked.Requests() == 0 {
+			t.Fatalf("page hits %d, proxy requests %d", hits, locked.Requests())
+		}
+	})
+}

@@ -23,6 +23,9 @@ type Options struct {
 	Proxy      net.Listener // the forward proxy; required
 	Admin      net.Listener // the admin endpoints; nil for none
 	AdminToken string       // bearer token for admin actions; "" makes the admin read-only
+	// NeutralURL is the http:// page neutral probes fetch through each
+	// route; "" makes them a TCP check of the proxy.
+	NeutralURL string
 }
 
 // Server is a gateway ready to run. Run closes its listeners.
@@ -111,7 +114,7 @@ func (s *Server) Run(ctx context.Context, grace time.Duration) error {
 // background does the engine's timed work until ctx ends: a sweep a second,
 // and the prober answering probe jobs.
 func (s *Server) background(ctx context.Context) {
-	prober := probe.New(s.engine, s.routes, probe.Config{TargetURL: s.gateway.ProbeURL})
+	prober := probe.New(s.engine, s.routes, probe.Config{TargetURL: s.gateway.ProbeURL, NeutralURL: s.opts.NeutralURL})
 	done := make(chan struct{})
 	go func() { prober.Run(ctx, time.Second); close(done) }()
 	tick := time.NewTicker(time.Second)
