@@ -7,17 +7,21 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/guard"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/server"
 )
 
 const serveUsage = `usage: switchyard serve --listen ADDR --proxies FILE [--admin ADDR] [--probe-url URL]
+                       [--block-private-networks[=false]] [--allow-cidr CIDR,...]
 
 Runs the forward proxy: point clients at --listen (curl -x http://ADDR …).
 State is kept in memory. Admin actions (drain, eject, restore) need a
@@ -43,6 +47,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	proxies := fs.String("proxies", "", "proxy list file (see proxies.example.txt); required")
 	adminAddr := fs.String("admin", "127.0.0.1:9090", `address of the admin listener ("" to disable)`)
 	probeURL := fs.String("probe-url", "", "http:// page that neutral probes fetch through each route (default: a TCP check of the proxy)")
+	blockPrivate := fs.Bool("block-private-networks", false, "refuse loopback, private, link-local, metadata and multicast destinations (default: on unless --listen is a loopback address)")
+	var allowCIDRs cidrList
+	fs.Var(&allowCIDRs, "allow-cidr", "destination range exempt from --block-private-networks (repeatable or comma-separated)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -63,6 +70,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	opts := server.Options{AdminToken: os.Getenv("SWITCHYARD_ADMIN_TOKEN"), NeutralURL: *probeURL}
+	if blockPrivateNetworks(fs, *blockPrivate, *listen) {
+		opts.Admission = guard.NewAdmission(allowCIDRs, nil)
+	}
 	if opts.Proxy, err = net.Listen("tcp", *listen); err != nil {
 		fmt.Fprintln(stderr, "switchyard serve:", err)
 		return 1
@@ -90,6 +100,51 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	log.Info("stopped")
 	return 0
+}
+
+// blockPrivateNetworks says whether SSRF admission is on: as the flag says
+// when given, else on for a proxy reachable beyond loopback (SPEC §4).
+func blockPrivateNetworks(fs *flag.FlagSet, flagValue bool, listen string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "block-private-networks" })
+	if given {
+		return flagValue
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return true
+	}
+	if host == "localhost" {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err != nil || !ip.IsLoopback()
+}
+
+// cidrList is a repeatable flag of CIDR ranges, each value one range or a
+// comma-separated list.
+type cidrList []netip.Prefix
+
+func (l *cidrList) String() string {
+	if l == nil {
+		return ""
+	}
+	s := make([]string, len(*l))
+	for i, p := range *l {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *cidrList) Set(v string) error {
+	for _, f := range strings.Split(v, ",") {
+		p, err := netip.ParsePrefix(strings.TrimSpace(f))
+		if err != nil {
+			return err
+		}
+		*l = append(*l, p)
+	}
+	return nil
 }
 
 // closeAll closes the listeners of a server that never ran.

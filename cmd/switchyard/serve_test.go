@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -237,5 +238,52 @@ func TestServeWithCurl(t *testing.T) {
 				t.Fatalf("curl %v: %v\n%s", tt.args, err, out)
 			}
 		})
+	}
+}
+
+func TestBlockPrivateNetworksDefault(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc   string
+		args   []string
+		listen string
+		want   bool
+	}{
+		{desc: "loopback listener", listen: "127.0.0.1:8080", want: false},
+		{desc: "IPv6 loopback listener", listen: "[::1]:8080", want: false},
+		{desc: "localhost listener", listen: "localhost:8080", want: false},
+		{desc: "all interfaces", listen: ":8080", want: true},
+		{desc: "public address", listen: "0.0.0.0:8080", want: true},
+		{desc: "flag turns it off", args: []string{"--block-private-networks=false"}, listen: ":8080", want: false},
+		{desc: "flag turns it on", args: []string{"--block-private-networks"}, listen: "127.0.0.1:8080", want: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+			on := fs.Bool("block-private-networks", false, "")
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if got := blockPrivateNetworks(fs, *on, tc.listen); got != tc.want {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestCIDRList(t *testing.T) {
+	t.Parallel()
+	var l cidrList
+	for _, v := range []string{"10.0.0.0/8, 192.168.1.0/24", "fd00::/8"} {
+		if err := l.Set(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := l.String(); got != "10.0.0.0/8,192.168.1.0/24,fd00::/8" {
+		t.Errorf("got %q", got)
+	}
+	if err := l.Set("10.0.0.1"); err == nil {
+		t.Error("a bare address was accepted as a range")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/guard"
 	"github.com/switchyard/switchyard/internal/route"
 )
 
@@ -32,6 +33,7 @@ type result struct {
 	class   engine.Class
 	resp    *http.Response // the upstream's answer; nil when there was none
 	reached bool           // bytes of the request may have reached the target
+	blocked *guard.Error   // admission refused the address dialled; the class is then Canceled
 	// done ends the attempt's context, once resp's body is consumed or
 	// dropped.
 	done func()
@@ -74,6 +76,9 @@ func (g *Gateway) readBody(r *http.Request) (*reqBody, error) {
 // serveForward performs an absolute-form request, trying up to MaxAttempts
 // routes, and answers with the last attempt's result.
 func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, ctl control) {
+	if !g.admit(w, r.URL.Hostname()) {
+		return
+	}
 	g.budget.request(g.cfg.Now())
 	body, err := g.readBody(r)
 	if err != nil {
@@ -175,6 +180,10 @@ func (g *Gateway) attempt(r *http.Request, l engine.Lease, x *exit, body *reqBod
 			res.resp = nil
 		}
 		res.class, res.reached = classifyError(r.Context(), ctx, err, gotConn.Load(), x.route)
+		if res.blocked = refusal(err); res.blocked != nil {
+			// Admission's verdict, not the route's: no evidence, no retry.
+			res.class, res.reached = engine.Canceled, false
+		}
 	}
 	outcome.Class = res.class
 	return res
@@ -282,6 +291,10 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, res *result, atte
 	h := w.Header()
 	h.Set(headerRoute, res.route)
 	h.Set(headerAttempts, strconv.Itoa(attempts))
+	if res.blocked != nil {
+		blockedDestination(w, res.blocked)
+		return
+	}
 	resp := res.resp
 	if resp == nil || resp.StatusCode == http.StatusProxyAuthRequired {
 		if resp != nil {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/guard"
 	"github.com/switchyard/switchyard/internal/route"
 )
 
@@ -54,6 +55,12 @@ type Config struct {
 	// Observer is told of every attempt and every request that got a
 	// route, for metrics; nil means none.
 	Observer Observer
+	// Admission refuses internal destinations (SPEC §4); nil means no
+	// checks. The host as written is checked before a route is leased; on
+	// Direct routes every resolved address is checked again at connect
+	// time, so DNS rebinding cannot slip past. Proxy routes resolve the
+	// target at the proxy, so only the written host is checked for them.
+	Admission *guard.Admission
 }
 
 // Observer receives what the gateway did; admin.Metrics implements it.
@@ -153,12 +160,51 @@ func (g *Gateway) transport(r *route.Route) (*http.Transport, error) {
 		t.DialTLSContext = g.dialProxyTLS(r)
 	case route.SOCKS5, route.Direct:
 		t.DialContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
-			return route.DialTarget(ctx, r, addr, g.cfg.Timeouts, g.cfg.ProxyTLS)
+			return g.dialer(addr).DialTarget(ctx, r, addr)
 		}
 	default:
 		return nil, fmt.Errorf("gateway: route %s: unsupported scheme %q", r.ID, r.Scheme)
 	}
 	return t, nil
+}
+
+// dialer dials addr ("host:port") through a route, checking the addresses
+// a Direct route connects to unless the host is allow-listed by name.
+func (g *Gateway) dialer(addr string) route.Dialer {
+	d := route.Dialer{Timeouts: g.cfg.Timeouts, TLS: g.cfg.ProxyTLS}
+	if a := g.cfg.Admission; a != nil {
+		if host, _, _ := net.SplitHostPort(addr); !a.AllowsHost(host) {
+			d.Control = a.Control()
+		}
+	}
+	return d
+}
+
+// admit checks the target host as the client wrote it, before any route is
+// leased; a refusal is answered 403 and nothing is counted.
+func (g *Gateway) admit(w http.ResponseWriter, host string) bool {
+	if g.cfg.Admission == nil {
+		return true
+	}
+	if err := g.cfg.Admission.CheckHost(host); err != nil {
+		blockedDestination(w, err)
+		return false
+	}
+	return true
+}
+
+// blockedDestination answers a request whose target admission refused.
+func blockedDestination(w http.ResponseWriter, err error) {
+	fail(w, http.StatusForbidden, "blocked_destination", "switchyard: "+err.Error())
+}
+
+// refusal returns the admission refusal in err's chain, or nil.
+func refusal(err error) *guard.Error {
+	var e *guard.Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return nil
 }
 
 // dialProxy connects to r's proxy, naming failures as DialTarget would.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/guard"
 	"github.com/switchyard/switchyard/internal/route"
 )
 
@@ -24,6 +25,9 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, ctl contr
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || host == "" || port == "" || strings.ContainsFunc(addr, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
 		badRequest(w, "CONNECT needs a host:port authority")
+		return
+	}
+	if !g.admit(w, host) {
 		return
 	}
 	g.budget.request(g.cfg.Now())
@@ -41,13 +45,13 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, ctl contr
 			return
 		}
 		tried = append(tried, l.Route)
-		conn, latency, class := g.dialTunnel(r.Context(), l, x, addr)
+		conn, latency, class, blocked := g.dialTunnel(r.Context(), l, x, addr)
 		if conn != nil {
 			g.observeRequest(r.Method, engine.OK, len(tried))
 			g.tunnel(w, l, conn, latency, len(tried))
 			return
 		}
-		last = result{route: l.Route, class: class, done: func() {}}
+		last = result{route: l.Route, class: class, blocked: blocked, done: func() {}}
 		if !g.retry(r.Method, ctl, &reqBody{}, &last, len(tried)) {
 			g.answer(w, r.Method, &last, len(tried))
 			return
@@ -57,7 +61,9 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, ctl contr
 
 // dialTunnel opens a stream to addr through the leased route. A failure is
 // reported here; a success is reported when the tunnel shows how it went.
-func (g *Gateway) dialTunnel(ctx context.Context, l engine.Lease, x *exit, addr string) (net.Conn, time.Duration, engine.Class) {
+// An admission refusal at connect time is returned and reported Canceled:
+// it says nothing about the route.
+func (g *Gateway) dialTunnel(ctx context.Context, l engine.Lease, x *exit, addr string) (net.Conn, time.Duration, engine.Class, *guard.Error) {
 	outcome := engine.Outcome{Class: engine.Canceled}
 	var conn net.Conn
 	defer func() {
@@ -68,17 +74,18 @@ func (g *Gateway) dialTunnel(ctx context.Context, l engine.Lease, x *exit, addr 
 	dctx, cancel := context.WithTimeout(ctx, g.cfg.AttemptTimeout)
 	defer cancel()
 	start := g.cfg.Now()
-	c, err := route.DialTarget(dctx, x.route, addr, g.cfg.Timeouts, g.cfg.ProxyTLS)
+	c, err := g.dialer(addr).DialTarget(dctx, x.route, addr)
 	outcome.Latency = g.cfg.Now().Sub(start)
 	if err != nil {
 		outcome.Class = route.Classify(err)
-		if ctx.Err() != nil {
+		blocked := refusal(err)
+		if ctx.Err() != nil || blocked != nil {
 			outcome.Class = engine.Canceled
 		}
-		return nil, 0, outcome.Class
+		return nil, 0, outcome.Class, blocked
 	}
 	conn = c
-	return conn, outcome.Latency, engine.OK
+	return conn, outcome.Latency, engine.OK, nil
 }
 
 // tunnel hands the client connection over to a splice with upstream. The

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/proxy"
@@ -49,15 +50,34 @@ func (t Timeouts) withDefaults() Timeouts {
 // target through r is an *Error; a malformed addr or a route that cannot be
 // dialled (unknown scheme, no URL) is a plain error.
 func DialTarget(ctx context.Context, r *Route, addr string, t Timeouts, tlsConfig *tls.Config) (net.Conn, error) {
+	return Dialer{Timeouts: t, TLS: tlsConfig}.DialTarget(ctx, r, addr)
+}
+
+// Dialer is DialTarget with every setting named, for callers that need
+// more than timeouts and TLS roots.
+type Dialer struct {
+	Timeouts Timeouts
+	TLS      *tls.Config // roots for HTTPS proxies; nil means the system's
+	// Control, when set, is the net.Dialer Control of Direct routes only:
+	// it sees each address the target resolved to and may refuse it (SSRF
+	// admission). Proxies are dialled without it; they resolve the target
+	// themselves.
+	Control func(network, address string, c syscall.RawConn) error
+}
+
+// DialTarget is the package's DialTarget with d's settings.
+func (d Dialer) DialTarget(ctx context.Context, r *Route, addr string) (net.Conn, error) {
+	t, tlsConfig := d.Timeouts, d.TLS
 	// addr goes verbatim into the CONNECT request line and Host header:
 	// no spaces or control bytes that could split them.
 	if _, _, err := net.SplitHostPort(addr); err != nil || strings.ContainsFunc(addr, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
 		return nil, fmt.Errorf("route %s: invalid target address %q", r.ID, addr)
 	}
 	t = t.withDefaults()
-	d := net.Dialer{Timeout: t.Dial}
+	nd := net.Dialer{Timeout: t.Dial}
 	if r.Scheme == Direct {
-		c, err := d.DialContext(ctx, "tcp", addr)
+		nd.Control = d.Control
+		c, err := nd.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return nil, &Error{Phase: PhaseTarget, Route: r.ID, Err: callerGaveUp(ctx, err)}
 		}
@@ -70,7 +90,7 @@ func DialTarget(ctx context.Context, r *Route, addr string, t Timeouts, tlsConfi
 		return nil, fmt.Errorf("route %s: cannot dial scheme %q", r.ID, r.Scheme)
 	}
 
-	conn, err := d.DialContext(ctx, "tcp", r.URL.Host)
+	conn, err := nd.DialContext(ctx, "tcp", r.URL.Host)
 	if err != nil {
 		err = callerGaveUp(ctx, err)
 		phase := PhaseDial

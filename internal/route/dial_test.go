@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -482,6 +483,52 @@ func FuzzProxyAnswer(f *testing.F) {
 		case engine.ProxyAuth, engine.TunnelFailed, engine.ProxyTimeout:
 		default:
 			t.Errorf("class %v for a proxy's answer (%v)", e.Class(), err)
+		}
+	})
+}
+
+// Dialer.Control guards Direct routes only: a refusal there is a
+// PhaseTarget *route.Error wrapping Control's error and nothing connects;
+// a proxy route dials its proxy without it.
+func TestDialerControl(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		errRefused := errors.New("refused by control")
+		refuse := func(string, string, syscall.RawConn) error { return errRefused }
+		tests := []struct {
+			desc    string
+			proxy   bool
+			wantErr bool
+		}{
+			{desc: "direct route refused", wantErr: true},
+			{desc: "proxy route dialled without control", proxy: true},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				var reached atomic.Bool
+				target := routetest.ServeTCP(t, func(c net.Conn) { reached.Store(true); c.Close() })
+				r := &route.Route{ID: "direct", Scheme: route.Direct}
+				if tc.proxy {
+					r = routeFor(routetest.NewProxy(t, routetest.Behavior{}).URL)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				c, err := route.Dialer{Control: refuse}.DialTarget(ctx, r, target)
+				if !tc.wantErr {
+					if err != nil {
+						t.Fatal(err)
+					}
+					c.Close()
+					return
+				}
+				var e *route.Error
+				if !errors.As(err, &e) || e.Phase != route.PhaseTarget || !errors.Is(err, errRefused) {
+					t.Fatalf("got %v, want a target-phase *route.Error wrapping the refusal", err)
+				}
+				if reached.Load() {
+					t.Error("the target was connected to")
+				}
+			})
 		}
 	})
 }

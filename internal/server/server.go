@@ -14,6 +14,7 @@ import (
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/admin"
 	"github.com/switchyard/switchyard/internal/gateway"
+	"github.com/switchyard/switchyard/internal/guard"
 	"github.com/switchyard/switchyard/internal/probe"
 	"github.com/switchyard/switchyard/internal/route"
 )
@@ -26,6 +27,8 @@ type Options struct {
 	// NeutralURL is the http:// page neutral probes fetch through each
 	// route; "" makes them a TCP check of the proxy.
 	NeutralURL string
+	// Admission refuses internal destinations (SPEC §4); nil for none.
+	Admission *guard.Admission
 }
 
 // Server is a gateway ready to run. Run closes its listeners.
@@ -57,7 +60,7 @@ func New(routes []route.Route, opts Options) (*Server, error) {
 		}
 	}
 	metrics := admin.NewMetrics(e)
-	if s.gateway, err = gateway.New(gateway.Config{Observer: metrics}, e, s.routes); err != nil {
+	if s.gateway, err = gateway.New(gateway.Config{Observer: metrics, Admission: opts.Admission}, e, s.routes); err != nil {
 		return nil, err
 	}
 	if opts.Admin != nil {

@@ -1,0 +1,166 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/route/routetest"
+)
+
+// A target host refused by admission, however spelled, gets a 403 before
+// any route is leased: the target sees nothing and no evidence is counted.
+func TestAdmissionRefusesHost(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		tests := []struct {
+			desc    string
+			connect bool
+			host    string // the target's 127.0.0.1, spelled otherwise
+		}{
+			{desc: "octal", host: "0177.0.0.1"},
+			{desc: "decimal", host: "2130706433"},
+			{desc: "IPv4-mapped", host: "[::ffff:127.0.0.1]"},
+			{desc: "CONNECT hex", connect: true, host: "0x7f000001"},
+			{desc: "CONNECT localhost", connect: true, host: "localhost"},
+			{desc: "CONNECT short", connect: true, host: "127.1"},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				tg := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "reached") })
+				v := newEnv(t, Config{Admission: guard.NewAdmission(nil, nil)}, "direct")
+				_, port, _ := net.SplitHostPort(tg.Listener.Addr().String())
+				authority := tc.host + ":" + port
+				req := "GET http://" + authority + "/ HTTP/1.1\r\nHost: " + authority + "\r\n\r\n"
+				if tc.connect {
+					req = "CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n\r\n"
+				}
+				resp := raw(t, v.url.Host, req)
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusForbidden || resp.Header.Get(headerError) != "blocked_destination" {
+					t.Fatalf("got %d %q, want 403 blocked_destination", resp.StatusCode, resp.Header.Get(headerError))
+				}
+				if !strings.HasPrefix(string(body), "switchyard: blocked: ") || strings.Count(string(body), "\n") != 1 {
+					t.Errorf("body %q, want one line naming the reason", body)
+				}
+				if tg.Hits() != 0 {
+					t.Errorf("target reached %d times", tg.Hits())
+				}
+				st, _ := v.e.Route(v.id(0))
+				if st.Inflight != 0 || len(st.Targets) != 0 {
+					t.Errorf("route status %+v: want no lease and no route×target record", st)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+				defer cancel()
+				for {
+					ev, err := v.events.Next(ctx)
+					if err != nil {
+						break
+					}
+					if ev.Kind == engine.EventOutcome {
+						t.Fatalf("outcome %v reported for a refused host", ev.Class)
+					}
+				}
+			})
+		}
+	})
+}
+
+// With 127.0.0.0/8 allow-listed, the same targets are carried.
+func TestAdmissionAllowList(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		tests := []struct {
+			desc  string
+			route string
+		}{
+			{desc: "direct route", route: "direct"},
+			{desc: "proxy route"},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				tg := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "reached") })
+				line := tc.route
+				if line == "" {
+					line = proxyLine(routetest.NewProxy(t, routetest.Behavior{}), "")
+				}
+				adm := guard.NewAdmission([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil)
+				v := newEnv(t, Config{Admission: adm}, line)
+				resp, err := v.client(t, "").Get(tg.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || string(body) != "reached" {
+					t.Fatalf("got %d %q, want the target's answer", resp.StatusCode, body)
+				}
+			})
+		}
+	})
+}
+
+// A Direct route checks the address it connects to, after DNS: a target
+// that passed the host check but resolves to a blocked address is refused
+// at connect time, reported Canceled (no evidence), answered 403, and never
+// connected to. The host check is skipped here by dialling through the
+// leased route directly, as a name that rebinds to 127.0.0.1 would.
+func TestAdmissionAtConnect(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		tests := []struct {
+			desc    string
+			connect bool
+		}{
+			{desc: "absolute-form"},
+			{desc: "CONNECT", connect: true},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				var reached atomic.Bool
+				addr := routetest.ServeTCP(t, func(c net.Conn) { reached.Store(true); c.Close() })
+				v := newEnv(t, Config{Admission: guard.NewAdmission(nil, nil)}, "direct")
+				target := targetKey("127.0.0.1")
+				l, x, err := v.g.acquire(control{}, target, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var res result
+				if tc.connect {
+					conn, _, class, blocked := v.g.dialTunnel(context.Background(), l, x, addr)
+					if conn != nil {
+						conn.Close()
+					}
+					res = result{route: l.Route, class: class, blocked: blocked, done: func() {}}
+				} else {
+					req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+					res = v.g.attempt(req, l, x, &reqBody{})
+				}
+				var ge *guard.Error
+				if res.blocked == nil || !errors.As(res.blocked, &ge) || res.class != engine.Canceled {
+					t.Fatalf("blocked %v, class %v: want a refusal reported canceled", res.blocked, res.class)
+				}
+				v.waitOutcome(t, 0, engine.Canceled)
+				if reached.Load() {
+					t.Error("the target was connected to")
+				}
+				rec := httptest.NewRecorder()
+				v.g.answer(rec, "GET", &res, 1)
+				if rec.Code != http.StatusForbidden || rec.Header().Get(headerError) != "blocked_destination" {
+					t.Errorf("answered %d %q, want 403 blocked_destination", rec.Code, rec.Header().Get(headerError))
+				}
+			})
+		}
+	})
+}
