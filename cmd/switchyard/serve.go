@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,10 +12,12 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/gateway"
 	"github.com/switchyard/switchyard/internal/guard"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/server"
@@ -22,10 +25,14 @@ import (
 
 const serveUsage = `usage: switchyard serve --listen ADDR --proxies FILE [--admin ADDR] [--probe-url URL]
                        [--block-private-networks[=false]] [--allow-cidr CIDR,...]
+                       [--log-format text|json]
 
 Runs the forward proxy: point clients at --listen (curl -x http://ADDR …).
 State is kept in memory. Admin actions (drain, eject, restore) need a
 bearer token from the environment variable SWITCHYARD_ADMIN_TOKEN.
+Client auth: SWITCHYARD_USERS="alice:pw1,bob:pw2" lets only those users
+through (Basic Proxy-Authorization); unset means no auth. Secrets come from
+the environment only, never from flags.
 
 flags:
 `
@@ -50,6 +57,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	blockPrivate := fs.Bool("block-private-networks", false, "refuse loopback, private, link-local, metadata and multicast destinations (default: on unless --listen is a loopback address)")
 	var allowCIDRs cidrList
 	fs.Var(&allowCIDRs, "allow-cidr", "destination range exempt from --block-private-networks (repeatable or comma-separated)")
+	logFormat := fs.String("log-format", "text", "format of the log on stderr, request lines included: text or json")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -63,13 +71,27 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 			return 2
 		}
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	var log *slog.Logger
+	switch *logFormat {
+	case "text":
+		log = slog.New(slog.NewTextHandler(stderr, nil))
+	case "json":
+		log = slog.New(slog.NewJSONHandler(stderr, nil))
+	default:
+		fmt.Fprintf(stderr, "switchyard serve: --log-format %q: want text or json\n", *logFormat)
+		return 2
+	}
+	users, err := usersFromEnv()
+	if err != nil {
+		fmt.Fprintln(stderr, "switchyard serve:", err)
+		return 2
+	}
 	routes, err := route.LoadList(*proxies)
 	if err != nil {
 		fmt.Fprintln(stderr, "switchyard serve:", err)
 		return 2
 	}
-	opts := server.Options{AdminToken: os.Getenv("SWITCHYARD_ADMIN_TOKEN"), NeutralURL: *probeURL}
+	opts := server.Options{AdminToken: os.Getenv("SWITCHYARD_ADMIN_TOKEN"), NeutralURL: *probeURL, Users: users, Log: log}
 	if blockPrivateNetworks(fs, *blockPrivate, *listen) {
 		opts.Admission = guard.NewAdmission(allowCIDRs, nil)
 	}
@@ -93,13 +115,55 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	if opts.Admin != nil {
 		log.Info("admin listening", "addr", opts.Admin.Addr().String(), "routes", "/api/routes", "metrics", "/metrics")
 	}
-	log.Info("forward proxy listening", "addr", opts.Proxy.Addr().String(), "routes", len(routes))
+	log.Info("forward proxy listening", "addr", opts.Proxy.Addr().String(), "routes", len(routes), "users", len(users))
 	if err := srv.Run(ctx, shutdownGrace); err != nil {
 		log.Error("listener failed", "err", err)
 		return 1
 	}
 	log.Info("stopped")
 	return 0
+}
+
+// usersFromEnv reads the proxy's users from SWITCHYARD_USERS; unset means
+// no client auth. Set but naming no user is refused, lest a typo turn auth
+// off.
+func usersFromEnv() (map[string]gateway.User, error) {
+	v, ok := os.LookupEnv("SWITCHYARD_USERS")
+	if !ok {
+		return nil, nil
+	}
+	return parseUsers(v)
+}
+
+// userName is what a user name may hold: no "-", which separates the
+// control parameters in the proxy username, and no ":".
+var userName = regexp.MustCompile(`^[A-Za-z0-9_.]+$`)
+
+// parseUsers parses "alice:pw1,bob:pw2"; a password may contain ':' (the
+// name ends at the first). Errors name the entry by position and never
+// quote it: it may hold a password. Nothing is trimmed: a space is part of
+// a password, and makes a name invalid.
+func parseUsers(v string) (map[string]gateway.User, error) {
+	if v == "" {
+		return nil, errors.New("SWITCHYARD_USERS is set but names no user (unset it to turn client auth off)")
+	}
+	users := make(map[string]gateway.User)
+	for i, entry := range strings.Split(v, ",") {
+		name, password, ok := strings.Cut(entry, ":")
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("SWITCHYARD_USERS: entry %d: want user:password", i+1)
+		case !userName.MatchString(name):
+			return nil, fmt.Errorf("SWITCHYARD_USERS: entry %d: user name must be letters, digits, '_' or '.'", i+1)
+		case password == "":
+			return nil, fmt.Errorf("SWITCHYARD_USERS: entry %d: user %s has an empty password", i+1, name)
+		}
+		if _, dup := users[name]; dup {
+			return nil, fmt.Errorf("SWITCHYARD_USERS: entry %d: user %s given twice", i+1, name)
+		}
+		users[name] = gateway.User{Password: password}
+	}
+	return users, nil
 }
 
 // blockPrivateNetworks says whether SSRF admission is on: as the flag says

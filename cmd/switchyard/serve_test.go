@@ -287,3 +287,139 @@ func TestCIDRList(t *testing.T) {
 		t.Error("a bare address was accepted as a range")
 	}
 }
+
+func TestParseUsers(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc    string
+		in      string
+		want    map[string]string // user → password
+		wantErr string
+	}{
+		{desc: "two users", in: "alice:pw1,bob:pw2", want: map[string]string{"alice": "pw1", "bob": "pw2"}},
+		{desc: "password with colons", in: "alice:a:b:c", want: map[string]string{"alice": "a:b:c"}},
+		{desc: "dotted name", in: "svc.crawler_1:x", want: map[string]string{"svc.crawler_1": "x"}},
+		{desc: "empty", in: "", wantErr: "names no user"},
+		{desc: "no colon", in: "alice:pw1,bobSekr1tPw", wantErr: "entry 2: want user:password"},
+		{desc: "dash in name", in: "al-ice:Sekr1tPw", wantErr: "entry 1: user name"},
+		{desc: "space in name", in: "alice:pw1, bob:Sekr1tPw", wantErr: "entry 2: user name"},
+		{desc: "empty password", in: "alice:", wantErr: "empty password"},
+		{desc: "trailing comma", in: "alice:Sekr1tPw,", wantErr: "entry 2"},
+		{desc: "duplicate", in: "alice:Sekr1tPw,alice:x", wantErr: "alice given twice"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			got, err := parseUsers(tc.in)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || strings.Contains(err.Error(), "Sekr1tPw") {
+					t.Fatalf("err %v, want %q and no password", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || len(got) != len(tc.want) {
+				t.Fatalf("got %v, %v", got, err)
+			}
+			for name, pw := range tc.want {
+				if got[name].Password != pw {
+					t.Errorf("%s: password %q, want %q", name, got[name].Password, pw)
+				}
+			}
+		})
+	}
+}
+
+// Users from the environment are enforced, requests are logged in the
+// chosen format, and no password reaches stderr.
+func TestServeWithUsers(t *testing.T) {
+	t.Setenv("SWITCHYARD_USERS", "alice:Sekr1t:Pw,bob:0therPw")
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "hello")
+	}))
+	defer site.Close()
+	list := filepath.Join(t.TempDir(), "proxies.txt")
+	os.WriteFile(list, []byte("direct\n"), 0o644)
+	ctx, cancel := context.WithCancel(context.Background())
+	log := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "", "--proxies", list, "--log-format", "json"}, log)
+	}()
+	re := regexp.MustCompile(`"msg":"forward proxy listening","addr":"([^"]+)"`)
+	var proxyAddr string
+	for deadline := time.Now().Add(5 * time.Second); proxyAddr == ""; time.Sleep(5 * time.Millisecond) {
+		if m := re.FindStringSubmatch(log.String()); m != nil {
+			proxyAddr = m[1]
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no listening line:\n%s", log)
+		}
+	}
+	for _, tc := range []struct {
+		user *url.Userinfo
+		want int
+	}{
+		{nil, 407},
+		{url.UserPassword("alice-session-s1", "wrong"), 407},
+		{url.UserPassword("alice-session-s1", "Sekr1t:Pw"), 200},
+	} {
+		u := &url.URL{Scheme: "http", Host: proxyAddr, User: tc.user}
+		client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u)}, Timeout: 5 * time.Second}
+		resp, err := client.Get(site.URL + "/?key=Qu3ryTok")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		client.CloseIdleConnections()
+		if resp.StatusCode != tc.want {
+			t.Fatalf("%v: %d, want %d", tc.user, resp.StatusCode, tc.want)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); strings.Count(log.String(), `"msg":"request"`) < 3; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("want 3 request lines:\n%s", log)
+		}
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d:\n%s", code, log)
+	}
+	out := log.String()
+	for _, secret := range []string{"Sekr1t", "0therPw", "wrong", "Qu3ryTok"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("stderr holds %q:\n%s", secret, out)
+		}
+	}
+	if !strings.Contains(out, `"user":"alice"`) || !strings.Contains(out, `"status":407`) {
+		t.Errorf("request lines lack the user or the 407:\n%s", out)
+	}
+}
+
+// A malformed SWITCHYARD_USERS or --log-format stops start-up, naming the
+// problem but never the password.
+func TestServeRejectsBadUsers(t *testing.T) {
+	list := filepath.Join(t.TempDir(), "proxies.txt")
+	os.WriteFile(list, []byte("direct\n"), 0o644)
+	tests := []struct {
+		desc, users string
+		args        []string
+		want        string
+	}{
+		{desc: "no colon", users: "aliceSekr1tPw", want: "entry 1: want user:password"},
+		{desc: "bad name", users: "alice:x,b-ob:Sekr1tPw", want: "entry 2: user name"},
+		{desc: "set but empty", users: "", want: "names no user"},
+		{desc: "bad log format", users: "alice:Sekr1tPw", args: []string{"--log-format", "xml"}, want: "--log-format"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Setenv("SWITCHYARD_USERS", tc.users)
+			log := &syncBuffer{}
+			args := append([]string{"--listen", "127.0.0.1:0", "--admin", "", "--proxies", list}, tc.args...)
+			if code := serve(context.Background(), args, log); code != 2 {
+				t.Fatalf("exit %d, want 2:\n%s", code, log)
+			}
+			if !strings.Contains(log.String(), tc.want) || strings.Contains(log.String(), "Sekr1tPw") {
+				t.Fatalf("output %q, want it to mention %q and no password", log, tc.want)
+			}
+		})
+	}
+}

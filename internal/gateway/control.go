@@ -33,8 +33,8 @@ type control struct {
 // username follows the convention of commercial rotating gateways, so that
 // CONNECT clients, which cannot set headers inside the tunnel, can steer
 // too: "anything-session-abc123-region-us" is the session abc123 and the
-// label region=us. Its first token is free (an account name). The password
-// is not checked: client authentication is not implemented yet.
+// label region=us. Its first token is the account: the user name when
+// Config.Users is set (checked by authenticate), free otherwise.
 func parseControl(h http.Header) (control, error) {
 	var c control
 	var fromUser []string

@@ -75,7 +75,7 @@ func (g *Gateway) readBody(r *http.Request) (*reqBody, error) {
 
 // serveForward performs an absolute-form request, trying up to MaxAttempts
 // routes, and answers with the last attempt's result.
-func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, ctl control) {
+func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, ctl control, rec *record) {
 	if !g.admit(w, r.URL.Hostname()) {
 		return
 	}
@@ -93,7 +93,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, ctl contr
 		l, x, err := g.acquire(ctl, target, tried)
 		if err != nil {
 			if last != nil {
-				g.answer(w, r.Method, last, len(tried))
+				g.respond(w, rec, last, len(tried))
 				return
 			}
 			acquireError(w, err)
@@ -105,7 +105,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, ctl contr
 		tried = append(tried, l.Route)
 		res := g.attempt(r, l, x, body)
 		if !g.retry(r.Method, ctl, body, &res, len(tried)) {
-			g.answer(w, r.Method, &res, len(tried))
+			g.respond(w, rec, &res, len(tried))
 			return
 		}
 		last = &res
@@ -279,6 +279,12 @@ func classifyError(client, attempt context.Context, err error, gotConn bool, r *
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
+// respond notes the attempt's result in rec, for the log, and answers.
+func (g *Gateway) respond(w http.ResponseWriter, rec *record, res *result, attempts int) {
+	rec.route, rec.class, rec.attempts = res.route, res.class, attempts
+	g.answer(w, rec.method, res, attempts)
 }
 
 // answer sends the client the attempt's result: the upstream's answer, or

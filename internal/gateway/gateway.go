@@ -13,6 +13,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -61,6 +62,14 @@ type Config struct {
 	// time, so DNS rebinding cannot slip past. Proxy routes resolve the
 	// target at the proxy, so only the written host is checked for them.
 	Admission *guard.Admission
+	// Users, when not empty, are the only clients let through: every
+	// request must carry their Basic Proxy-Authorization (SPEC §1.1).
+	// Empty means no client authentication.
+	Users map[string]User
+	// Log receives one Info line per request (per CONNECT: when the tunnel
+	// is built or fails); nil means no request logs. Lines never carry
+	// credentials or query strings, where crawlers put tokens.
+	Log *slog.Logger
 }
 
 // Observer receives what the gateway did; admin.Metrics implements it.
@@ -104,6 +113,7 @@ type Gateway struct {
 	engine *engine.Engine
 	exits  map[string]*exit // by route id
 	budget *retryBudget
+	users  *accounts // nil: no client auth
 
 	origins sync.Map // target key → the http:// origin last requested for it, for probes
 }
@@ -119,7 +129,7 @@ type exit struct {
 // e (with r.Spec()): the engine picks among them, the gateway dials them.
 func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) {
 	cfg = cfg.withDefaults()
-	g := &Gateway{cfg: cfg, engine: e, exits: make(map[string]*exit, len(routes)), budget: newRetryBudget(cfg.RetryRatio)}
+	g := &Gateway{cfg: cfg, engine: e, exits: make(map[string]*exit, len(routes)), budget: newRetryBudget(cfg.RetryRatio), users: newAccounts(cfg.Users)}
 	for _, r := range routes {
 		if _, ok := e.Route(r.ID); !ok {
 			return nil, fmt.Errorf("gateway: route %s is not known to the engine", r.ID)
@@ -274,15 +284,39 @@ func (g *Gateway) Close() {
 
 // ServeHTTP is the forward proxy: CONNECT builds a tunnel, absolute-form
 // http:// requests are performed and observed; anything else is the
-// client's mistake and answered 400.
+// client's mistake and answered 400. Client auth comes first, so that a
+// stranger gets nothing leased and nothing counted.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := &record{method: r.Method, start: g.cfg.Now()}
+	if g.cfg.Log != nil {
+		rec.describe(r)
+		sw := &statusWriter{ResponseWriter: w}
+		w, rec.w = sw, sw
+		defer g.logRequest(r.Context(), rec)
+	}
+	var user engine.Labels
+	if g.users != nil {
+		name, labels, ok := g.users.authenticate(r.Header)
+		if !ok {
+			challenge(w)
+			return
+		}
+		rec.user, user = name, labels
+	}
 	ctl, err := parseControl(r.Header)
 	if err != nil {
 		badRequest(w, err.Error())
 		return
 	}
+	rec.session = ctl.session
+	if g.users != nil {
+		if ctl.labels, err = constrain(rec.user, user, ctl.labels); err != nil {
+			fail(w, http.StatusForbidden, "label_conflict", "switchyard: "+err.Error())
+			return
+		}
+	}
 	if r.Method == http.MethodConnect {
-		g.serveConnect(w, r, ctl)
+		g.serveConnect(w, r, ctl, rec)
 		return
 	}
 	switch {
@@ -295,9 +329,91 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Host == "":
 		badRequest(w, "absolute URL without a host")
 	default:
-		g.serveForward(w, r, ctl)
+		g.serveForward(w, r, ctl, rec)
 	}
 }
+
+// record is what a request's log line says, filled in as it is served.
+// Owner: the request's goroutine.
+type record struct {
+	method, target, url string
+	user, session       string
+	start               time.Time
+	route               string // "" until a route was leased
+	class               engine.Class
+	attempts            int
+	status              int           // set when the answer bypasses w (a hijacked CONNECT)
+	w                   *statusWriter // nil without Config.Log
+	logged              bool
+}
+
+// describe names r's destination for the log: scheme, host and path only,
+// never the query (crawlers put tokens there) nor userinfo.
+func (rec *record) describe(r *http.Request) {
+	host := r.URL.Hostname()
+	rec.url = r.URL.Scheme + "://" + r.URL.Host + r.URL.EscapedPath()
+	if r.Method == http.MethodConnect {
+		host, _, _ = net.SplitHostPort(r.Host)
+		rec.url = r.Host
+	}
+	if host != "" {
+		rec.target = targetKey(host)
+	}
+}
+
+// logRequest writes rec's line once; later calls do nothing, so a tunnel
+// can log when it is built and the deferred call not again when it ends.
+func (g *Gateway) logRequest(ctx context.Context, rec *record) {
+	if g.cfg.Log == nil || rec.logged {
+		return
+	}
+	rec.logged = true
+	status := rec.status
+	if status == 0 && rec.w != nil {
+		status = rec.w.status
+	}
+	attrs := []slog.Attr{
+		slog.String("method", rec.method),
+		slog.String("target", rec.target),
+		slog.String("url", rec.url),
+		slog.Int("status", status),
+		slog.Int("attempts", rec.attempts),
+		slog.Int64("ms", g.cfg.Now().Sub(rec.start).Milliseconds()),
+	}
+	if rec.route != "" {
+		attrs = append(attrs, slog.String("route", rec.route), slog.String("class", rec.class.String()))
+	}
+	if rec.session != "" {
+		attrs = append(attrs, slog.String("session", rec.session))
+	}
+	if rec.user != "" {
+		attrs = append(attrs, slog.String("user", rec.user))
+	}
+	g.cfg.Log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+}
+
+// statusWriter remembers the status sent, for the log. Unwrap keeps
+// http.ResponseController's Flush and Hijack working through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(p []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(p)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // acquire leases a route for an attempt; the error is what the client is
 // told when there is none.

@@ -20,7 +20,7 @@ import (
 // route. Only the connect phase is observed and retried: every failure
 // there is a *route.Error, before any byte of the client's went out, so a
 // retry on another route is safe whatever the tunnel will carry.
-func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, ctl control) {
+func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, ctl control, rec *record) {
 	addr := r.Host
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || host == "" || port == "" || strings.ContainsFunc(addr, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
@@ -41,19 +41,20 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, ctl contr
 				acquireError(w, err)
 				return
 			}
-			g.answer(w, r.Method, &last, len(tried))
+			g.respond(w, rec, &last, len(tried))
 			return
 		}
 		tried = append(tried, l.Route)
 		conn, latency, class, blocked := g.dialTunnel(r.Context(), l, x, addr)
 		if conn != nil {
+			rec.route, rec.class, rec.attempts = l.Route, engine.OK, len(tried)
 			g.observeRequest(r.Method, engine.OK, len(tried))
-			g.tunnel(w, l, conn, latency, len(tried))
+			g.tunnel(w, r, rec, l, conn, latency, len(tried))
 			return
 		}
 		last = result{route: l.Route, class: class, blocked: blocked, done: func() {}}
 		if !g.retry(r.Method, ctl, &reqBody{}, &last, len(tried)) {
-			g.answer(w, r.Method, &last, len(tried))
+			g.respond(w, rec, &last, len(tried))
 			return
 		}
 	}
@@ -95,7 +96,7 @@ func (g *Gateway) dialTunnel(ctx context.Context, l engine.Lease, x *exit, addr 
 // target); TargetReset when the server ends its side without a word; and
 // Canceled when the client ended its side first and the server never
 // spoke (no evidence: the client gave up or had nothing to say).
-func (g *Gateway) tunnel(w http.ResponseWriter, l engine.Lease, upstream net.Conn, latency time.Duration, attempts int) {
+func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, rec *record, l engine.Lease, upstream net.Conn, latency time.Duration, attempts int) {
 	var once sync.Once
 	report := func(c engine.Class) {
 		once.Do(func() { g.report(l, engine.Outcome{Class: c, Latency: latency}) })
@@ -115,6 +116,9 @@ func (g *Gateway) tunnel(w http.ResponseWriter, l engine.Lease, upstream net.Con
 	if _, err := io.WriteString(client, answer); err != nil {
 		return
 	}
+	// Logged now, not when the tunnel ends: it may live for hours.
+	rec.status = http.StatusOK
+	g.logRequest(r.Context(), rec)
 
 	// Which side ended first decides the outcome of a silent tunnel.
 	const clientFirst, serverFirst = 1, 2

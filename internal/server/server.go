@@ -6,6 +6,7 @@ package server
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -29,6 +30,11 @@ type Options struct {
 	NeutralURL string
 	// Admission refuses internal destinations (SPEC §4); nil for none.
 	Admission *guard.Admission
+	// Users are the clients allowed through the proxy; empty means no
+	// client auth.
+	Users map[string]gateway.User
+	// Log receives the gateway's request lines; nil means none.
+	Log *slog.Logger
 }
 
 // Server is a gateway ready to run. Run closes its listeners.
@@ -60,7 +66,7 @@ func New(routes []route.Route, opts Options) (*Server, error) {
 		}
 	}
 	metrics := admin.NewMetrics(e)
-	if s.gateway, err = gateway.New(gateway.Config{Observer: metrics, Admission: opts.Admission}, e, s.routes); err != nil {
+	if s.gateway, err = gateway.New(gateway.Config{Observer: metrics, Admission: opts.Admission, Users: opts.Users, Log: opts.Log}, e, s.routes); err != nil {
 		return nil, err
 	}
 	if opts.Admin != nil {
