@@ -238,15 +238,34 @@ type Subscription struct {
 	wake    chan struct{} // capacity 1: "the ring may have changed"
 	done    chan struct{} // closed by Close
 	bus     *eventBus     // told when the subscription closes; nil if standalone
+	kinds   uint8         // immutable: bit k set for each EventKind k delivered
+}
+
+// allKinds is the kinds mask of a subscription that asked for none in
+// particular: every event, whatever its kind.
+const allKinds = uint8(1<<numEventKinds - 1)
+
+func kindsMask(kinds []EventKind) uint8 {
+	if len(kinds) == 0 {
+		return allKinds
+	}
+	var m uint8
+	for _, k := range kinds {
+		if k > 0 && k < numEventKinds {
+			m |= 1 << k
+		}
+	}
+	return m
 }
 
 // newSubscription returns a subscription buffering up to capacity events
 // (at least 1).
 func newSubscription(capacity int) *Subscription {
 	return &Subscription{
-		ring: make([]Event, max(capacity, 1)),
-		wake: make(chan struct{}, 1),
-		done: make(chan struct{}),
+		kinds: allKinds,
+		ring:  make([]Event, max(capacity, 1)),
+		wake:  make(chan struct{}, 1),
+		done:  make(chan struct{}),
 	}
 }
 
@@ -345,47 +364,69 @@ func (s *Subscription) Close() {
 	s.isDone.Store(true)
 	close(s.done)
 	if s.bus != nil {
-		s.bus.open.Add(-1)
+		s.bus.count(s.kinds, -1)
 	}
 }
 
 func (s *Subscription) closed() bool { return s.isDone.Load() }
 
 // eventBus fans events out to subscriptions. publish costs one atomic load
-// when nobody subscribes, so the engine can publish unconditionally. The
-// zero value is ready to use.
+// when nobody subscribes to the event's kind, so the engine can publish
+// unconditionally: a subscriber that wants only state changes puts nothing
+// on the acquire/report path. The zero value is ready to use.
 type eventBus struct {
-	open atomic.Int64 // subscriptions not yet closed
+	open atomic.Int64                // subscriptions not yet closed
+	want [numEventKinds]atomic.Int64 // open subscriptions wanting each kind
 	mu   sync.Mutex
 	subs []*Subscription
 }
 
-// subscribe returns a new subscription buffering up to capacity events.
-func (b *eventBus) subscribe(capacity int) *Subscription {
+// subscribe returns a new subscription buffering up to capacity events of
+// the given kinds (all kinds when none are given).
+func (b *eventBus) subscribe(capacity int, kinds ...EventKind) *Subscription {
 	s := newSubscription(capacity)
 	s.bus = b
+	s.kinds = kindsMask(kinds)
 	b.mu.Lock()
 	// Prune here too: while nobody is open, publish returns early and
 	// would never prune, so subscribe/Close cycles would grow the list.
 	b.subs = append(slices.DeleteFunc(b.subs, (*Subscription).closed), s)
 	b.mu.Unlock()
-	b.open.Add(1)
+	b.count(s.kinds, 1)
 	return s
+}
+
+// count adds d to the open counts of a subscription with the kinds mask.
+func (b *eventBus) count(kinds uint8, d int64) {
+	b.open.Add(d)
+	for k := range b.want {
+		if kinds&(1<<k) != 0 {
+			b.want[k].Add(d)
+		}
+	}
 }
 
 // active reports whether any subscription is open.
 func (b *eventBus) active() bool { return b.open.Load() > 0 }
 
-// publish delivers e to every open subscription and prunes closed ones.
-// Publishers are serialized, so every subscription sees the same order.
+// wants reports whether an open subscription wants events of kind k.
+func (b *eventBus) wants(k EventKind) bool {
+	return k < numEventKinds && b.want[k].Load() > 0
+}
+
+// publish delivers e to every open subscription wanting its kind and
+// prunes closed ones. Publishers are serialized, so every subscription sees
+// the same order.
 func (b *eventBus) publish(e Event) {
-	if !b.active() {
+	if !b.wants(e.Kind) {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.subs = slices.DeleteFunc(b.subs, (*Subscription).closed)
 	for _, s := range b.subs {
-		s.publish(e)
+		if s.kinds&(1<<e.Kind) != 0 {
+			s.publish(e)
+		}
 	}
 }

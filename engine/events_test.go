@@ -523,3 +523,22 @@ func TestPublishAllocs(t *testing.T) {
 		t.Errorf("eventBus.publish allocates %v times per call, want 0", n)
 	}
 }
+
+func TestEventBusKinds(t *testing.T) {
+	t.Parallel()
+	var b eventBus
+	states := b.subscribe(8, EventState, EventIncident)
+	if b.wants(EventOutcome) || b.wants(EventScore) || !b.wants(EventState) || !b.wants(EventIncident) {
+		t.Fatal("wants does not follow the subscribed kinds")
+	}
+	for _, k := range []EventKind{EventOutcome, EventState, EventScore, EventIncident} {
+		b.publish(Event{Kind: k, Route: k.String()})
+	}
+	if got := strings.Join(eventRoutes(states.Poll(nil)), ","); got != "state,incident" {
+		t.Fatalf("got %q, want state,incident", got)
+	}
+	states.Close()
+	if b.wants(EventState) || b.active() {
+		t.Fatal("closed subscription still counted")
+	}
+}

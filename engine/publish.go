@@ -2,13 +2,17 @@ package engine
 
 import "time"
 
-// Subscribe returns a subscription to the engine's events with a buffer of
-// capacity events; when the reader falls behind, the oldest are dropped and
-// counted. Publishing costs one atomic load while nobody subscribes.
-func (e *Engine) Subscribe(capacity int) *Subscription { return e.events.subscribe(capacity) }
+// Subscribe returns a subscription to the engine's events of the given
+// kinds (all kinds when none are given) with a buffer of capacity events;
+// when the reader falls behind, the oldest are dropped and counted. An
+// event kind nobody subscribes to costs one atomic load: a dashboard that
+// wants state changes adds nothing to acquire and report.
+func (e *Engine) Subscribe(capacity int, kinds ...EventKind) *Subscription {
+	return e.events.subscribe(capacity, kinds...)
+}
 
 func (e *Engine) publishOutcome(ns int64, r *route, t *target, o Observation, rec *LeaseRecord) {
-	if !e.events.active() {
+	if !e.events.wants(EventOutcome) {
 		return
 	}
 	stale := false
@@ -24,7 +28,7 @@ func (e *Engine) publishOutcome(ns int64, r *route, t *target, o Observation, re
 }
 
 func (e *Engine) publishState(ns int64, r *route, t *target, ch Change, cause Class) {
-	if !e.events.active() {
+	if !e.events.wants(EventState) {
 		return
 	}
 	e.events.publish(Event{
@@ -35,7 +39,7 @@ func (e *Engine) publishState(ns int64, r *route, t *target, ch Change, cause Cl
 }
 
 func (e *Engine) publishScore(ns int64, r *route, t *target, ch Change, cause Class) {
-	if !e.events.active() {
+	if !e.events.wants(EventScore) {
 		return
 	}
 	e.events.publish(Event{
@@ -45,7 +49,7 @@ func (e *Engine) publishScore(ns int64, r *route, t *target, ch Change, cause Cl
 }
 
 func (e *Engine) publishIncident(ns int64, r *route, t *target, c Class, open bool) {
-	if !e.events.active() {
+	if !e.events.wants(EventIncident) {
 		return
 	}
 	reason := "routes failing the target together"

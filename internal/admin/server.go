@@ -34,10 +34,9 @@ type Options struct {
 	Events int
 }
 
-// subscriptionBuffer is the engine subscription's capacity. Outcome and
-// score events share it with the transitions kept, so it absorbs bursts
-// between the collector's wake-ups; an overflow loses old history, never
-// engine throughput.
+// subscriptionBuffer is the engine subscription's capacity: it absorbs
+// bursts of transitions between the collector's wake-ups; an overflow
+// loses old history, never engine throughput.
 const subscriptionBuffer = 4096
 
 // Server serves the admin endpoints.
@@ -73,7 +72,7 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 		hasToken: opts.Token != "",
 		ready:    opts.Ready,
 		mux:      http.NewServeMux(),
-		sub:      e.Subscribe(subscriptionBuffer),
+		sub:      e.Subscribe(subscriptionBuffer, engine.EventState, engine.EventIncident),
 		done:     make(chan struct{}),
 		events:   newRecentEvents(opts.Events),
 	}
@@ -120,9 +119,7 @@ func (s *Server) collect() {
 		if err != nil {
 			return
 		}
-		if ev.Kind == engine.EventState || ev.Kind == engine.EventIncident {
-			s.events.add(ev)
-		}
+		s.events.add(ev)
 	}
 }
 

@@ -59,7 +59,7 @@ func NewEnginePolicy(w World, cfg engine.Config, start time.Time, blind bool) (P
 		p.targets[w.TargetName(j)] = j
 	}
 	if !blind {
-		p.events = e.Subscribe(1 << 14)
+		p.events = e.Subscribe(1<<14, engine.EventState)
 	}
 	return p, nil
 }
@@ -140,7 +140,7 @@ func (p *enginePolicy) countEjections() {
 	}
 	p.buf = p.events.Poll(p.buf[:0])
 	for _, ev := range p.buf {
-		if ev.Kind != engine.EventState || ev.Target != "" || ev.To != engine.Ejected {
+		if ev.Target != "" || ev.To != engine.Ejected {
 			continue
 		}
 		route, at := p.routes[ev.Route], ev.Time.Sub(p.start)
