@@ -86,7 +86,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, ctl contr
 		return
 	}
 	target := targetKey(r.URL.Hostname())
-	g.origins.Store(target, "http://"+r.URL.Host+"/")
+	g.noteOrigin(target, r.URL.Host)
 	var tried []string
 	var last *result // the failed attempt to answer with if no route takes the retry
 	for {

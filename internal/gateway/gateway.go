@@ -115,7 +115,7 @@ type Gateway struct {
 	budget *retryBudget
 	users  *accounts // nil: no client auth
 
-	origins sync.Map // target key → the http:// origin last requested for it, for probes
+	origins sync.Map // target key → the host (with port) last requested for it, for probes
 }
 
 // exit is one route with the transport that carries absolute-form
@@ -446,10 +446,19 @@ func (g *Gateway) report(l engine.Lease, o engine.Outcome) {
 // (a CONNECT target is probed over plain HTTP: any answer shows the route
 // reaches the site, and a ban or captcha page shows it is refused).
 func (g *Gateway) ProbeURL(target string) string {
+	host := target
 	if v, ok := g.origins.Load(target); ok {
-		return v.(string)
+		host = v.(string)
 	}
-	return "http://" + target + "/"
+	return "http://" + host + "/"
+}
+
+// noteOrigin remembers host as where target was last asked for, for
+// probes. Most requests repeat the host already known: those only read.
+func (g *Gateway) noteOrigin(target, host string) {
+	if v, ok := g.origins.Load(target); !ok || v.(string) != host {
+		g.origins.Store(target, host)
+	}
 }
 
 // observeRequest tells the Observer how a request that got a route ended.
