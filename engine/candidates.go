@@ -125,9 +125,13 @@ func (c *Candidates) Allowed(slot int32) bool {
 	return all > 0
 }
 
-// matches checks labels and avoided routes; weights say the rest.
+// matches checks labels and avoided routes; weights say the rest. The
+// label check stays even though the index already holds only routes with
+// the labels: a route that UpdateRoute is moving out of the index must not
+// be drawn in the moment before it leaves. Unconstrained requests skip the
+// config load.
 func (c *Candidates) matches(r *route) bool {
-	if !r.labels.Matches(c.labels) {
+	if len(c.labels) > 0 && !r.config.Load().labels.Matches(c.labels) {
 		return false
 	}
 	for _, id := range c.avoid {

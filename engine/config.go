@@ -1,9 +1,6 @@
 package engine
 
-import (
-	"fmt"
-	"time"
-)
+import "time"
 
 // Config tunes the engine. The zero value of every field means its default
 // (listed with the field); a field that can be turned off says how. Defaults
@@ -109,6 +106,21 @@ type Config struct {
 	Seed uint64
 }
 
+// ConfigError names the Config field that is out of range.
+type ConfigError struct {
+	Field string // the Go field name, e.g. "Alpha"
+	Want  string // the range it must be in, e.g. "in (0, 1]"
+}
+
+func (e *ConfigError) Error() string { return "engine: config " + e.Field + " must be " + e.Want }
+
+// Validate reports the first field of c, defaults applied, that is out of
+// range, as a *ConfigError; New fails with the same error.
+func (c Config) Validate() error {
+	_, err := c.normalize()
+	return err
+}
+
 // DefaultConfig returns the defaults in force for a zero Config.
 func DefaultConfig() Config {
 	c, _ := Config{}.normalize()
@@ -212,7 +224,7 @@ func (c *Config) validate() error {
 	}
 	for _, ch := range checks {
 		if !ch.ok {
-			return fmt.Errorf("engine: config %s must be %s", ch.name, ch.want)
+			return &ConfigError{Field: ch.name, Want: ch.want}
 		}
 	}
 	return nil

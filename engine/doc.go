@@ -85,6 +85,18 @@
 // route's max_inflight and expires after LeaseTTL (reaped by Sweep as an
 // ambiguous target timeout).
 //
+// # Routes and reloads
+//
+// AddRoute adds a route; UpdateRoute changes its labels, max_inflight,
+// weight and cost in place, so a config reload keeps everything learnt
+// about a route whose id did not change: health records, route×target
+// pairs, leases, sessions and state. A route leaves the label indexes of
+// labels it lost (a label nobody carries any more means ErrNoMatch again)
+// and joins new ones; leases already granted run on under a lowered
+// max_inflight. RouteSpec returns the spec in force, for a reload to
+// compare. A route's config is one copy-on-write snapshot, so the pick
+// reads it with one atomic load and no lock.
+//
 // # Events, replay and state
 //
 // Outcomes, state changes, score moves and incidents are Events, delivered

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,8 +47,11 @@ type Engine struct {
 	byID   nameMap[int32] // route id → slot
 	pool   *weightIndex
 
-	labelMu sync.Mutex                             // serializes label index creation
-	labels  atomic.Pointer[map[Label]*weightIndex] // copy-on-write: readers never lock
+	labelMu sync.Mutex // serializes label index creation
+	// labels is copy-on-write: readers never lock. An index stays when its
+	// last route leaves it (UpdateRoute): it then has no members, which
+	// candidates reads as no match, and a route may join it again later.
+	labels atomic.Pointer[map[Label]*weightIndex]
 
 	byName  nameMap[*target] // interned targets
 	targets table[target]    // by number; 0 stands for global records
@@ -63,14 +67,38 @@ type Engine struct {
 
 type route struct {
 	// immutable once published
-	id          string
-	slot        int32
-	labels      Labels
-	indexes     []*weightIndex // the label indexes this route belongs to
-	maxInflight int32
-	static      float64 // RouteSpec.Weight / (1 + RouteSpec.Cost)
+	id   string
+	slot int32
 
-	wmu sync.Mutex // serializes refreshes of this route's weights
+	// config is atomic, copy-on-write: selection loads it once per use
+	// without a lock, and UpdateRoute replaces it whole, under wmu, so a
+	// reader never sees labels of one version with the limit of another.
+	config atomic.Pointer[routeConfig]
+
+	// wmu serializes refreshes of this route's weights and the swaps of its
+	// config, so a refresh never writes a weight into an index the route
+	// has just left, nor one computed from the previous config.
+	wmu sync.Mutex
+
+	// added is the config AddRoute published, immutable. It lives in the
+	// route itself so that, until an UpdateRoute, loading the config touches
+	// the route's own cache lines rather than another heap object: with
+	// 100k routes that miss is measurable on every Acquire and Report.
+	added routeConfig
+}
+
+// routeConfig is what the operator configured for a route. Immutable once
+// published: UpdateRoute builds a new one. Fields read on every pick come
+// first.
+type routeConfig struct {
+	labels  Labels         // owned by the engine: the caller's slice is copied
+	indexes []*weightIndex // the label indexes the route belongs to, one per distinct label
+	limit   int32          // max_inflight as the LeaseStore takes it; 0 = unlimited
+	static  float64        // Weight / (1 + Cost), Weight 0 counting as 1
+
+	// as given, so RouteSpec returns exactly what the caller configured
+	maxInflight  int
+	weight, cost float64
 }
 
 type target struct {
@@ -148,6 +176,77 @@ func (e *Engine) Config() Config { return e.cfg }
 
 // AddRoute adds a route as a candidate. Route ids are unique.
 func (e *Engine) AddRoute(now time.Time, spec RouteSpec) error {
+	if err := checkSpec(spec); err != nil {
+		return err
+	}
+	if _, dup := e.byID.load(spec.ID); dup {
+		return errors.New("engine: duplicate route id " + spec.ID)
+	}
+	cfg := e.routeConfig(spec)
+	slot := e.routes.add(func(slot int32, r *route) {
+		r.id = spec.ID
+		r.slot = slot
+		r.added = cfg
+		r.config.Store(&r.added)
+	})
+	r := e.routes.get(slot)
+	e.store.AddRoute(slot, spec.ID)
+	e.byID.loadOrStore(spec.ID, func() int32 { return slot })
+	e.refresh(r, now.UnixNano())
+	return nil
+}
+
+// UpdateRoute changes the labels, max_inflight, weight and cost of route
+// spec.ID, keeping its health records, pairs, leases, sessions and state:
+// a config reload must not forget what the engine learnt about an exit
+// whose id did not change. The route leaves the label indexes of labels it
+// lost and joins those of new ones; once UpdateRoute returns, no request
+// constrained by a lost label gets it. Leases already granted run on even
+// when the new max_inflight is below them; new ones wait until the route
+// is under it. It fails with ErrUnknownRoute if there is no such route, and
+// validates spec as AddRoute does.
+func (e *Engine) UpdateRoute(now time.Time, spec RouteSpec) error {
+	if err := checkSpec(spec); err != nil {
+		return err
+	}
+	r := e.route(spec.ID)
+	if r == nil {
+		return ErrUnknownRoute
+	}
+	next := e.routeConfig(spec)
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	old := r.config.Load()
+	r.config.Store(&next)
+	// The labels are swapped first, so a draw from an index being left
+	// already fails its label check; then the route leaves the indexes for
+	// good (weight 0, no longer a member, so a label nobody carries any more
+	// means ErrNoMatch), and the refresh sets its weights everywhere it now
+	// belongs.
+	for _, x := range old.indexes {
+		if !slices.Contains(next.indexes, x) {
+			x.remove(r.slot)
+		}
+	}
+	e.refreshLocked(r, now.UnixNano())
+	return nil
+}
+
+// RouteSpec returns the spec route id was added or last updated with, so a
+// config reload can tell whether it changed.
+func (e *Engine) RouteSpec(id string) (RouteSpec, bool) {
+	r := e.route(id)
+	if r == nil {
+		return RouteSpec{}, false
+	}
+	rc := r.config.Load()
+	return RouteSpec{
+		ID: r.id, Labels: slices.Clone(rc.labels),
+		MaxInflight: rc.maxInflight, Weight: rc.weight, Cost: rc.cost,
+	}, true
+}
+
+func checkSpec(spec RouteSpec) error {
 	if spec.ID == "" {
 		return errors.New("engine: route id is empty")
 	}
@@ -155,30 +254,34 @@ func (e *Engine) AddRoute(now time.Time, spec RouteSpec) error {
 		math.IsNaN(spec.Weight) || math.IsInf(spec.Weight, 0) || math.IsNaN(spec.Cost) || math.IsInf(spec.Cost, 0) {
 		return errors.New("engine: route " + spec.ID + ": max_inflight, weight and cost must be finite and not negative")
 	}
-	if _, dup := e.byID.load(spec.ID); dup {
-		return errors.New("engine: duplicate route id " + spec.ID)
-	}
+	return nil
+}
+
+// routeConfig builds the config for a valid spec, creating the label
+// indexes it needs.
+func (e *Engine) routeConfig(spec RouteSpec) routeConfig {
+	// The engine keeps its own copy: readers hold the labels without a lock,
+	// so the caller must not be able to change them under them.
+	labels := slices.Clone(spec.Labels)
 	w := spec.Weight
 	if w == 0 {
 		w = 1
 	}
-	indexes := make([]*weightIndex, 0, len(spec.Labels))
-	for _, l := range spec.Labels {
-		indexes = append(indexes, e.labelIndex(l, true))
+	indexes := make([]*weightIndex, 0, len(labels))
+	for _, l := range labels {
+		if x := e.labelIndex(l, true); !slices.Contains(indexes, x) {
+			indexes = append(indexes, x)
+		}
 	}
-	slot := e.routes.add(func(slot int32, r *route) {
-		r.id = spec.ID
-		r.slot = slot
-		r.labels = spec.Labels
-		r.indexes = indexes
-		r.maxInflight = int32(min(spec.MaxInflight, math.MaxInt32))
-		r.static = w / (1 + spec.Cost)
-	})
-	r := e.routes.get(slot)
-	e.store.AddRoute(slot, spec.ID)
-	e.byID.loadOrStore(spec.ID, func() int32 { return slot })
-	e.refresh(r, now.UnixNano())
-	return nil
+	return routeConfig{
+		labels:      labels,
+		indexes:     indexes,
+		limit:       int32(min(spec.MaxInflight, math.MaxInt32)),
+		static:      w / (1 + spec.Cost),
+		maxInflight: spec.MaxInflight,
+		weight:      spec.Weight,
+		cost:        spec.Cost,
+	}
 }
 
 // labelIndex returns the index of routes labelled l, creating it if asked.
@@ -279,7 +382,7 @@ func (e *Engine) pick(c *Candidates) (int32, bool) {
 
 func (e *Engine) acquireSession(ns int64, t *target, slot int32, req *Request) (Lease, error) {
 	r := e.routes.get(slot)
-	if r == nil || !r.labels.Matches(req.Labels) || !e.usable(r, t) {
+	if r == nil || !r.config.Load().labels.Matches(req.Labels) || !e.usable(r, t) {
 		return Lease{}, ErrSessionRestartRequired
 	}
 	l, ok := e.lease(ns, r, t, req, false)
@@ -301,7 +404,7 @@ func (e *Engine) usable(r *route, t *target) bool {
 }
 
 func (e *Engine) lease(ns int64, r *route, t *target, req *Request, fallback bool) (Lease, bool) {
-	rec, ok := e.store.Lease(LeaseRecord{Route: r.slot, Target: t.n, Expires: ns + int64(e.cfg.LeaseTTL)}, r.maxInflight)
+	rec, ok := e.store.Lease(LeaseRecord{Route: r.slot, Target: t.n, Expires: ns + int64(e.cfg.LeaseTTL)}, r.config.Load().limit)
 	if !ok {
 		return Lease{}, false
 	}
@@ -470,10 +573,17 @@ func (e *Engine) checkCrossTarget(ns int64, r *route, cause Class) {
 func (e *Engine) refresh(r *route, ns int64) {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
+	e.refreshLocked(r, ns)
+}
+
+// refreshLocked is refresh; the caller must hold r.wmu. The config is read
+// under wmu so the weights go to the indexes the route belongs to now.
+func (e *Engine) refreshLocked(r *route, ns int64) {
+	rc := r.config.Load()
 	h, _ := e.store.Read(Key{Route: r.slot})
 	inflight := e.store.Inflight(r.slot)
-	full := r.maxInflight > 0 && inflight >= r.maxInflight
-	base := math.Pow(h.Score(&e.cfg), e.cfg.Gamma) * r.static * h.slowStart(&e.cfg, ns) / float64(1+inflight)
+	full := rc.limit > 0 && inflight >= rc.limit
+	base := math.Pow(h.Score(&e.cfg), e.cfg.Gamma) * rc.static * h.slowStart(&e.cfg, ns) / float64(1+inflight)
 	w, all := base, max(base, minWeight)
 	switch {
 	case full || h.State == Draining || (h.State == Ejected && h.Until == math.MaxInt64):
@@ -484,7 +594,7 @@ func (e *Engine) refresh(r *route, ns int64) {
 		w *= e.cfg.SuspectWeight
 	}
 	e.pool.set(r.slot, w, all)
-	for _, x := range r.indexes {
+	for _, x := range rc.indexes {
 		x.set(r.slot, w, all)
 	}
 }

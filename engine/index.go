@@ -34,7 +34,7 @@ const (
 type weightIndex struct {
 	eligible atomic.Int64 // slots with a positive eligible weight
 	all      atomic.Int64 // slots with a positive fallback weight
-	slots    atomic.Int64 // distinct slots ever set
+	slots    atomic.Int64 // slots set and not removed since: the index's members
 
 	shards [numShards]indexShard
 }
@@ -44,7 +44,7 @@ type indexShard struct {
 	_ [64]byte // keeps neighbouring shards' hot fields off a shared cache line
 
 	mu       sync.Mutex
-	seen     []bool    // guarded by mu; positions ever set, len(seen) == eligible.sums.size()
+	seen     []bool    // guarded by mu; member positions (set, not removed since), len(seen) == eligible.sums.size()
 	eligible shardTree // guarded by mu, except its atomic total
 	all      shardTree // guarded by mu, except its atomic total
 }
@@ -94,6 +94,33 @@ func (x *weightIndex) set(slot int32, w, all float64) {
 	}
 }
 
+// remove takes slot out of the index: both its weights become 0 and it no
+// longer counts among the slots, so a label index whose last route lost
+// the label reports no slots, as if the label had never been seen. A later
+// set makes it a member again. Removing a slot that is not a member does
+// nothing.
+func (x *weightIndex) remove(slot int32) {
+	s := &x.shards[slot%numShards]
+	i := int(slot / numShards)
+	s.mu.Lock()
+	if i >= len(s.seen) || !s.seen[i] {
+		s.mu.Unlock()
+		return
+	}
+	s.seen[i] = false
+	de := s.eligible.set(i, 0)
+	da := s.all.set(i, 0)
+	s.mu.Unlock()
+
+	x.slots.Add(-1)
+	if de != 0 {
+		x.eligible.Add(de)
+	}
+	if da != 0 {
+		x.all.Add(da)
+	}
+}
+
 // sample draws a slot by weight from the eligible weights (all=false) or the
 // fallback weights (all=true). r is a uniform random uint64 supplied by the
 // caller (so tests are deterministic). It also returns the slot's two
@@ -132,9 +159,9 @@ func (x *weightIndex) sample(r uint64, all bool) (slot int32, w, wAll float64, o
 }
 
 // counts returns the number of slots with a positive eligible weight, with a
-// positive fallback weight, and the total slots: distinct slots ever set,
-// whatever their weights now. It takes no lock, so the three are not a
-// consistent snapshot.
+// positive fallback weight, and the total slots: members (set and not
+// removed since), whatever their weights now. It takes no lock, so the
+// three are not a consistent snapshot.
 func (x *weightIndex) counts() (eligible, all, slots int) {
 	return int(x.eligible.Load()), int(x.all.Load()), int(x.slots.Load())
 }

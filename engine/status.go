@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -34,7 +35,7 @@ func (e *Engine) Route(id string) (RouteStatus, bool) {
 	h, _ := e.store.Read(Key{Route: r.slot})
 	w, _ := e.pool.weight(r.slot)
 	st := RouteStatus{
-		ID: r.id, Labels: r.labels, Health: h, Score: h.Score(&e.cfg),
+		ID: r.id, Labels: slices.Clone(r.config.Load().labels), Health: h, Score: h.Score(&e.cfg),
 		Weight: w, Inflight: int(e.store.Inflight(r.slot)),
 	}
 	e.store.Pairs(r.slot, func(n int32, p Health) {
