@@ -11,10 +11,11 @@ import (
 const usage = `usage: switchyard <command> [flags]
 
 commands:
-  serve     run the forward proxy over a proxy list (switchyard serve -h)
-  demo      a live tour: fake proxies, the gateway and light load (switchyard demo -h)
-  bench     compare the engine with other policies on simulated pools (switchyard bench -h)
-  version   print the version
+  serve         run the forward proxy over a proxy list (switchyard serve -h)
+  check-config  validate a config file and print it in effect, secrets redacted
+  demo          a live tour: fake proxies, the gateway and light load (switchyard demo -h)
+  bench         compare the engine with other policies on simulated pools (switchyard bench -h)
+  version       print the version
 `
 
 var version = "dev"
@@ -27,9 +28,11 @@ func main() {
 	switch os.Args[1] {
 	case "serve":
 		ctx, stop := signalContext()
-		code := serve(ctx, os.Args[2:], os.Stderr)
+		code := serve(ctx, os.Args[2:], os.Stderr, hangups())
 		stop()
 		os.Exit(code)
+	case "check-config":
+		os.Exit(checkConfig(os.Args[2:], os.Stdout, os.Stderr))
 	case "demo":
 		ctx, stop := signalContext()
 		code := demoCmd(ctx, os.Args[2:], os.Stdout, os.Stderr)

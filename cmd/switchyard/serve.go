@@ -2,120 +2,115 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/netip"
-	"net/url"
 	"os"
 	"os/signal"
-	"regexp"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/switchyard/switchyard/internal/gateway"
-	"github.com/switchyard/switchyard/internal/guard"
-	"github.com/switchyard/switchyard/internal/route"
+	"github.com/switchyard/switchyard/internal/config"
 	"github.com/switchyard/switchyard/internal/server"
 )
 
-const serveUsage = `usage: switchyard serve --listen ADDR --proxies FILE [--admin ADDR] [--probe-url URL]
-                       [--block-private-networks[=false]] [--allow-cidr CIDR,...]
+const serveUsage = `usage: switchyard serve [--config FILE] [--listen ADDR] [--proxies FILE] [--admin ADDR]
+                       [--probe-url URL] [--block-private-networks[=false]] [--allow-cidr CIDR,...]
                        [--log-format text|json]
 
 Runs the forward proxy: point clients at --listen (curl -x http://ADDR …).
-State is kept in memory. Admin actions (drain, eject, restore) need a
-bearer token from the environment variable SWITCHYARD_ADMIN_TOKEN.
-Client auth: SWITCHYARD_USERS="alice:pw1,bob:pw2" lets only those users
-through (Basic Proxy-Authorization); unset means no auth. Secrets come from
-the environment only, never from flags.
+State is kept in memory. Settings come from the config file (see
+switchyard.example.toml), then SWITCHYARD_<SECTION>_<KEY> environment
+variables, then these flags. Secrets come from the file's env:/file:
+references or the environment, never from flags: SWITCHYARD_ADMIN_TOKEN
+enables admin actions (drain, eject, restore), SWITCHYARD_USERS="alice:pw1"
+adds proxy users. SIGHUP reloads the file and the proxy list; routes keep
+their state.
 
 flags:
 `
+
+// flagKeys maps each serve flag to the config key it sets.
+var flagKeys = map[string]string{
+	"listen":                 "listen.proxy",
+	"admin":                  "listen.admin",
+	"proxies":                "routes.file",
+	"probe-url":              "probe.url",
+	"block-private-networks": "security.block_private_networks",
+	"allow-cidr":             "security.allow_cidrs",
+	"log-format":             "log.format",
+}
 
 // shutdownGrace is how long in-flight requests may take to finish after a
 // SIGINT or SIGTERM.
 const shutdownGrace = 30 * time.Second
 
 // serve runs the gateway until ctx ends or a listener fails; it returns the
-// exit code.
-func serve(ctx context.Context, args []string, stderr io.Writer) int {
+// exit code. Each value on hangups reloads the configuration.
+func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan os.Signal) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, serveUsage)
 		fs.PrintDefaults()
 	}
-	listen := fs.String("listen", "127.0.0.1:8080", "address of the forward proxy")
-	proxies := fs.String("proxies", "", "proxy list file (see proxies.example.txt); required")
-	adminAddr := fs.String("admin", "127.0.0.1:9090", `address of the admin listener ("" to disable)`)
-	probeURL := fs.String("probe-url", "", "http:// page that neutral probes fetch through each route (default: a TCP check of the proxy)")
-	blockPrivate := fs.Bool("block-private-networks", false, "refuse loopback, private, link-local, metadata and multicast destinations (default: on unless --listen is a loopback address)")
-	var allowCIDRs cidrList
-	fs.Var(&allowCIDRs, "allow-cidr", "destination range exempt from --block-private-networks (repeatable or comma-separated)")
-	logFormat := fs.String("log-format", "text", "format of the log on stderr, request lines included: text or json")
+	path := fs.String("config", "", "TOML config file (see switchyard.example.toml)")
+	fs.String("listen", "127.0.0.1:8080", "address of the forward proxy")
+	fs.String("proxies", "", "proxy list file (see proxies.example.txt); required without a config file")
+	fs.String("admin", "127.0.0.1:9090", `address of the admin listener ("" to disable)`)
+	fs.String("probe-url", "", "http:// page that neutral probes fetch through each route (default: a TCP check of the proxy)")
+	fs.Bool("block-private-networks", false, "refuse loopback, private, link-local, metadata and multicast destinations (default: on unless --listen is a loopback address)")
+	fs.String("allow-cidr", "", "destination ranges exempt from --block-private-networks (comma-separated)")
+	fs.String("log-format", "text", "format of the log on stderr, request lines included: text or json")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *proxies == "" || fs.NArg() > 0 {
+	if fs.NArg() > 0 {
 		fs.Usage()
 		return 2
 	}
-	if *probeURL != "" {
-		if u, err := url.Parse(*probeURL); err != nil || u.Scheme != "http" || u.Host == "" {
-			fmt.Fprintf(stderr, "switchyard serve: --probe-url %q: want an http:// URL\n", *probeURL)
-			return 2
+	src := config.Source{Path: *path}
+	fs.Visit(func(f *flag.Flag) {
+		if key, ok := flagKeys[f.Name]; ok {
+			src.Flags = append(src.Flags, config.Setting{Key: key, Value: f.Value.String(), Flag: f.Name})
 		}
-	}
-	var log *slog.Logger
-	switch *logFormat {
-	case "text":
-		log = slog.New(slog.NewTextHandler(stderr, nil))
-	case "json":
-		log = slog.New(slog.NewJSONHandler(stderr, nil))
-	default:
-		fmt.Fprintf(stderr, "switchyard serve: --log-format %q: want text or json\n", *logFormat)
-		return 2
-	}
-	users, err := usersFromEnv()
+	})
+	cfg, err := config.Load(src)
 	if err != nil {
 		fmt.Fprintln(stderr, "switchyard serve:", err)
 		return 2
 	}
-	routes, err := route.LoadList(*proxies)
-	if err != nil {
-		fmt.Fprintln(stderr, "switchyard serve:", err)
-		return 2
+	log := newLogger(cfg.Log.Format, stderr)
+	if !cfg.LoopbackOnly() && len(cfg.Users) == 0 {
+		log.Warn("the proxy listens beyond loopback without client auth: anyone who reaches it can use your exits (add [[users]] or SWITCHYARD_USERS)", "addr", cfg.Listen.Proxy)
 	}
-	opts := server.Options{AdminToken: os.Getenv("SWITCHYARD_ADMIN_TOKEN"), NeutralURL: *probeURL, Users: users, Log: log}
-	if blockPrivateNetworks(fs, *blockPrivate, *listen) {
-		opts.Admission = guard.NewAdmission(allowCIDRs, nil)
-	}
-	if opts.Proxy, err = net.Listen("tcp", *listen); err != nil {
+	var ln server.Listeners
+	if ln.Proxy, err = net.Listen("tcp", cfg.Listen.Proxy); err != nil {
 		fmt.Fprintln(stderr, "switchyard serve:", err)
 		return 1
 	}
-	if *adminAddr != "" {
-		if opts.Admin, err = net.Listen("tcp", *adminAddr); err != nil {
-			opts.Proxy.Close()
+	if cfg.Listen.Admin != "" {
+		if ln.Admin, err = net.Listen("tcp", cfg.Listen.Admin); err != nil {
+			ln.Proxy.Close()
 			fmt.Fprintln(stderr, "switchyard serve:", err)
 			return 1
 		}
 	}
-	srv, err := server.New(routes, opts)
+	srv, err := server.New(cfg, ln, log)
 	if err != nil {
-		closeAll(opts)
+		closeAll(ln)
 		fmt.Fprintln(stderr, "switchyard serve:", err)
 		return 2
 	}
-	if opts.Admin != nil {
-		log.Info("admin listening", "addr", opts.Admin.Addr().String(), "routes", "/api/routes", "metrics", "/metrics")
+	if ln.Admin != nil {
+		log.Info("admin listening", "addr", ln.Admin.Addr().String(), "routes", "/api/routes", "metrics", "/metrics")
 	}
-	log.Info("forward proxy listening", "addr", opts.Proxy.Addr().String(), "routes", len(routes), "users", len(users))
+	log.Info("forward proxy listening", "addr", ln.Proxy.Addr().String(), "routes", len(cfg.RouteList), "users", len(cfg.Users), "private_networks_blocked", cfg.BlockPrivate())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go reloadOnHangup(ctx, hangups, src, srv, log)
 	if err := srv.Run(ctx, shutdownGrace); err != nil {
 		log.Error("listener failed", "err", err)
 		return 1
@@ -124,102 +119,86 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	return 0
 }
 
-// usersFromEnv reads the proxy's users from SWITCHYARD_USERS; unset means
-// no client auth. Set but naming no user is refused, lest a typo turn auth
-// off.
-func usersFromEnv() (map[string]gateway.User, error) {
-	v, ok := os.LookupEnv("SWITCHYARD_USERS")
-	if !ok {
-		return nil, nil
-	}
-	return parseUsers(v)
-}
-
-// userName is what a user name may hold: no "-", which separates the
-// control parameters in the proxy username, and no ":".
-var userName = regexp.MustCompile(`^[A-Za-z0-9_.]+$`)
-
-// parseUsers parses "alice:pw1,bob:pw2"; a password may contain ':' (the
-// name ends at the first). Errors name the entry by position and never
-// quote it: it may hold a password. Nothing is trimmed: a space is part of
-// a password, and makes a name invalid.
-func parseUsers(v string) (map[string]gateway.User, error) {
-	if v == "" {
-		return nil, errors.New("SWITCHYARD_USERS is set but names no user (unset it to turn client auth off)")
-	}
-	users := make(map[string]gateway.User)
-	for i, entry := range strings.Split(v, ",") {
-		name, password, ok := strings.Cut(entry, ":")
-		switch {
-		case !ok:
-			return nil, fmt.Errorf("SWITCHYARD_USERS: entry %d: want user:password", i+1)
-		case !userName.MatchString(name):
-			return nil, fmt.Errorf("SWITCHYARD_USERS: entry %d: user name must be letters, digits, '_' or '.'", i+1)
-		case password == "":
-			return nil, fmt.Errorf("SWITCHYARD_USERS: entry %d: user %s has an empty password", i+1, name)
+// reloadOnHangup reloads the configuration from src on every hangup until
+// ctx ends. A configuration that does not load is refused whole and the
+// running one stays.
+func reloadOnHangup(ctx context.Context, hangups <-chan os.Signal, src config.Source, srv *server.Server, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hangups:
+			next, err := config.Load(src)
+			if err == nil {
+				err = srv.Reload(next)
+			}
+			if err != nil {
+				log.Error("reload refused; the running configuration stays", "err", err)
+			}
 		}
-		if _, dup := users[name]; dup {
-			return nil, fmt.Errorf("SWITCHYARD_USERS: entry %d: user %s given twice", i+1, name)
-		}
-		users[name] = gateway.User{Password: password}
 	}
-	return users, nil
 }
 
-// blockPrivateNetworks says whether SSRF admission is on: as the flag says
-// when given, else on for a proxy reachable beyond loopback (SPEC §4).
-func blockPrivateNetworks(fs *flag.FlagSet, flagValue bool, listen string) bool {
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "block-private-networks" })
-	if given {
-		return flagValue
+// newLogger is the process log on stderr, in format "text" or "json".
+func newLogger(format string, stderr io.Writer) *slog.Logger {
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(stderr, nil))
 	}
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		return true
-	}
-	if host == "localhost" {
-		return false
-	}
-	ip, err := netip.ParseAddr(host)
-	return err != nil || !ip.IsLoopback()
-}
-
-// cidrList is a repeatable flag of CIDR ranges, each value one range or a
-// comma-separated list.
-type cidrList []netip.Prefix
-
-func (l *cidrList) String() string {
-	if l == nil {
-		return ""
-	}
-	s := make([]string, len(*l))
-	for i, p := range *l {
-		s[i] = p.String()
-	}
-	return strings.Join(s, ",")
-}
-
-func (l *cidrList) Set(v string) error {
-	for _, f := range strings.Split(v, ",") {
-		p, err := netip.ParsePrefix(strings.TrimSpace(f))
-		if err != nil {
-			return err
-		}
-		*l = append(*l, p)
-	}
-	return nil
+	return slog.New(slog.NewTextHandler(stderr, nil))
 }
 
 // closeAll closes the listeners of a server that never ran.
-func closeAll(opts server.Options) {
-	opts.Proxy.Close()
-	if opts.Admin != nil {
-		opts.Admin.Close()
+func closeAll(ln server.Listeners) {
+	ln.Proxy.Close()
+	if ln.Admin != nil {
+		ln.Admin.Close()
 	}
 }
 
 // signalContext ends on SIGINT or SIGTERM.
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// hangups delivers SIGHUP, the reload signal.
+func hangups() <-chan os.Signal {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGHUP)
+	return c
+}
+
+const checkConfigUsage = `usage: switchyard check-config --config FILE
+
+Validates the configuration as serve would load it (the file, then
+SWITCHYARD_<SECTION>_<KEY> environment variables, secrets and the proxy
+list included) without starting anything, and prints the effective
+configuration with secrets redacted. Exit 0 when valid, 1 when not.
+`
+
+// checkConfig is the check-config command.
+func checkConfig(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, checkConfigUsage)
+		fs.PrintDefaults()
+	}
+	path := fs.String("config", "", "TOML config file")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *path == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return 2
+	}
+	cfg, err := config.Load(config.Source{Path: *path})
+	if err != nil {
+		fmt.Fprintln(stderr, "switchyard check-config:", err)
+		return 1
+	}
+	if err := cfg.WriteEffective(stdout); err != nil {
+		fmt.Fprintln(stderr, "switchyard check-config:", err)
+		return 1
+	}
+	return 0
 }

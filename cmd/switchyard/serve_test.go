@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -63,7 +62,7 @@ func TestServeEndToEnd(t *testing.T) {
 	log := &syncBuffer{}
 	done := make(chan int)
 	go func() {
-		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--proxies", list}, log)
+		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--proxies", list}, log, nil)
 	}()
 	proxyAddr := addrOf(t, log, "forward proxy listening")
 	adminAddr := addrOf(t, log, "admin listening")
@@ -110,16 +109,16 @@ func TestServeRejectsBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no list", []string{}, "usage"},
+		{"no list", []string{}, "no routes: set routes.file (or --proxies)"},
 		{"missing file", []string{"--proxies", filepath.Join(dir, "nope.txt")}, "nope.txt"},
-		{"bad probe url", []string{"--proxies", bad, "--probe-url", "ftp://x"}, "--probe-url"},
+		{"bad probe url", []string{"--proxies", bad, "--probe-url", "ftp://x"}, "probe.url (flag --probe-url)"},
 		{"bad line", []string{"--proxies", bad}, "proxies.txt:2: missing port"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
 			t.Parallel()
 			log := &syncBuffer{}
-			if code := serve(context.Background(), tt.args, log); code != 2 {
+			if code := serve(context.Background(), tt.args, log, nil); code != 2 {
 				t.Fatalf("exit %d, want 2", code)
 			}
 			if !strings.Contains(log.String(), tt.want) || strings.Contains(log.String(), "Sekr1tPw") {
@@ -139,7 +138,7 @@ func startServe(t *testing.T) (proxyAddr, adminAddr string, stop context.CancelF
 	log := &syncBuffer{}
 	done = make(chan int, 1)
 	go func() {
-		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--proxies", list}, log)
+		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--proxies", list}, log, nil)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -241,94 +240,6 @@ func TestServeWithCurl(t *testing.T) {
 	}
 }
 
-func TestBlockPrivateNetworksDefault(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		desc   string
-		args   []string
-		listen string
-		want   bool
-	}{
-		{desc: "loopback listener", listen: "127.0.0.1:8080", want: false},
-		{desc: "IPv6 loopback listener", listen: "[::1]:8080", want: false},
-		{desc: "localhost listener", listen: "localhost:8080", want: false},
-		{desc: "all interfaces", listen: ":8080", want: true},
-		{desc: "public address", listen: "0.0.0.0:8080", want: true},
-		{desc: "flag turns it off", args: []string{"--block-private-networks=false"}, listen: ":8080", want: false},
-		{desc: "flag turns it on", args: []string{"--block-private-networks"}, listen: "127.0.0.1:8080", want: true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.desc, func(t *testing.T) {
-			t.Parallel()
-			fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-			on := fs.Bool("block-private-networks", false, "")
-			if err := fs.Parse(tc.args); err != nil {
-				t.Fatal(err)
-			}
-			if got := blockPrivateNetworks(fs, *on, tc.listen); got != tc.want {
-				t.Errorf("got %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestCIDRList(t *testing.T) {
-	t.Parallel()
-	var l cidrList
-	for _, v := range []string{"10.0.0.0/8, 192.168.1.0/24", "fd00::/8"} {
-		if err := l.Set(v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got := l.String(); got != "10.0.0.0/8,192.168.1.0/24,fd00::/8" {
-		t.Errorf("got %q", got)
-	}
-	if err := l.Set("10.0.0.1"); err == nil {
-		t.Error("a bare address was accepted as a range")
-	}
-}
-
-func TestParseUsers(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		desc    string
-		in      string
-		want    map[string]string // user → password
-		wantErr string
-	}{
-		{desc: "two users", in: "alice:pw1,bob:pw2", want: map[string]string{"alice": "pw1", "bob": "pw2"}},
-		{desc: "password with colons", in: "alice:a:b:c", want: map[string]string{"alice": "a:b:c"}},
-		{desc: "dotted name", in: "svc.crawler_1:x", want: map[string]string{"svc.crawler_1": "x"}},
-		{desc: "empty", in: "", wantErr: "names no user"},
-		{desc: "no colon", in: "alice:pw1,bobSekr1tPw", wantErr: "entry 2: want user:password"},
-		{desc: "dash in name", in: "al-ice:Sekr1tPw", wantErr: "entry 1: user name"},
-		{desc: "space in name", in: "alice:pw1, bob:Sekr1tPw", wantErr: "entry 2: user name"},
-		{desc: "empty password", in: "alice:", wantErr: "empty password"},
-		{desc: "trailing comma", in: "alice:Sekr1tPw,", wantErr: "entry 2"},
-		{desc: "duplicate", in: "alice:Sekr1tPw,alice:x", wantErr: "alice given twice"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.desc, func(t *testing.T) {
-			t.Parallel()
-			got, err := parseUsers(tc.in)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || strings.Contains(err.Error(), "Sekr1tPw") {
-					t.Fatalf("err %v, want %q and no password", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil || len(got) != len(tc.want) {
-				t.Fatalf("got %v, %v", got, err)
-			}
-			for name, pw := range tc.want {
-				if got[name].Password != pw {
-					t.Errorf("%s: password %q, want %q", name, got[name].Password, pw)
-				}
-			}
-		})
-	}
-}
-
 // Users from the environment are enforced, requests are logged in the
 // chosen format, and no password reaches stderr.
 func TestServeWithUsers(t *testing.T) {
@@ -343,7 +254,7 @@ func TestServeWithUsers(t *testing.T) {
 	log := &syncBuffer{}
 	done := make(chan int, 1)
 	go func() {
-		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "", "--proxies", list, "--log-format", "json"}, log)
+		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "", "--proxies", list, "--log-format", "json"}, log, nil)
 	}()
 	re := regexp.MustCompile(`"msg":"forward proxy listening","addr":"([^"]+)"`)
 	var proxyAddr string
@@ -407,14 +318,15 @@ func TestServeRejectsBadUsers(t *testing.T) {
 		{desc: "no colon", users: "aliceSekr1tPw", want: "entry 1: want user:password"},
 		{desc: "bad name", users: "alice:x,b-ob:Sekr1tPw", want: "entry 2: user name"},
 		{desc: "set but empty", users: "", want: "names no user"},
-		{desc: "bad log format", users: "alice:Sekr1tPw", args: []string{"--log-format", "xml"}, want: "--log-format"},
+		{desc: "bad log format", users: "alice:Sekr1tPw", args: []string{"--log-format", "xml"}, want: "log.format (flag --log-format)"},
+		{desc: "duplicate", users: "alice:Sekr1tPw,alice:x", want: "user alice is given twice"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Setenv("SWITCHYARD_USERS", tc.users)
 			log := &syncBuffer{}
 			args := append([]string{"--listen", "127.0.0.1:0", "--admin", "", "--proxies", list}, tc.args...)
-			if code := serve(context.Background(), args, log); code != 2 {
+			if code := serve(context.Background(), args, log, nil); code != 2 {
 				t.Fatalf("exit %d, want 2:\n%s", code, log)
 			}
 			if !strings.Contains(log.String(), tc.want) || strings.Contains(log.String(), "Sekr1tPw") {

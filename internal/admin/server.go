@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
@@ -44,8 +45,7 @@ type Server struct {
 	// Immutable after NewServer.
 	engine   *engine.Engine
 	metrics  *Metrics
-	routes   map[string]*route.Route // by id: the addresses to show
-	token    [sha256.Size]byte       // hash of Options.Token, compared in constant time
+	token    [sha256.Size]byte // hash of Options.Token, compared in constant time
 	hasToken bool
 	ready    func() error
 	mux      *http.ServeMux
@@ -56,6 +56,18 @@ type Server struct {
 	sub    *engine.Subscription
 	done   chan struct{}
 	events *recentEvents
+
+	routes atomic.Pointer[map[string]*route.Route] // by id, the addresses to show; replaced whole by SetRoutes
+}
+
+// SetRoutes replaces the routes whose addresses the API shows, after a
+// reload.
+func (s *Server) SetRoutes(routes []*route.Route) {
+	byID := make(map[string]*route.Route, len(routes))
+	for _, r := range routes {
+		byID[r.ID] = r
+	}
+	s.routes.Store(&byID)
 }
 
 // NewServer returns the admin server of a gateway running e with routes,
@@ -68,7 +80,6 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 	s := &Server{
 		engine:   e,
 		metrics:  m,
-		routes:   make(map[string]*route.Route, len(routes)),
 		hasToken: opts.Token != "",
 		ready:    opts.Ready,
 		mux:      http.NewServeMux(),
@@ -79,9 +90,7 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 	// Hashing first makes both sides of the comparison the same length,
 	// so neither the comparison's time nor its result leaks the length.
 	s.token = sha256.Sum256([]byte(opts.Token))
-	for _, r := range routes {
-		s.routes[r.ID] = r
-	}
+	s.SetRoutes(routes)
 	s.mux.Handle("/healthz", readOnly(http.HandlerFunc(s.healthz)))
 	s.mux.Handle("/readyz", readOnly(http.HandlerFunc(s.readyz)))
 	s.mux.Handle("/metrics", readOnly(m.handler()))
@@ -217,7 +226,7 @@ func (s *Server) routeJSON(st engine.RouteStatus) routeJSON {
 		Cause:               causeName(h.Cause),
 		Targets:             make([]targetJSON, 0, len(st.Targets)),
 	}
-	if r, ok := s.routes[st.ID]; ok {
+	if r, ok := (*s.routes.Load())[st.ID]; ok {
 		rj.URL, rj.Scheme = r.Redacted(), string(r.Scheme)
 	}
 	for _, l := range st.Labels {

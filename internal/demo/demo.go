@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/config"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 	"github.com/switchyard/switchyard/internal/server"
@@ -105,7 +106,7 @@ func Run(ctx context.Context, out io.Writer, opts Options) (err error) {
 		proxyLn.Close()
 		return err
 	}
-	srv, err := server.New(routes, server.Options{Proxy: proxyLn, Admin: adminLn})
+	srv, err := server.New(config.WithRoutes(routes), server.Listeners{Proxy: proxyLn, Admin: adminLn}, nil)
 	if err != nil {
 		proxyLn.Close()
 		adminLn.Close()

@@ -131,8 +131,8 @@ func TestAdmissionAtConnect(t *testing.T) {
 				var reached atomic.Bool
 				addr := routetest.ServeTCP(t, func(c net.Conn) { reached.Store(true); c.Close() })
 				v := newEnv(t, Config{Admission: guard.NewAdmission(nil, nil)}, "direct")
-				target := targetKey("127.0.0.1")
-				l, x, err := v.g.acquire(control{}, target, nil)
+				target := "127.0.0.1"
+				l, x, err := v.g.acquire(v.g.current.Load(), control{}, target, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -145,7 +145,7 @@ func TestAdmissionAtConnect(t *testing.T) {
 					res = result{route: l.Route, class: class, blocked: blocked, done: func() {}}
 				} else {
 					req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
-					res = v.g.attempt(req, l, x, &reqBody{})
+					res = v.g.attempt(req, l, x, &reqBody{}, nil)
 				}
 				var ge *guard.Error
 				if res.blocked == nil || !errors.As(res.blocked, &ge) || res.class != engine.Canceled {
@@ -163,4 +163,47 @@ func TestAdmissionAtConnect(t *testing.T) {
 			})
 		}
 	})
+}
+
+// resolverMap is a test resolver: names to addresses, nothing on the wire.
+type resolverMap map[string][]netip.Addr
+
+func (m resolverMap) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := m[host]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// With ResolveProxyTargets, a name is refused at admission when it
+// resolves to a blocked address, whatever route would carry it.
+func TestResolveProxyTargets(t *testing.T) {
+	t.Parallel()
+	resolver := resolverMap{
+		"rebind.test": {netip.MustParseAddr("127.0.0.1")},
+		"mixed.test":  {netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("10.0.0.1")},
+		"public.test": {netip.MustParseAddr("192.0.2.10")},
+	}
+	tests := []struct {
+		host    string
+		resolve bool
+		want    bool
+	}{
+		{"rebind.test", true, false},
+		{"mixed.test", true, false},
+		{"public.test", true, true},
+		{"unknown.test", true, true}, // the route meets the lookup failure
+		{"rebind.test", false, true}, // without resolution only the name is checked
+		{"127.0.0.1", false, false},
+	}
+	for _, tc := range tests {
+		g := &Gateway{cfg: Config{Admission: guard.NewAdmission(nil, nil), ResolveProxyTargets: tc.resolve, Resolver: resolver}}
+		w := httptest.NewRecorder()
+		if got := g.admit(context.Background(), w, tc.host); got != tc.want {
+			t.Errorf("%s (resolve %v): admitted %v, want %v", tc.host, tc.resolve, got, tc.want)
+		}
+		if !tc.want && (w.Code != http.StatusForbidden || w.Header().Get(headerError) != "blocked_destination") {
+			t.Errorf("%s: answered %d %q", tc.host, w.Code, w.Header().Get(headerError))
+		}
+	}
 }

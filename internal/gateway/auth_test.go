@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
@@ -214,4 +216,45 @@ func TestRequestLogHasNoSecrets(t *testing.T) {
 			})
 		}
 	})
+}
+
+// Hashed passwords go through bcrypt once per password, then the digest
+// cache; unknown users and wrong passwords are refused alike.
+func TestHashedPasswords(t *testing.T) {
+	t.Parallel()
+	hash, err := bcrypt.GenerateFromPassword([]byte("correct horse"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAccounts(map[string]User{
+		"alice": {PasswordHash: string(hash), Labels: engine.Labels{{Key: "provider", Value: "acme"}}},
+		"bob":   {Password: "plain"},
+	})
+	tests := []struct {
+		desc, user, password string
+		want                 bool
+	}{
+		{"right hashed password", "alice-session-1", "correct horse", true},
+		{"again, from the cache", "alice", "correct horse", true},
+		{"wrong hashed password", "alice", "correct horse!", false},
+		{"the hash itself", "alice", string(hash), false},
+		{"plain user beside hashed ones", "bob", "plain", true},
+		{"unknown user", "carol", "correct horse", false},
+	}
+	for _, tc := range tests {
+		h := http.Header{"Proxy-Authorization": {basic(tc.user, tc.password)}}
+		name, labels, ok := a.authenticate(h)
+		if ok != tc.want {
+			t.Errorf("%s: ok = %v, want %v", tc.desc, ok, tc.want)
+		}
+		if ok && name == "alice" && labels.String() != "provider=acme" {
+			t.Errorf("%s: labels %v", tc.desc, labels)
+		}
+	}
+	if a.byName["alice"].verified.Load() == nil {
+		t.Error("a verified password was not cached")
+	}
+	if a.dummy.hash == nil {
+		t.Error("unknown users skip bcrypt while some users have hashes: their timing tells them apart")
+	}
 }

@@ -4,11 +4,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
-
-	"golang.org/x/net/publicsuffix"
 
 	"github.com/switchyard/switchyard/engine"
 )
@@ -121,21 +118,6 @@ func checkSession(s string) error {
 		}
 	}
 	return nil
-}
-
-// targetKey is the engine's name for the site behind host: its registrable
-// domain, so that www.example.com and img.example.com share one record
-// (a site bans an exit, not a hostname). IP literals and single-label
-// names are their own key.
-func targetKey(host string) string {
-	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	if net.ParseIP(host) != nil || !strings.Contains(host, ".") {
-		return host
-	}
-	if key, err := publicsuffix.EffectiveTLDPlusOne(host); err == nil {
-		return key
-	}
-	return host // a public suffix itself, or malformed: it stands alone
 }
 
 // hopHeaders are meaningful for one connection only and are never passed

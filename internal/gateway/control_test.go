@@ -64,24 +64,6 @@ func TestParseControl(t *testing.T) {
 	}
 }
 
-func TestTargetKey(t *testing.T) {
-	t.Parallel()
-	tests := []struct{ host, want string }{
-		{"www.example.com", "example.com"},
-		{"img.shop.example.co.uk", "example.co.uk"},
-		{"Example.COM.", "example.com"},
-		{"127.0.0.1", "127.0.0.1"},
-		{"::1", "::1"},
-		{"localhost", "localhost"},
-		{"co.uk", "co.uk"},
-	}
-	for _, tc := range tests {
-		if got := targetKey(tc.host); got != tc.want {
-			t.Errorf("targetKey(%q) = %q, want %q", tc.host, got, tc.want)
-		}
-	}
-}
-
 // The budget allows the floor plus the ratio of recent requests, and
 // forgets requests older than its window.
 func TestRetryBudget(t *testing.T) {

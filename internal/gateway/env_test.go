@@ -114,16 +114,16 @@ func (v *env) waitOutcome(t *testing.T, i int, c engine.Class) {
 	}
 }
 
-// target is an HTTP server on 127.0.0.1 whose handler sees the hit number
+// site is an HTTP server on 127.0.0.1 whose handler sees the hit number
 // (1-based) of each request.
-type target struct {
+type site struct {
 	*httptest.Server
 	hits atomic.Int64
 }
 
-func newTarget(t *testing.T, h func(n int, w http.ResponseWriter, r *http.Request)) *target {
+func newTarget(t *testing.T, h func(n int, w http.ResponseWriter, r *http.Request)) *site {
 	t.Helper()
-	tg := &target{}
+	tg := &site{}
 	tg.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h(int(tg.hits.Add(1)), w, r)
 	}))
@@ -131,7 +131,7 @@ func newTarget(t *testing.T, h func(n int, w http.ResponseWriter, r *http.Reques
 	return tg
 }
 
-func (tg *target) Hits() int { return int(tg.hits.Load()) }
+func (tg *site) Hits() int { return int(tg.hits.Load()) }
 
 // raw sends a request as written to addr and reads the answer: for what
 // Go's client will not send (origin-form to a proxy, absolute https://).

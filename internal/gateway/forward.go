@@ -75,22 +75,31 @@ func (g *Gateway) readBody(r *http.Request) (*reqBody, error) {
 
 // serveForward performs an absolute-form request, trying up to MaxAttempts
 // routes, and answers with the last attempt's result.
-func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, ctl control, rec *record) {
-	if !g.admit(w, r.URL.Hostname()) {
+func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settings, ctl control, rec *record) {
+	if !g.admit(r.Context(), w, r.URL.Hostname()) {
 		return
 	}
+	target, policy := s.targets.Resolve(r.URL.Hostname())
+	release, ok := g.admitPace(w, r, s, target)
+	if !ok {
+		return
+	}
+	defer release()
 	g.budget.request(g.cfg.Now())
 	body, err := g.readBody(r)
 	if err != nil {
 		badRequest(w, "reading the request body: "+err.Error())
 		return
 	}
-	target := targetKey(r.URL.Hostname())
 	g.noteOrigin(target, r.URL.Host)
+	var signatures []string
+	if policy != nil {
+		signatures = policy.BlockSignatures
+	}
 	var tried []string
 	var last *result // the failed attempt to answer with if no route takes the retry
 	for {
-		l, x, err := g.acquire(ctl, target, tried)
+		l, x, err := g.lease(r.Context(), s, ctl, target, tried)
 		if err != nil {
 			if last != nil {
 				g.respond(w, rec, last, len(tried))
@@ -103,7 +112,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, ctl contr
 			last.discard()
 		}
 		tried = append(tried, l.Route)
-		res := g.attempt(r, l, x, body)
+		res := g.attempt(r, l, x, body, signatures)
 		if !g.retry(r.Method, ctl, body, &res, len(tried)) {
 			g.respond(w, rec, &res, len(tried))
 			return
@@ -148,7 +157,7 @@ func idempotent(method string) bool {
 // one, any failure may have come after the request went out, so only an
 // idempotent request is retried. A 407 answer is the proxy refusing before
 // forwarding, so it never left either.
-func (g *Gateway) attempt(r *http.Request, l engine.Lease, x *exit, body *reqBody) (res result) {
+func (g *Gateway) attempt(r *http.Request, l engine.Lease, x *exit, body *reqBody, signatures []string) (res result) {
 	outcome := engine.Outcome{Class: engine.Canceled}
 	defer func() { g.report(l, outcome) }()
 
@@ -167,7 +176,7 @@ func (g *Gateway) attempt(r *http.Request, l engine.Lease, x *exit, body *reqBod
 		res.class, outcome.RetryAfter = route.ClassifyStatus(resp.StatusCode, resp.Header, g.cfg.Now())
 		res.reached = resp.StatusCode != http.StatusProxyAuthRequired
 		if res.class == engine.OK {
-			err = g.checkSignatures(resp, &res.class)
+			err = checkSignatures(resp, signatures, &res.class)
 		}
 	}
 	// A timer that already fired cut the attempt, whatever came back.
@@ -214,11 +223,11 @@ func outbound(ctx context.Context, r *http.Request, body *reqBody) *http.Request
 	return out
 }
 
-// checkSignatures searches the start of a 2xx text answer for a block
-// signature, turning the class into ContentInvalid on a match. The bytes
-// read are put back in front of the body.
-func (g *Gateway) checkSignatures(resp *http.Response, class *engine.Class) error {
-	if len(g.cfg.BlockSignatures) == 0 || resp.StatusCode > 299 || !textual(resp.Header) {
+// checkSignatures searches the start of a 2xx text answer for one of the
+// target's block signatures, turning the class into ContentInvalid on a
+// match. The bytes read are put back in front of the body.
+func checkSignatures(resp *http.Response, signatures []string, class *engine.Class) error {
+	if len(signatures) == 0 || resp.StatusCode > 299 || !textual(resp.Header) {
 		return nil
 	}
 	head, err := io.ReadAll(io.LimitReader(resp.Body, signatureWindow))
@@ -229,7 +238,7 @@ func (g *Gateway) checkSignatures(resp *http.Response, class *engine.Class) erro
 		io.Reader
 		io.Closer
 	}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
-	for _, sig := range g.cfg.BlockSignatures {
+	for _, sig := range signatures {
 		if sig != "" && bytes.Contains(head, []byte(sig)) {
 			*class = engine.ContentInvalid
 			return nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/route/routetest"
+	"github.com/switchyard/switchyard/internal/target"
 )
 
 // TestForward runs one absolute-form request through two routes, chosen
@@ -100,7 +101,7 @@ func TestForward(t *testing.T) {
 				t.Parallel()
 				tg := newTarget(t, tc.handler)
 				p0, p1 := routetest.NewProxy(t, tc.routes[0]), routetest.NewProxy(t, tc.routes[1])
-				cfg := Config{BlockSignatures: tc.signatures}
+				cfg := Config{Targets: target.New([]target.Rule{{Hosts: []string{"*"}, Policy: target.Policy{BlockSignatures: tc.signatures}}})}
 				if pool := p0.CertPool(); pool != nil {
 					cfg.ProxyTLS = &tls.Config{RootCAs: pool}
 				}

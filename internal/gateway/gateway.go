@@ -17,11 +17,13 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/guard"
 	"github.com/switchyard/switchyard/internal/route"
+	"github.com/switchyard/switchyard/internal/target"
 )
 
 // Config tunes the gateway. Zero fields mean the documented defaults.
@@ -43,10 +45,6 @@ type Config struct {
 	// RetryRatio × the requests of the last ~10s, plus a floor of 10, so a
 	// failing pool cannot turn into a retry storm (SPEC §2.4). Default 0.2.
 	RetryRatio float64
-	// BlockSignatures are body substrings that mark a soft ban (a captcha
-	// page served with 200): searched in the first 16 KiB of 2xx text and
-	// HTML answers, a match is content_invalid.
-	BlockSignatures []string
 	// ProxyTLS holds the roots that HTTPS proxies are verified against; nil
 	// means the system's. Tests set it to trust fake proxies.
 	ProxyTLS *tls.Config
@@ -62,10 +60,24 @@ type Config struct {
 	// time, so DNS rebinding cannot slip past. Proxy routes resolve the
 	// target at the proxy, so only the written host is checked for them.
 	Admission *guard.Admission
+	// ResolveProxyTargets also resolves each target name at admission
+	// and refuses it if an address is blocked, for the proxy routes whose
+	// connections the dial-time check never sees. A failed lookup is left
+	// for the route to meet. Needs Admission.
+	ResolveProxyTargets bool
+	// Resolver does those lookups; nil means net.DefaultResolver.
+	Resolver guard.Resolver
 	// Users, when not empty, are the only clients let through: every
 	// request must carry their Basic Proxy-Authorization (SPEC §1.1).
-	// Empty means no client authentication.
+	// Empty means no client authentication. Update replaces them.
 	Users map[string]User
+	// Targets name the target of each host and hold the operator's
+	// per-target settings (probe path, block signatures, pacing); nil
+	// means registrable domains and no settings. Update replaces them.
+	Targets *target.Rules
+	// MaxPacedTargets bounds the targets, and route×target pairs, whose
+	// pacing state is kept (LRU). Default 10000.
+	MaxPacedTargets int
 	// Log receives one Info line per request (per CONNECT: when the tunnel
 	// is built or fails); nil means no request logs. Lines never carry
 	// credentials or query strings, where crawlers put tokens.
@@ -102,6 +114,9 @@ func (c Config) withDefaults() Config {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.Resolver == nil {
+		c.Resolver = net.DefaultResolver
+	}
 	return c
 }
 
@@ -111,9 +126,13 @@ type Gateway struct {
 	// Immutable after New.
 	cfg    Config
 	engine *engine.Engine
-	exits  map[string]*exit // by route id
 	budget *retryBudget
-	users  *accounts // nil: no client auth
+	pacer  *guard.Pacer
+
+	// current is what Update may change, swapped whole: a request reads it
+	// once and keeps that view to its end.
+	current atomic.Pointer[settings]
+	updates sync.Mutex // serializes Update
 
 	origins sync.Map // target key → the host (with port) last requested for it, for probes
 }
@@ -129,19 +148,11 @@ type exit struct {
 // e (with r.Spec()): the engine picks among them, the gateway dials them.
 func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) {
 	cfg = cfg.withDefaults()
-	g := &Gateway{cfg: cfg, engine: e, exits: make(map[string]*exit, len(routes)), budget: newRetryBudget(cfg.RetryRatio), users: newAccounts(cfg.Users)}
-	for _, r := range routes {
-		if _, ok := e.Route(r.ID); !ok {
-			return nil, fmt.Errorf("gateway: route %s is not known to the engine", r.ID)
-		}
-		if _, dup := g.exits[r.ID]; dup {
-			return nil, fmt.Errorf("gateway: duplicate route %s", r.ID)
-		}
-		t, err := g.transport(r)
-		if err != nil {
-			return nil, err
-		}
-		g.exits[r.ID] = &exit{route: r, transport: t}
+	g := &Gateway{cfg: cfg, engine: e, budget: newRetryBudget(cfg.RetryRatio)}
+	// Pacing waits on real timers, so it reads the real clock too.
+	g.pacer = guard.NewPacer(guard.PacerConfig{Limits: g.paceOf, MaxTargets: cfg.MaxPacedTargets})
+	if err := g.Update(routes, cfg.Users, cfg.Targets); err != nil {
+		return nil, err
 	}
 	return g, nil
 }
@@ -190,14 +201,20 @@ func (g *Gateway) dialer(addr string) route.Dialer {
 	return d
 }
 
-// admit checks the target host as the client wrote it, before any route is
+// admit checks the target host as the client wrote it (and, with
+// ResolveProxyTargets, the addresses it resolves to), before any route is
 // leased; a refusal is answered 403 and nothing is counted.
-func (g *Gateway) admit(w http.ResponseWriter, host string) bool {
-	if g.cfg.Admission == nil {
+func (g *Gateway) admit(ctx context.Context, w http.ResponseWriter, host string) bool {
+	a := g.cfg.Admission
+	if a == nil {
 		return true
 	}
-	if err := g.cfg.Admission.CheckHost(host); err != nil {
-		blockedDestination(w, err)
+	err := a.CheckHost(host)
+	if err == nil && g.cfg.ResolveProxyTargets {
+		err = a.CheckResolved(ctx, g.cfg.Resolver, host)
+	}
+	if blocked := refusal(err); blocked != nil {
+		blockedDestination(w, blocked)
 		return false
 	}
 	return true
@@ -277,7 +294,7 @@ func (g *Gateway) dialProxyTLS(r *route.Route) func(context.Context, string, str
 // Close closes the idle upstream connections of every route. Requests and
 // tunnels in progress are not cut.
 func (g *Gateway) Close() {
-	for _, x := range g.exits {
+	for _, x := range g.current.Load().exits {
 		x.transport.CloseIdleConnections()
 	}
 }
@@ -287,16 +304,17 @@ func (g *Gateway) Close() {
 // client's mistake and answered 400. Client auth comes first, so that a
 // stranger gets nothing leased and nothing counted.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s := g.current.Load()
 	rec := &record{method: r.Method, start: g.cfg.Now()}
 	if g.cfg.Log != nil {
-		rec.describe(r)
+		rec.describe(r, s.targets)
 		sw := &statusWriter{ResponseWriter: w}
 		w, rec.w = sw, sw
 		defer g.logRequest(r.Context(), rec)
 	}
 	var user engine.Labels
-	if g.users != nil {
-		name, labels, ok := g.users.authenticate(r.Header)
+	if s.users != nil {
+		name, labels, ok := s.users.authenticate(r.Header)
 		if !ok {
 			challenge(w)
 			return
@@ -309,14 +327,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec.session = ctl.session
-	if g.users != nil {
+	if s.users != nil {
 		if ctl.labels, err = constrain(rec.user, user, ctl.labels); err != nil {
 			fail(w, http.StatusForbidden, "label_conflict", "switchyard: "+err.Error())
 			return
 		}
 	}
 	if r.Method == http.MethodConnect {
-		g.serveConnect(w, r, ctl, rec)
+		g.serveConnect(w, r, s, ctl, rec)
 		return
 	}
 	switch {
@@ -329,7 +347,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Host == "":
 		badRequest(w, "absolute URL without a host")
 	default:
-		g.serveForward(w, r, ctl, rec)
+		g.serveForward(w, r, s, ctl, rec)
 	}
 }
 
@@ -349,7 +367,7 @@ type record struct {
 
 // describe names r's destination for the log: scheme, host and path only,
 // never the query (crawlers put tokens there) nor userinfo.
-func (rec *record) describe(r *http.Request) {
+func (rec *record) describe(r *http.Request, targets *target.Rules) {
 	host := r.URL.Hostname()
 	rec.url = r.URL.Scheme + "://" + r.URL.Host + r.URL.EscapedPath()
 	if r.Method == http.MethodConnect {
@@ -357,7 +375,7 @@ func (rec *record) describe(r *http.Request) {
 		rec.url = r.Host
 	}
 	if host != "" {
-		rec.target = targetKey(host)
+		rec.target, _ = targets.Resolve(host)
 	}
 }
 
@@ -417,16 +435,16 @@ func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // acquire leases a route for an attempt; the error is what the client is
 // told when there is none.
-func (g *Gateway) acquire(ctl control, target string, avoid []string) (engine.Lease, *exit, error) {
+func (g *Gateway) acquire(s *settings, ctl control, target string, avoid []string) (engine.Lease, *exit, error) {
 	l, err := g.engine.Acquire(g.cfg.Now(), engine.Request{Target: target, Session: ctl.session, Labels: ctl.labels, Avoid: avoid})
 	if err != nil {
 		return engine.Lease{}, nil, err
 	}
-	x, ok := g.exits[l.Route]
+	x, ok := s.exits[l.Route]
 	if !ok {
 		// The engine knows a route this gateway was not given: it carries
 		// nothing, so the lease is released without evidence.
-		g.report(l, engine.Outcome{Class: engine.Canceled})
+		g.giveBack(l)
 		return engine.Lease{}, nil, fmt.Errorf("route %s has no dialer in this gateway", l.Route)
 	}
 	return l, x, nil
@@ -441,16 +459,34 @@ func (g *Gateway) report(l engine.Lease, o engine.Outcome) {
 	}
 }
 
+// giveBack ends a lease that carried nothing: no evidence, no attempt.
+func (g *Gateway) giveBack(l engine.Lease) {
+	g.engine.Report(g.cfg.Now(), l, engine.Outcome{Class: engine.Canceled})
+}
+
 // ProbeURL is the page a route×target probe should fetch for a target key:
-// the origin of the last absolute-form request for it, or the key's root
-// (a CONNECT target is probed over plain HTTP: any answer shows the route
-// reaches the site, and a ban or captcha page shows it is refused).
+// the target's probe path (default "/") on the host of the last
+// absolute-form request for it, else of the last CONNECT, else the key
+// itself. A CONNECT target is probed over plain HTTP: any answer shows the
+// route reaches the site, and a ban or captcha page shows it is refused.
 func (g *Gateway) ProbeURL(target string) string {
 	host := target
 	if v, ok := g.origins.Load(target); ok {
 		host = v.(string)
 	}
-	return "http://" + host + "/"
+	path := "/"
+	if _, p := g.current.Load().targets.Resolve(hostOnly(host)); p != nil && p.ProbePath != "" {
+		path = p.ProbePath
+	}
+	return "http://" + host + path
+}
+
+// hostOnly is host without a port.
+func hostOnly(hostport string) string {
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return h
+	}
+	return hostport
 }
 
 // noteOrigin remembers host as where target was last asked for, for
@@ -478,6 +514,11 @@ func acquireError(w http.ResponseWriter, err error) {
 		code = "busy"
 	case errors.Is(err, engine.ErrNoMatch):
 		code = "no_matching_route"
+	}
+	var paced *guard.PaceError
+	if errors.As(err, &paced) {
+		tooSoon(w, paced)
+		return
 	}
 	fail(w, http.StatusServiceUnavailable, code, "switchyard: "+code)
 }

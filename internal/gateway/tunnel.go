@@ -20,22 +20,31 @@ import (
 // route. Only the connect phase is observed and retried: every failure
 // there is a *route.Error, before any byte of the client's went out, so a
 // retry on another route is safe whatever the tunnel will carry.
-func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, ctl control, rec *record) {
+func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settings, ctl control, rec *record) {
 	addr := r.Host
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || host == "" || port == "" || strings.ContainsFunc(addr, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
 		badRequest(w, "CONNECT needs a host:port authority")
 		return
 	}
-	if !g.admit(w, host) {
+	if !g.admit(r.Context(), w, host) {
 		return
 	}
+	target, _ := s.targets.Resolve(host)
+	// A tunnel holds its target's concurrency slot for as long as it lives.
+	release, ok := g.admitPace(w, r, s, target)
+	if !ok {
+		return
+	}
+	defer release()
 	g.budget.request(g.cfg.Now())
-	target := targetKey(host)
+	if _, known := g.origins.Load(target); !known {
+		g.noteOrigin(target, host) // for probes, until an absolute-form request names the origin
+	}
 	var tried []string
 	var last result
 	for {
-		l, x, err := g.acquire(ctl, target, tried)
+		l, x, err := g.lease(r.Context(), s, ctl, target, tried)
 		if err != nil {
 			if tried == nil {
 				acquireError(w, err)

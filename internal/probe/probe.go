@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
@@ -37,10 +38,11 @@ type Config struct {
 // Prober runs probe jobs with bounded concurrency.
 type Prober struct {
 	// immutable
-	e      *engine.Engine
-	routes map[string]*route.Route
-	cfg    Config
-	sem    chan struct{}
+	e   *engine.Engine
+	cfg Config
+	sem chan struct{}
+
+	routes atomic.Pointer[map[string]*route.Route] // by id; replaced whole by SetRoutes
 
 	wg sync.WaitGroup // running probes
 }
@@ -59,11 +61,19 @@ func New(e *engine.Engine, routes []*route.Route, cfg Config) *Prober {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	p := &Prober{e: e, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency)}
+	p.SetRoutes(routes)
+	return p
+}
+
+// SetRoutes replaces the routes probes go through, after a reload; a job
+// for a route no longer listed ends without evidence.
+func (p *Prober) SetRoutes(routes []*route.Route) {
 	byID := make(map[string]*route.Route, len(routes))
 	for _, r := range routes {
 		byID[r.ID] = r
 	}
-	return &Prober{e: e, routes: byID, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency)}
+	p.routes.Store(&byID)
 }
 
 // Run drains the engine's probe jobs every interval until ctx is done,
@@ -111,7 +121,7 @@ func (p *Prober) Wait() { p.wg.Wait() }
 // probe runs one job: a route alone (a neutral check of the exit) or the
 // route against its target (the target's page through the route).
 func (p *Prober) probe(ctx context.Context, job engine.ProbeJob) engine.Outcome {
-	r := p.routes[job.Route]
+	r := (*p.routes.Load())[job.Route]
 	if r == nil {
 		return engine.Outcome{Class: engine.Canceled} // the route left with a reload: no evidence
 	}

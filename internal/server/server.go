@@ -1,6 +1,6 @@
-// Package server runs one gateway process: the engine over a route list,
-// the forward proxy, the prober and sweeps, and the admin listener. The
-// serve and demo commands share it.
+// Package server runs one gateway process from a validated configuration:
+// the engine over the routes, the forward proxy, the prober and sweeps, and
+// the admin listener; and reloads it. The serve and demo commands share it.
 package server
 
 import (
@@ -9,32 +9,24 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"reflect"
 	"sync"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/admin"
+	"github.com/switchyard/switchyard/internal/config"
 	"github.com/switchyard/switchyard/internal/gateway"
 	"github.com/switchyard/switchyard/internal/guard"
 	"github.com/switchyard/switchyard/internal/probe"
 	"github.com/switchyard/switchyard/internal/route"
 )
 
-// Options says where a Server listens.
-type Options struct {
-	Proxy      net.Listener // the forward proxy; required
-	Admin      net.Listener // the admin endpoints; nil for none
-	AdminToken string       // bearer token for admin actions; "" makes the admin read-only
-	// NeutralURL is the http:// page neutral probes fetch through each
-	// route; "" makes them a TCP check of the proxy.
-	NeutralURL string
-	// Admission refuses internal destinations (SPEC §4); nil for none.
-	Admission *guard.Admission
-	// Users are the clients allowed through the proxy; empty means no
-	// client auth.
-	Users map[string]gateway.User
-	// Log receives the gateway's request lines; nil means none.
-	Log *slog.Logger
+// Listeners are where a Server listens; the configuration's addresses are
+// the caller's to bind, so tests and the demo can pick free ports.
+type Listeners struct {
+	Proxy net.Listener // the forward proxy; required
+	Admin net.Listener // the admin endpoints; nil for none
 }
 
 // Server is a gateway ready to run. Run closes its listeners.
@@ -43,40 +35,195 @@ type Server struct {
 	engine  *engine.Engine
 	gateway *gateway.Gateway
 	admin   *admin.Server // nil without an admin listener
-	routes  []*route.Route
-	opts    Options
+	prober  *probe.Prober
+	ln      Listeners
+	log     *slog.Logger
+
+	mu      sync.Mutex              // serializes Reload
+	cfg     *config.Config          // guarded by mu: the configuration in force
+	routes  map[string]*route.Route // guarded by mu: every route the engine knows, by id
+	removed map[string]bool         // guarded by mu: routes a reload removed, draining
 }
 
-// New builds the engine, with its defaults and in-memory state, and the
-// gateway over routes.
-func New(routes []route.Route, opts Options) (*Server, error) {
-	if opts.Proxy == nil {
+// New builds the engine, with in-memory state, and the gateway over cfg's
+// routes. log receives the request lines and reload reports; nil discards
+// them.
+func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
+	if ln.Proxy == nil {
 		return nil, errors.New("server: no proxy listener")
 	}
-	e, err := engine.New(engine.Config{}, nil)
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ecfg, err := cfg.Engine.EngineConfig()
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{engine: e, opts: opts, routes: make([]*route.Route, len(routes))}
-	now := time.Now()
-	for i := range routes {
-		s.routes[i] = &routes[i]
-		if err := e.AddRoute(now, routes[i].Spec()); err != nil {
-			return nil, err
-		}
-	}
-	metrics := admin.NewMetrics(e)
-	if s.gateway, err = gateway.New(gateway.Config{Observer: metrics, Admission: opts.Admission, Users: opts.Users, Log: opts.Log}, e, s.routes); err != nil {
+	e, err := engine.New(ecfg, nil)
+	if err != nil {
 		return nil, err
 	}
-	if opts.Admin != nil {
-		s.admin = admin.NewServer(e, s.routes, metrics, admin.Options{Token: opts.AdminToken})
+	s := &Server{engine: e, ln: ln, log: log, cfg: cfg, routes: make(map[string]*route.Route), removed: make(map[string]bool)}
+	now := time.Now()
+	routes := make([]*route.Route, len(cfg.RouteList))
+	for i := range cfg.RouteList {
+		r := &cfg.RouteList[i]
+		if err := e.AddRoute(now, r.Spec()); err != nil {
+			return nil, err
+		}
+		routes[i], s.routes[r.ID] = r, r
+	}
+	users, err := gatewayUsers(cfg)
+	if err != nil {
+		return nil, err
+	}
+	metrics := admin.NewMetrics(e)
+	gcfg := gateway.Config{
+		MaxAttempts:         cfg.Retry.MaxAttempts,
+		AttemptTimeout:      cfg.Retry.AttemptTimeout,
+		RetryBody:           cfg.Retry.MaxBodyBytes,
+		RetryRatio:          cfg.Retry.BudgetRatio,
+		Observer:            metrics,
+		Users:               users,
+		Targets:             cfg.TargetRules(),
+		MaxPacedTargets:     cfg.Pacing.MaxTargets,
+		ResolveProxyTargets: cfg.Security.ResolveProxyTargets,
+		Log:                 log,
+	}
+	if cfg.BlockPrivate() {
+		gcfg.Admission = guard.NewAdmission(cfg.Security.Prefixes(), cfg.Security.AllowHosts)
+	}
+	if s.gateway, err = gateway.New(gcfg, e, routes); err != nil {
+		return nil, err
+	}
+	s.prober = probe.New(e, routes, probe.Config{TargetURL: s.gateway.ProbeURL, NeutralURL: cfg.Probe.URL})
+	if ln.Admin != nil {
+		s.admin = admin.NewServer(e, routes, metrics, admin.Options{Token: cfg.Admin.Token.Value()})
 	}
 	return s, nil
 }
 
+// gatewayUsers are cfg's users as the gateway checks them; none means no
+// client auth.
+func gatewayUsers(cfg *config.Config) (map[string]gateway.User, error) {
+	if len(cfg.Users) == 0 {
+		return nil, nil
+	}
+	users := make(map[string]gateway.User, len(cfg.Users))
+	for _, u := range cfg.Users {
+		labels, err := engine.ParseLabels(u.Labels)
+		if err != nil {
+			return nil, err // Load has validated them
+		}
+		users[u.Name] = gateway.User{Password: u.Password.Value(), PasswordHash: u.PasswordHash.Value(), Labels: labels}
+	}
+	return users, nil
+}
+
 // Engine is the server's engine, for status views.
 func (s *Server) Engine() *engine.Engine { return s.engine }
+
+// Reload applies next's routes, target rules and users without a restart
+// (SPEC §1.4): a route whose id is unchanged keeps all its evidence and
+// state (its labels, max_inflight, weight and cost follow the new list); a
+// new route joins as a candidate; a removed route drains (no new work, its
+// requests in flight finish) and comes back if a later reload lists it
+// again. Requests in flight keep the routes, users and rules they started
+// with. Settings that need a restart are logged and left as they are.
+func (s *Server) Reload(next *config.Config) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, section := range restartOnly(s.cfg, next) {
+		s.log.Warn("reload: this section needs a restart to change; keeping the running one", "section", section)
+	}
+	users, err := gatewayUsers(next)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	var added, updated, removed int
+	current := make([]*route.Route, len(next.RouteList))
+	listed := make(map[string]bool, len(next.RouteList))
+	for i := range next.RouteList {
+		r := &next.RouteList[i]
+		spec := r.Spec()
+		switch old, known := s.engine.RouteSpec(r.ID); {
+		case !known:
+			if err := s.engine.AddRoute(now, spec); err != nil {
+				return err
+			}
+			added++
+		case !sameSpec(old, spec):
+			if err := s.engine.UpdateRoute(now, spec); err != nil {
+				return err
+			}
+			updated++
+		}
+		if s.removed[r.ID] {
+			if err := s.engine.Restore(now, r.ID); err != nil {
+				return err
+			}
+			delete(s.removed, r.ID)
+			added++
+		}
+		current[i], s.routes[r.ID], listed[r.ID] = r, r, true
+	}
+	for id := range s.routes {
+		if !listed[id] && !s.removed[id] {
+			if err := s.engine.Drain(now, id); err != nil {
+				return err
+			}
+			s.removed[id] = true
+			removed++
+		}
+	}
+	if err := s.gateway.Update(current, users, next.TargetRules()); err != nil {
+		return err
+	}
+	s.prober.SetRoutes(current)
+	if s.admin != nil {
+		all := make([]*route.Route, 0, len(s.routes))
+		for _, r := range s.routes {
+			all = append(all, r)
+		}
+		s.admin.SetRoutes(all)
+	}
+	s.cfg = next
+	s.log.Info("reloaded", "routes", len(current), "added", added, "updated", updated, "removed", removed, "draining", len(s.removed), "targets", len(next.Targets), "users", len(next.Users))
+	return nil
+}
+
+// sameSpec reports whether two route specs are the same.
+func sameSpec(a, b engine.RouteSpec) bool {
+	return a.ID == b.ID && a.MaxInflight == b.MaxInflight && a.Weight == b.Weight && a.Cost == b.Cost &&
+		a.Labels.String() == b.Labels.String()
+}
+
+// restartOnly names the sections that differ between old and next but
+// that only a restart applies: listeners, engine knobs, and what the
+// gateway, prober and admin were built with.
+func restartOnly(old, next *config.Config) []string {
+	sections := []struct {
+		name string
+		a, b any
+	}{
+		{"listen", old.Listen, next.Listen},
+		{"log", old.Log, next.Log},
+		{"engine", old.Engine, next.Engine},
+		{"retry", old.Retry, next.Retry},
+		{"probe", old.Probe, next.Probe},
+		{"security", old.Security, next.Security},
+		{"admin", old.Admin, next.Admin},
+		{"pacing", old.Pacing, next.Pacing},
+	}
+	var changed []string
+	for _, s := range sections {
+		if !reflect.DeepEqual(s.a, s.b) {
+			changed = append(changed, s.name)
+		}
+	}
+	return changed
+}
 
 // Run serves until ctx ends or a listener fails, then stops accepting and
 // gives in-flight requests up to grace to finish. It returns the listener's
@@ -84,11 +231,11 @@ func (s *Server) Engine() *engine.Engine { return s.engine }
 func (s *Server) Run(ctx context.Context, grace time.Duration) error {
 	defer s.gateway.Close()
 	servers := []*http.Server{{Handler: s.gateway, ReadHeaderTimeout: 10 * time.Second}}
-	listeners := []net.Listener{s.opts.Proxy}
+	listeners := []net.Listener{s.ln.Proxy}
 	if s.admin != nil {
 		defer s.admin.Close()
 		servers = append(servers, &http.Server{Handler: s.admin.Handler(), ReadHeaderTimeout: 10 * time.Second})
-		listeners = append(listeners, s.opts.Admin)
+		listeners = append(listeners, s.ln.Admin)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -123,9 +270,8 @@ func (s *Server) Run(ctx context.Context, grace time.Duration) error {
 // background does the engine's timed work until ctx ends: a sweep a second,
 // and the prober answering probe jobs.
 func (s *Server) background(ctx context.Context) {
-	prober := probe.New(s.engine, s.routes, probe.Config{TargetURL: s.gateway.ProbeURL, NeutralURL: s.opts.NeutralURL})
 	done := make(chan struct{})
-	go func() { prober.Run(ctx, time.Second); close(done) }()
+	go func() { s.prober.Run(ctx, time.Second); close(done) }()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/config"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
@@ -34,7 +35,7 @@ func direct(t *testing.T) []route.Route {
 
 func TestNewNeedsAProxyListener(t *testing.T) {
 	t.Parallel()
-	if _, err := New(direct(t), Options{}); err == nil {
+	if _, err := New(config.WithRoutes(direct(t)), Listeners{}, nil); err == nil {
 		t.Fatal("a server without a proxy listener")
 	}
 }
@@ -44,7 +45,7 @@ func TestRunServesUntilItsContextEnds(t *testing.T) {
 		site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
 		defer site.Close()
 		proxy, adm := listen(t), listen(t)
-		s, err := New(direct(t), Options{Proxy: proxy, Admin: adm})
+		s, err := New(config.WithRoutes(direct(t)), Listeners{Proxy: proxy, Admin: adm}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +83,7 @@ func TestRunServesUntilItsContextEnds(t *testing.T) {
 func TestRunReportsAFailedListener(t *testing.T) {
 	t.Parallel()
 	proxy := listen(t)
-	s, err := New(direct(t), Options{Proxy: proxy})
+	s, err := New(config.WithRoutes(direct(t)), Listeners{Proxy: proxy}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestCheckConfig(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.toml")
+	os.WriteFile(bad, []byte("[routes]\ninline = [\"http://u:Sekr1tPw@192.0.2.1:3128\"]\n[engine]\nalpha = 3.0\n"), 0o600)
+	secret := filepath.Join(dir, "secret.toml")
+	os.WriteFile(secret, []byte("[routes]\ninline = [\"http://u:Sekr1tPw@192.0.2.1:3128\"]\n[admin]\ntoken = \"T0kenSekr1t\"\n"), 0o600)
+	tests := []struct {
+		desc     string
+		args     []string
+		wantCode int
+		wantOut  string
+		wantErr  string
+	}{
+		{desc: "the example", args: []string{"--config", "../../switchyard.example.toml"}, wantCode: 0, wantOut: "[engine]\n  alpha = 0.3"},
+		{desc: "secrets redacted", args: []string{"--config", secret}, wantCode: 0, wantOut: `token = "***"`},
+		{desc: "bad value", args: []string{"--config", bad}, wantCode: 1, wantErr: "bad.toml:4: engine.alpha: must be in (0, 1]\n"},
+		{desc: "missing file", args: []string{"--config", filepath.Join(dir, "nope.toml")}, wantCode: 1, wantErr: "nope.toml: no such file"},
+		{desc: "no file named", args: nil, wantCode: 2, wantErr: "usage"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			var out, errs bytes.Buffer
+			if code := checkConfig(tc.args, &out, &errs); code != tc.wantCode {
+				t.Fatalf("exit %d, want %d:\n%s%s", code, tc.wantCode, out.String(), errs.String())
+			}
+			if !strings.Contains(out.String(), tc.wantOut) || !strings.Contains(errs.String(), tc.wantErr) {
+				t.Errorf("stdout:\n%s\nstderr:\n%s\nwant %q / %q", out.String(), errs.String(), tc.wantOut, tc.wantErr)
+			}
+			for _, secret := range []string{"Sekr1tPw", "T0kenSekr1t"} {
+				if strings.Contains(out.String()+errs.String(), secret) {
+					t.Errorf("output holds %q", secret)
+				}
+			}
+		})
+	}
+}
+
+// A hangup reloads the config file: a bad file is refused and the running
+// configuration stays; a good one adds routes and keeps the others' state.
+func TestServeReloadsOnHangup(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "switchyard.toml")
+	write := func(body string) {
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[routes]\ninline = [\"direct\"]\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	log := &syncBuffer{}
+	hup := make(chan os.Signal, 1)
+	done := make(chan int, 1)
+	go func() { done <- serve(ctx, []string{"--config", path}, log, hup) }()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("exit %d:\n%s", code, log)
+		}
+	}()
+	admin := addrOf(t, log, "admin listening")
+	routes := func() []string {
+		resp, err := http.Get("http://" + admin + "/api/routes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var list []struct {
+			ID    string `json:"id"`
+			State string `json:"state"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, r := range list {
+			ids = append(ids, r.ID+":"+r.State)
+		}
+		return ids
+	}
+	waitLog := func(msg string, n int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); strings.Count(log.String(), msg) < n; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q in the log:\n%s", msg, log)
+			}
+		}
+	}
+
+	write("[routes]\ninline = [\"direct\", \"http://u:Sekr1tPw@192.0.2.1:3128 region=us\"]\n[engine]\nalpha = 9.0\n")
+	hup <- syscall.SIGHUP
+	waitLog("reload refused", 1)
+	if got := strings.Join(routes(), " "); got != "direct:candidate" {
+		t.Errorf("routes after a refused reload: %s", got)
+	}
+
+	write("[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[routes]\ninline = [\"direct\", \"http://u:Sekr1tPw@192.0.2.1:3128 region=us\"]\n")
+	hup <- syscall.SIGHUP
+	waitLog(`msg=reloaded`, 1)
+	if got := strings.Join(routes(), " "); got != "direct:candidate http://u@192.0.2.1:3128:candidate" {
+		t.Errorf("routes after the reload: %s", got)
+	}
+	if strings.Contains(log.String(), "Sekr1tPw") {
+		t.Errorf("the log holds a proxy password:\n%s", log)
+	}
+	if !strings.Contains(log.String(), "engine.alpha: must be in (0, 1]") {
+		t.Errorf("the refusal does not say why:\n%s", log)
+	}
+}

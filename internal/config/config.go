@@ -1,0 +1,213 @@
+// Package config turns a TOML file, SWITCHYARD_<SECTION>_<KEY> environment
+// variables and command-line flags into one validated Config (SPEC §1.4).
+// Defaults are applied in one pass (Default), then the file, then the
+// environment, then flags; every error names the key, with file:line when
+// the value came from the file. switchyard.example.toml documents every key.
+package config
+
+import (
+	"time"
+
+	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/route"
+	"github.com/switchyard/switchyard/internal/target"
+)
+
+// Config is everything a gateway process needs to start. Only Load makes a
+// valid one.
+type Config struct {
+	Listen   Listen   `toml:"listen"`
+	Log      Log      `toml:"log"`
+	Routes   Routes   `toml:"routes"`
+	Engine   Engine   `toml:"engine"`
+	Retry    Retry    `toml:"retry"`
+	Probe    Probe    `toml:"probe"`
+	Security Security `toml:"security"`
+	Admin    Admin    `toml:"admin"`
+	Pacing   Pacing   `toml:"pacing"`
+	Targets  []Target `toml:"targets"`
+	Users    []User   `toml:"users"`
+
+	// RouteList is the routes of Routes.File and Routes.Inline, parsed.
+	RouteList []route.Route `toml:"-"`
+	// inlineFrom is where Routes.Inline starts in RouteList.
+	inlineFrom int
+}
+
+// Listen says where the process listens. Changing it needs a restart.
+type Listen struct {
+	Proxy string `toml:"proxy"` // the forward proxy; default 127.0.0.1:8080
+	Admin string `toml:"admin"` // admin API and metrics; default 127.0.0.1:9090, "" for none
+}
+
+// Log configures the log on stderr.
+type Log struct {
+	Format string `toml:"format"` // "text" (default) or "json"
+}
+
+// Routes are the exits, in the proxy-list syntax of SPEC §1.3: from a file
+// (relative to the config file), inline, or both.
+type Routes struct {
+	File   string   `toml:"file"`
+	Inline []string `toml:"inline"`
+}
+
+// Engine holds the engine's knobs. Each field is the engine.Config field of
+// the same name (see its documentation); Default fills them with the
+// engine's defaults so the effective config shows the values in force.
+type Engine struct {
+	Alpha             float64       `toml:"alpha"`
+	Gamma             float64       `toml:"gamma"`
+	LatencyRef        time.Duration `toml:"latency_ref"`
+	Prior             float64       `toml:"prior"`
+	PriorSamples      float64       `toml:"prior_samples"`
+	Window            time.Duration `toml:"window"`
+	MinVolume         int           `toml:"min_volume"`
+	SuspectAfter      int           `toml:"suspect_after"`
+	SuspectRate       float64       `toml:"suspect_rate"`
+	CoolAfter         int           `toml:"cool_after"`
+	CoolRate          float64       `toml:"cool_rate"`
+	RecoverAfter      int           `toml:"recover_after"`
+	SuspectWeight     float64       `toml:"suspect_weight"`
+	CooldownCap       time.Duration `toml:"cooldown_cap"`
+	RetryAfterCap     time.Duration `toml:"retry_after_cap"`
+	ProbeSuccesses    int           `toml:"probe_successes"`
+	SlowStart         time.Duration `toml:"slow_start"`
+	SlowStartFloor    float64       `toml:"slow_start_floor"`
+	EjectAfter        int           `toml:"eject_after"`
+	EjectTargets      int           `toml:"eject_targets"`
+	EjectTime         time.Duration `toml:"eject_time"`
+	EjectCap          time.Duration `toml:"eject_cap"`
+	MaxRemovedShare   float64       `toml:"max_removed_share"`
+	OverwhelmingAfter int           `toml:"overwhelming_after"`
+	PanicThreshold    float64       `toml:"panic_threshold"`
+	IncidentRoutes    int           `toml:"incident_routes"`
+	IncidentShare     float64       `toml:"incident_share"`
+	IncidentWindow    time.Duration `toml:"incident_window"`
+	LeaseTTL          time.Duration `toml:"lease_ttl"`
+	SessionTTL        time.Duration `toml:"session_ttl"`
+	PairTTL           time.Duration `toml:"pair_ttl"`
+
+	// Picker is "weighted_random" (default) or "power_of_two".
+	Picker string `toml:"picker"`
+	// Cooldowns overrides the base cooldown of outcome classes, by class
+	// name ("blocked", "proxy_connect_failed", …).
+	Cooldowns map[string]time.Duration `toml:"cooldowns"`
+}
+
+// Retry is the attempt loop's budget (SPEC §2.4).
+type Retry struct {
+	MaxAttempts    int           `toml:"max_attempts"`    // attempts per request, the first included; default 3
+	AttemptTimeout time.Duration `toml:"attempt_timeout"` // dial to response headers; default 30s
+	BudgetRatio    float64       `toml:"budget_ratio"`    // pool-wide retries per request; default 0.2
+	MaxBodyBytes   int64         `toml:"max_body_bytes"`  // largest request body buffered for a retry; default 1 MiB
+}
+
+// Probe configures the probes that test cooled routes off users' traffic.
+type Probe struct {
+	// URL is an http:// page neutral probes fetch through each route; ""
+	// makes them a TCP check of the proxy.
+	URL string `toml:"url"`
+}
+
+// Security is SSRF admission (SPEC §4).
+type Security struct {
+	// BlockPrivateNetworks refuses internal destinations; unset means on
+	// unless listen.proxy is a loopback address.
+	BlockPrivateNetworks *bool    `toml:"block_private_networks"`
+	AllowCIDRs           []string `toml:"allow_cidrs"` // ranges exempt from the blocks
+	AllowHosts           []string `toml:"allow_hosts"` // host names exempt from the blocks
+	// ResolveProxyTargets resolves the targets of proxy routes at the
+	// gateway too, refusing names that resolve to blocked addresses.
+	ResolveProxyTargets bool `toml:"resolve_proxy_targets"`
+}
+
+// Admin configures the admin listener's actions.
+type Admin struct {
+	// Token is the bearer token of admin actions (drain, eject, restore);
+	// empty makes the admin read-only.
+	Token Secret `toml:"token"`
+}
+
+// Pacing bounds the memory of per-target pacing.
+type Pacing struct {
+	MaxTargets int `toml:"max_targets"` // targets (and route×target pairs) remembered; default 10000
+}
+
+// Target is a rule for the sites whose host matches one of Hosts: the
+// first rule that matches a host, in file order, applies.
+type Target struct {
+	// Hosts are "example.com" (that host), "*.example.com" (its
+	// subdomains) or "*" (every host).
+	Hosts []string `toml:"hosts"`
+	// Key names the target these hosts count as; "" keeps the default, the
+	// registrable domain (eTLD+1).
+	Key string `toml:"key"`
+	// ProbePath is the path half-open probes fetch on the target; default "/".
+	ProbePath string `toml:"probe_path"`
+	// BlockSignatures are body substrings that mark a 2xx page as a soft
+	// ban (content_invalid), such as a captcha page's title.
+	BlockSignatures []string `toml:"block_signatures"`
+
+	// Pacing of the target, separate from breakers: a paced request waits
+	// at most MaxWait, then gets 429 with Retry-After. Zero means unlimited.
+	Rate          float64       `toml:"rate"`           // requests/s
+	Burst         int           `toml:"burst"`          // default ceil(rate)
+	MaxConcurrent int           `toml:"max_concurrent"` // requests in flight
+	MaxWait       time.Duration `toml:"max_wait"`       // queueing allowed; 0 refuses at once
+	MaxQueue      int           `toml:"max_queue"`      // waiting requests; default 100
+	PairRate      float64       `toml:"pair_rate"`      // politeness: requests/s per route to this target
+	PairBurst     int           `toml:"pair_burst"`     // default ceil(pair_rate)
+}
+
+// User is a client allowed through the proxy (SPEC §1.1).
+type User struct {
+	Name string `toml:"name"` // letters, digits, '_' or '.'
+	// PasswordHash is a bcrypt hash ($2a$, $2b$ or $2y$), as made by
+	// "htpasswd -nbB", or a reference to one. Exactly one of PasswordHash
+	// and Password is set.
+	PasswordHash Secret `toml:"password_hash"`
+	// Password is the plain password, best given as "env:NAME".
+	Password Secret `toml:"password"`
+	// Labels are hard constraints the user cannot escape, e.g.
+	// "provider=acme".
+	Labels string `toml:"labels"`
+}
+
+// Default is the configuration in force before the file, the environment
+// and flags: every default in one place.
+func Default() Config {
+	c := Config{
+		Listen: Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9090"},
+		Log:    Log{Format: "text"},
+		Retry:  Retry{MaxAttempts: 3, AttemptTimeout: 30 * time.Second, BudgetRatio: 0.2, MaxBodyBytes: 1 << 20},
+		Pacing: Pacing{MaxTargets: 10000},
+	}
+	c.Engine = engineDefaults()
+	return c
+}
+
+// TargetRules are the [[targets]] rules, compiled.
+func (c *Config) TargetRules() *target.Rules {
+	rules := make([]target.Rule, len(c.Targets))
+	for i, t := range c.Targets {
+		rules[i] = target.Rule{Hosts: t.Hosts, Key: t.Key, Policy: target.Policy{ProbePath: t.ProbePath, BlockSignatures: t.BlockSignatures, Pace: t.Limits()}}
+	}
+	return target.New(rules)
+}
+
+// Limits is the target's pacing as the guard applies it.
+func (t Target) Limits() guard.Limits {
+	return guard.Limits{
+		Rate: t.Rate, Burst: t.Burst, MaxConcurrent: t.MaxConcurrent, MaxWait: t.MaxWait,
+		MaxQueue: t.MaxQueue, PairRate: t.PairRate, PairBurst: t.PairBurst,
+	}
+}
+
+// WithRoutes is the default configuration over routes, for callers that
+// build the route list themselves (the demo, tests).
+func WithRoutes(routes []route.Route) *Config {
+	c := Default()
+	c.RouteList = routes
+	return &c
+}

@@ -1,0 +1,381 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// writeConfig writes a config file holding body in a fresh directory, with
+// a one-route proxy list beside it, and returns the file's path.
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "proxies.txt"), []byte("direct\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "switchyard.toml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+const routesOK = "[routes]\nfile = \"proxies.txt\"\n"
+
+func TestLoadErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc  string
+		file  string // appended to routesOK unless it sets [routes] itself
+		env   []string
+		flags []Setting
+		want  string // the whole message after the file's path, or a substring
+	}{
+		{"unknown top-level key", "colour = 1\n" + routesOK, nil, nil, ":1: colour: unknown key"},
+		{"unknown section key", "[engine]\nalpah = 0.2\n", nil, nil, ":4: engine.alpah: unknown key"},
+		{"unknown key in an array of tables", "[[targets]]\nhosts = [\"*\"]\nrat = 2\n", nil, nil, ":5: targets.rat: unknown key"},
+		{"wrong type", "[engine]\nalpha = \"high\"\n", nil, nil, ":4: engine.alpha: incompatible types: TOML value has type string; destination has type float"},
+		{"bad duration", "[retry]\nattempt_timeout = \"30 seconds\"\n", nil, nil, `:4: retry.attempt_timeout: invalid duration: "30 seconds"`},
+		{"syntax error", "[engine\n", nil, nil, "switchyard.toml:4: routes: expected '.' or ']'"},
+		{"engine range", "[engine]\n\nalpha = 1.5\n", nil, nil, ":5: engine.alpha: must be in (0, 1]"},
+		{"engine relation in config names", "[engine]\nsuspect_after = 5\ncool_after = 3\n", nil, nil, "engine.cool_after: must be at least suspect_after"},
+		{"picker", "[engine]\npicker = \"best\"\n", nil, nil, `:4: engine.picker: "best": want weighted_random or power_of_two`},
+		{"cooldown class", "[engine.cooldowns]\nbanned = \"1m\"\n", nil, nil, ":4: engine.cooldowns.banned: not an outcome class"},
+		{"cooldown negative", "[engine.cooldowns]\nblocked = \"-1m\"\n", nil, nil, ":4: engine.cooldowns.blocked: must be positive"},
+		{"listen address", "[listen]\nproxy = \"8080\"\n", nil, nil, `:4: listen.proxy: "8080": want host:port`},
+		{"listen port", "[listen]\nproxy = \"127.0.0.1:99999\"\n", nil, nil, "listen.proxy: \"127.0.0.1:99999\": bad port"},
+		{"admin on the proxy's address", "[listen]\nproxy = \"127.0.0.1:8080\"\nadmin = \"127.0.0.1:8080\"\n", nil, nil, ":5: listen.admin: must differ from listen.proxy"},
+		{"log format", "[log]\nformat = \"xml\"\n", nil, nil, `log.format: "xml": want text or json`},
+		{"attempts", "[retry]\nmax_attempts = 0\n", nil, nil, ":4: retry.max_attempts: must be in [1, 10]"},
+		{"timeout", "[retry]\nattempt_timeout = \"0s\"\n", nil, nil, "retry.attempt_timeout: must be positive"},
+		{"budget", "[retry]\nbudget_ratio = 2.0\n", nil, nil, "retry.budget_ratio: must be in (0, 1]"},
+		{"body", "[retry]\nmax_body_bytes = -1\n", nil, nil, "retry.max_body_bytes: must not be negative"},
+		{"probe url", "[probe]\nurl = \"https://example.com/\"\n", nil, nil, "probe.url: \"https://example.com/\": want an http:// URL"},
+		{"cidr", "[security]\nallow_cidrs = [\"10.0.0.0/33\"]\n", nil, nil, ":4: security.allow_cidrs: \"10.0.0.0/33\""},
+		{"allow host", "[security]\nallow_hosts = [\"a b\"]\n", nil, nil, "security.allow_hosts: \"a b\": want a host name"},
+		{"admin token from a missing variable", "[admin]\ntoken = \"env:NO_SUCH_TOKEN\"\n", nil, nil, ":4: admin.token: environment variable NO_SUCH_TOKEN is not set"},
+		{"admin token from a missing file", "[admin]\ntoken = \"file:/nonexistent/token\"\n", nil, nil, "admin.token: cannot read /nonexistent/token: no such file or directory"},
+		{"pacing bound", "[pacing]\nmax_targets = 0\n", nil, nil, "pacing.max_targets: must be positive"},
+		{"target without hosts", "[[targets]]\nkey = \"x\"\n", nil, nil, "targets[1].hosts: names no host"},
+		{"target pattern", "[[targets]]\nhosts = [\"ex*mple.com\"]\n", nil, nil, ":4: targets[1].hosts: \"ex*mple.com\""},
+		{"target key", "[[targets]]\nhosts = [\"*\"]\nkey = \"a/b\"\n", nil, nil, ":5: targets[1].key: \"a/b\": only letters"},
+		{"probe path", "[[targets]]\nhosts = [\"*\"]\nprobe_path = \"robots.txt\"\n", nil, nil, "targets[1].probe_path: \"robots.txt\": must start with /"},
+		{"empty signature", "[[targets]]\nhosts = [\"*\"]\nblock_signatures = [\"\"]\n", nil, nil, "targets[1].block_signatures: an empty signature would match every page"},
+		{"negative rate on the second target", "[[targets]]\nhosts = [\"a.com\"]\nrate = 1.0\n[[targets]]\nhosts = [\"*\"]\nrate = -1.0\n", nil, nil, ":8: targets[2].rate: must be a finite number ≥ 0"},
+		{"pacing part of a target", "[[targets]]\nhosts = [\"img.example.com\"]\nrate = 1.0\n", nil, nil, `:4: targets[1].hosts: "img.example.com" is part of target example.com`},
+		{"user name", "[[users]]\nname = \"al-ice\"\npassword = \"x\"\n", nil, nil, ":4: users[1].name: must be letters"},
+		{"user twice", "[[users]]\nname = \"a\"\npassword = \"x\"\n[[users]]\nname = \"a\"\npassword = \"y\"\n", nil, nil, ":7: users[2].name: user a is given twice"},
+		{"user with both", "[[users]]\nname = \"a\"\npassword = \"x\"\npassword_hash = \"y\"\n", nil, nil, "users[1].password: user a: set exactly one of password and password_hash"},
+		{"user with neither", "[[users]]\nname = \"a\"\n", nil, nil, "users[1].password: user a: set exactly one"},
+		{"hash not bcrypt", "[[users]]\nname = \"a\"\npassword_hash = \"md5:abc\"\n", nil, nil, ":5: users[1].password_hash: user a: not a bcrypt hash"},
+		{"user password from a missing variable", "[[users]]\nname = \"a\"\npassword = \"env:NO_SUCH_PW\"\n", nil, nil, "users[1].password: user a: environment variable NO_SUCH_PW is not set"},
+		{"user labels", "[[users]]\nname = \"a\"\npassword = \"x\"\nlabels = \"region\"\n", nil, nil, ":6: users[1].labels: user a:"},
+		{"no routes", "[routes]\n", nil, nil, "routes.file: no routes"},
+		{"missing routes file", "[routes]\nfile = \"nope.txt\"\n", nil, nil, "routes.file: open "},
+		{"bad route line", "[routes]\ninline = [\"direct\", \"http://h\"]\n", nil, nil, "routes.inline: "},
+		{"route in both", "[routes]\nfile = \"proxies.txt\"\ninline = [\"direct\"]\n", nil, nil, "route direct is also in"},
+		{"env typo", "", []string{"SWITCHYARD_ENGINE_ALPAH=0.2"}, nil, "engine_alpah (environment variable SWITCHYARD_ENGINE_ALPAH): no such setting"},
+		{"env value", "", []string{"SWITCHYARD_ENGINE_ALPHA=high"}, nil, `engine.alpha (environment variable SWITCHYARD_ENGINE_ALPHA): "high" is not a number`},
+		{"env range", "[engine]\nalpha = 0.2\n", []string{"SWITCHYARD_ENGINE_ALPHA=7"}, nil, "engine.alpha (environment variable SWITCHYARD_ENGINE_ALPHA): must be in (0, 1]"},
+		{"env users", "", []string{"SWITCHYARD_USERS=alice"}, nil, "users (environment variable SWITCHYARD_USERS): entry 1: want user:password"},
+		{"flag value", "", nil, []Setting{{Key: "retry.attempt_timeout", Value: "soon", Flag: "attempt-timeout"}}, `retry.attempt_timeout (flag --attempt-timeout): "soon" is not a duration`},
+		{"flag range", "", nil, []Setting{{Key: "listen.proxy", Value: "nowhere", Flag: "listen"}}, `listen.proxy (flag --listen): "nowhere": want host:port`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			body := tc.file
+			if !strings.Contains(body, "[routes]") {
+				body = routesOK + body
+			}
+			path := writeConfig(t, body)
+			_, err := Load(Source{Path: path, Env: tc.env, Flags: tc.flags})
+			if err == nil {
+				t.Fatalf("Load accepted:\n%s", body)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q, want it to contain %q", err, tc.want)
+			}
+			if strings.Count(err.Error(), "\n") > 0 {
+				t.Errorf("error spans lines: %q", err)
+			}
+		})
+	}
+}
+
+func TestPrecedence(t *testing.T) {
+	t.Parallel()
+	path := writeConfig(t, routesOK+"[listen]\nproxy = \"127.0.0.1:1001\"\n[engine]\nalpha = 0.2\n")
+	env := []string{"SWITCHYARD_LISTEN_PROXY=127.0.0.1:1002", "SWITCHYARD_ENGINE_GAMMA=3", "SWITCHYARD_SECURITY_ALLOW_CIDRS=10.0.0.0/8, 192.168.0.0/16", "SWITCHYARD_SECURITY_BLOCK_PRIVATE_NETWORKS=true"}
+	flag := []Setting{{Key: "listen.proxy", Value: "127.0.0.1:1003", Flag: "listen"}}
+	tests := []struct {
+		desc      string
+		env       []string
+		flags     []Setting
+		wantProxy string
+		wantGamma float64
+	}{
+		{"file over defaults", []string{}, nil, "127.0.0.1:1001", 2},
+		{"environment over file", env, nil, "127.0.0.1:1002", 3},
+		{"flags over environment", env, flag, "127.0.0.1:1003", 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			c, err := Load(Source{Path: path, Env: tc.env, Flags: tc.flags})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Listen.Proxy != tc.wantProxy || c.Engine.Gamma != tc.wantGamma || c.Engine.Alpha != 0.2 {
+				t.Errorf("proxy %s gamma %v alpha %v, want %s %v 0.2", c.Listen.Proxy, c.Engine.Gamma, c.Engine.Alpha, tc.wantProxy, tc.wantGamma)
+			}
+			if c.Listen.Admin != "127.0.0.1:9090" || c.Retry.MaxAttempts != 3 {
+				t.Errorf("defaults lost: admin %q attempts %d", c.Listen.Admin, c.Retry.MaxAttempts)
+			}
+		})
+	}
+	c, err := Load(Source{Path: path, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Security.AllowCIDRs; !reflect.DeepEqual(got, []string{"10.0.0.0/8", "192.168.0.0/16"}) || !c.BlockPrivate() {
+		t.Errorf("allow_cidrs %q, block %v", got, c.BlockPrivate())
+	}
+}
+
+func TestRoutesFileIsRelativeToTheConfigFile(t *testing.T) {
+	t.Parallel()
+	path := writeConfig(t, routesOK)
+	c, err := Load(Source{Path: path, Env: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(filepath.Dir(path), "proxies.txt"); c.Routes.File != want || len(c.RouteList) != 1 {
+		t.Errorf("routes file %q (%d routes), want %q", c.Routes.File, len(c.RouteList), want)
+	}
+}
+
+func TestWithoutAFile(t *testing.T) {
+	t.Parallel()
+	c, err := Load(Source{Env: []string{"SWITCHYARD_USERS=alice:pw:with:colons"}, Flags: []Setting{{Key: "routes.file", Value: "../../proxies.example.txt", Flag: "proxies"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Users) != 1 || c.Users[0].Name != "alice" || c.Users[0].Password.Value() != "pw:with:colons" {
+		t.Errorf("users %+v", c.Users)
+	}
+	if c.BlockPrivate() {
+		t.Error("private networks blocked on a loopback listener")
+	}
+}
+
+func TestSecrets(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("tok-FROMFILE\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := writeConfig(t, `[routes]
+inline = ["http://bob:pw-INLINE@192.0.2.1:3128 region=us max_inflight=3"]
+[admin]
+token = "file:`+tokenFile+`"
+[[users]]
+name = "alice"
+password = "env:ALICE_PW"
+[[users]]
+name = "carol"
+password = "pw-LITERAL"
+[[users]]
+name = "dave"
+password_hash = "$2a$10$lQqgSZM0OFJ/c2WgOm8Z0.tNuu2arLuLq8XwiE5wC7/yjIfXDcu6m"
+`)
+	c, err := Load(Source{Path: path, Env: []string{"ALICE_PW=pw-FROMENV"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Admin.Token.Value() != "tok-FROMFILE" || c.Users[0].Password.Value() != "pw-FROMENV" || c.Users[1].Password.Value() != "pw-LITERAL" {
+		t.Errorf("secrets not resolved: %q %q %q", c.Admin.Token.Value(), c.Users[0].Password.Value(), c.Users[1].Password.Value())
+	}
+	var b bytes.Buffer
+	if err := c.WriteEffective(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, secret := range []string{"tok-FROMFILE", "pw-FROMENV", "pw-LITERAL", "pw-INLINE", "lQqgSZM0"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("effective config shows %q:\n%s", secret, out)
+		}
+	}
+	for _, want := range []string{`token = "file:` + tokenFile + `"`, `password = "env:ALICE_PW"`, `password = "***"`, `password_hash = "***"`, "http://bob:***@192.0.2.1:3128 id=http://bob@192.0.2.1:3128 region=us max_inflight=3"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("effective config lacks %q:\n%s", want, out)
+		}
+	}
+	if s := c.Admin.Token.String(); s != "file:"+tokenFile {
+		t.Errorf("Secret prints %q", s)
+	}
+}
+
+func TestEngineSection(t *testing.T) {
+	t.Parallel()
+	section := reflect.TypeFor[Engine]()
+	target := reflect.TypeFor[engine.Config]()
+	for i := range section.NumField() {
+		f := section.Field(i)
+		if f.Tag.Get("toml") == "" {
+			t.Errorf("Engine.%s has no toml key", f.Name)
+		}
+		if contains(engineOwn, f.Name) {
+			continue
+		}
+		g, ok := target.FieldByName(f.Name)
+		if !ok || g.Type != f.Type {
+			t.Errorf("Engine.%s (%s) has no engine.Config field of that name and type", f.Name, f.Type)
+		}
+	}
+	got, err := Default().Engine.EngineConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := engine.DefaultConfig()
+	// Rules and the picker are set by name; the rest are not operators' knobs.
+	got.Rules, want.Rules = nil, nil
+	want.ScoreEventStep, want.Seed = 0, 0
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("defaults differ:\n got %+v\nwant %+v", got, want)
+	}
+
+	s := Default().Engine
+	s.Picker = "power_of_two"
+	s.Cooldowns = map[string]time.Duration{"blocked": 7 * time.Minute, "rate_limited": time.Second}
+	c, err := s.EngineConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.Picker.(engine.PowerOfTwo); !ok {
+		t.Errorf("picker %T", c.Picker)
+	}
+	if c.Rules.Class[engine.Blocked].Cooldown != 7*time.Minute || engine.DefaultRules.Class[engine.Blocked].Cooldown == 7*time.Minute {
+		t.Error("cooldown override not applied, or applied to the default table")
+	}
+	if want := engine.DefaultRules.Version + "+cooldowns(blocked,rate_limited)"; c.Rules.Version != want {
+		t.Errorf("rules version %q, want %q", c.Rules.Version, want)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestEverySettingHasAnEnvironmentVariable(t *testing.T) {
+	t.Parallel()
+	for _, key := range settableKeys() {
+		l := &loader{c: new(Config)}
+		*l.c = Default()
+		value := map[bool]string{true: "1s"}[strings.HasSuffix(key, "timeout") || strings.HasSuffix(key, "_ttl")]
+		if err := l.set(key, value, "test"); err != nil {
+			var e *Error
+			if !errors.As(err, &e) || strings.Contains(e.Msg, "no such setting") || strings.Contains(e.Msg, "cannot be set") {
+				t.Errorf("%s (%s): %v", key, envName(key), err)
+			}
+		}
+	}
+}
+
+func TestKeyLine(t *testing.T) {
+	t.Parallel()
+	data := []byte("a = 1\n[engine]\n  alpha = 0.2\n[engine.cooldowns]\nblocked = \"1m\"\n[[users]]\nname = \"a\"\n[[users]]\nname = \"b\"\n")
+	tests := []struct {
+		key  string
+		want int
+	}{
+		{"a", 1}, {"engine.alpha", 3}, {"engine.cooldowns.blocked", 5},
+		{"users[1].name", 7}, {"users[2].name", 9}, {"users[?].name", 7}, {"engine.gamma", 0},
+	}
+	for _, tc := range tests {
+		if got := keyLine(data, tc.key); got != tc.want {
+			t.Errorf("keyLine(%s) = %d, want %d", tc.key, got, tc.want)
+		}
+	}
+}
+
+func TestBlockPrivate(t *testing.T) {
+	t.Parallel()
+	on, off := true, false
+	tests := []struct {
+		desc   string
+		listen string
+		set    *bool
+		want   bool
+	}{
+		{desc: "loopback listener", listen: "127.0.0.1:8080", want: false},
+		{desc: "IPv6 loopback listener", listen: "[::1]:8080", want: false},
+		{desc: "localhost listener", listen: "localhost:8080", want: false},
+		{desc: "all interfaces", listen: ":8080", want: true},
+		{desc: "public address", listen: "0.0.0.0:8080", want: true},
+		{desc: "turned off", listen: ":8080", set: &off, want: false},
+		{desc: "turned on", listen: "127.0.0.1:8080", set: &on, want: true},
+	}
+	for _, tc := range tests {
+		c := Default()
+		c.Listen.Proxy, c.Security.BlockPrivateNetworks = tc.listen, tc.set
+		if got := c.BlockPrivate(); got != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.desc, got, tc.want)
+		}
+	}
+}
+
+func TestEnvUsers(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc    string
+		in      string
+		want    map[string]string // user → password
+		wantErr string
+	}{
+		{desc: "two users", in: "alice:pw1,bob:pw2", want: map[string]string{"alice": "pw1", "bob": "pw2"}},
+		{desc: "password with colons", in: "alice:a:b:c", want: map[string]string{"alice": "a:b:c"}},
+		{desc: "dotted name", in: "svc.crawler_1:x", want: map[string]string{"svc.crawler_1": "x"}},
+		{desc: "empty", in: "", wantErr: "names no user"},
+		{desc: "no colon", in: "alice:pw1,bobSekr1tPw", wantErr: "entry 2: want user:password"},
+		{desc: "dash in name", in: "al-ice:Sekr1tPw", wantErr: "entry 1: user name"},
+		{desc: "space in name", in: "alice:pw1, bob:Sekr1tPw", wantErr: "entry 2: user name"},
+		{desc: "empty password", in: "alice:", wantErr: "empty password"},
+		{desc: "trailing comma", in: "alice:Sekr1tPw,", wantErr: "entry 2"},
+		{desc: "duplicate", in: "alice:Sekr1tPw,alice:x", wantErr: "user alice is given twice"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			c, err := Load(Source{Env: []string{"SWITCHYARD_USERS=" + tc.in}, Flags: []Setting{{Key: "routes.inline", Value: "direct", Flag: "x"}}})
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || strings.Contains(err.Error(), "Sekr1tPw") {
+					t.Fatalf("err %v, want %q and no password", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || len(c.Users) != len(tc.want) {
+				t.Fatalf("got %v, %v", c, err)
+			}
+			for _, u := range c.Users {
+				if u.Password.Value() != tc.want[u.Name] {
+					t.Errorf("%s: password %q, want %q", u.Name, u.Password.Value(), tc.want[u.Name])
+				}
+			}
+		})
+	}
+}

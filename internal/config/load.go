@@ -1,0 +1,366 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Source is where a Config comes from. Later sources override earlier
+// ones: defaults, then the file, then the environment, then flags.
+type Source struct {
+	// Path is the TOML file; "" starts from the defaults alone.
+	Path string
+	// Env is the environment as os.Environ returns it; nil means the
+	// process's own.
+	Env []string
+	// Flags are command-line settings, applied in order.
+	Flags []Setting
+}
+
+// Setting is one flag's value for a key.
+type Setting struct {
+	Key   string // "section.key", e.g. "listen.proxy"
+	Value string // as typed; lists are comma-separated
+	Flag  string // the flag's name, for messages, e.g. "listen"
+}
+
+// Error is a configuration mistake: the key, and where the value came from.
+type Error struct {
+	File string // the config file, when the value came from it
+	Line int    // its line, when known
+	From string // "environment variable X" or "flag --x", when from there
+	Key  string // "engine.alpha", "targets[2].rate"
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	switch {
+	case e.File != "" && e.Line > 0:
+		fmt.Fprintf(&b, "%s:%d: ", e.File, e.Line)
+	case e.File != "":
+		fmt.Fprintf(&b, "%s: ", e.File)
+	}
+	b.WriteString(e.Key)
+	if e.From != "" {
+		fmt.Fprintf(&b, " (%s)", e.From)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Load reads, overrides, resolves and validates a configuration. The first
+// mistake found is returned as an *Error (a malformed proxy list as the
+// route parser's "file:line: reason").
+func Load(src Source) (*Config, error) {
+	c := Default()
+	env := src.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	l := &loader{c: &c, env: make(map[string]string, len(env))}
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			l.env[k] = v
+		}
+	}
+	if src.Path != "" {
+		if err := l.readFile(src.Path); err != nil {
+			return nil, err
+		}
+	}
+	if err := l.applyEnv(); err != nil {
+		return nil, err
+	}
+	for _, s := range src.Flags {
+		if err := l.set(s.Key, s.Value, "flag --"+s.Flag); err != nil {
+			return nil, err
+		}
+	}
+	if err := l.validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// loader holds what Load needs to name the origin of a bad value.
+type loader struct {
+	c    *Config
+	env  map[string]string
+	file string // as given; "" without a file
+	data []byte
+	// fromFile are the keys the file set, so an error about a key the
+	// environment or a flag did not override can cite its line.
+	fromFile map[string]bool
+	// overridden are the keys set by the environment or a flag, and by
+	// which.
+	overridden map[string]string
+}
+
+func (l *loader) readFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	l.file, l.data = path, data
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(l.c)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return &Error{File: path, Line: pe.Position.Line, Key: pe.LastKey, Msg: pe.Message}
+		}
+		// Type mismatches come as text: "toml: line N (last key "k"): msg".
+		if m := decodeError.FindStringSubmatch(err.Error()); m != nil {
+			line, _ := strconv.Atoi(m[1])
+			return &Error{File: path, Line: line, Key: m[2], Msg: m[3]}
+		}
+		return fmt.Errorf("%s: %s", path, strings.TrimPrefix(err.Error(), "toml: "))
+	}
+	l.fromFile = make(map[string]bool)
+	for _, k := range md.Keys() {
+		l.fromFile[keyPath(md, k)] = true
+	}
+	if undecoded := md.Undecoded(); len(undecoded) > 0 {
+		return l.errAt(keyPath(md, undecoded[0]), "unknown key")
+	}
+	// A routes file named in the config file is relative to it.
+	if l.c.Routes.File != "" && !filepath.IsAbs(l.c.Routes.File) {
+		l.c.Routes.File = filepath.Join(filepath.Dir(path), l.c.Routes.File)
+	}
+	return nil
+}
+
+var decodeError = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
+
+// keyPath spells a decoded key as errors do: an array-of-tables element
+// gets its 1-based index, "users[2].name".
+func keyPath(md toml.MetaData, k toml.Key) string {
+	if len(k) >= 2 && md.Type(k[0]) == "ArrayHash" {
+		return fmt.Sprintf("%s[?].%s", k[0], strings.Join(k[1:], "."))
+	}
+	return k.String()
+}
+
+// errAt makes an Error for key, citing where its value came from: the
+// environment or a flag that set it, else the file's line. A key of an
+// array of tables may say "[?]" for "whichever element".
+func (l *loader) errAt(key, msg string) *Error {
+	e := &Error{Key: strings.Replace(key, "[?]", "", 1), Msg: msg}
+	if from, ok := l.overridden[key]; ok {
+		e.From = from
+	} else if l.fromFile[wildIndex(key)] {
+		e.File, e.Line = l.file, keyLine(l.data, key)
+	}
+	return e
+}
+
+// wildIndex turns "users[2].name" into "users[?].name", the form the
+// decoder's key list has.
+func wildIndex(key string) string {
+	open, close := strings.IndexByte(key, '['), strings.IndexByte(key, ']')
+	if open < 0 || close < open {
+		return key
+	}
+	return key[:open] + "[?]" + key[close+1:]
+}
+
+// keyLine finds the line of key in a TOML file written the usual way
+// (tables as [section] or [[array]] headers, keys one per line); 0 when it
+// cannot. It is for messages only: the decoder has validated the syntax.
+func keyLine(data []byte, key string) int {
+	section, name, ok := strings.Cut(key, ".")
+	if !ok {
+		section, name = "", key
+	}
+	index := 0
+	if open := strings.IndexByte(section, '['); open >= 0 {
+		index, _ = strconv.Atoi(strings.TrimSuffix(section[open+1:], "]"))
+		section = section[:open]
+	}
+	if sub, leaf, nested := strings.Cut(name, "."); nested {
+		section, name = section+"."+sub, leaf // [engine.cooldowns] blocked = …
+	}
+	current, seen := "", 0
+	for n, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, "[["):
+			current = strings.TrimSpace(strings.Trim(line, "[] \t"))
+			if current == section {
+				seen++
+			}
+		case strings.HasPrefix(line, "["):
+			current = strings.TrimSpace(strings.Trim(line, "[] \t"))
+		case current == section && (index == 0 || seen == index):
+			if k, _, ok := strings.Cut(line, "="); ok && strings.Trim(strings.TrimSpace(k), `"`) == name {
+				return n + 1
+			}
+		}
+	}
+	return 0
+}
+
+// applyEnv applies SWITCHYARD_<SECTION>_<KEY> for every settable key, and
+// refuses a variable that names a section but no key of it: a typo must
+// not go unnoticed. SWITCHYARD_USERS is the quick-start user list.
+func (l *loader) applyEnv() error {
+	known := map[string]bool{}
+	for _, key := range settableKeys() {
+		name := envName(key)
+		known[name] = true
+		if v, ok := l.env[name]; ok {
+			if err := l.set(key, v, "environment variable "+name); err != nil {
+				return err
+			}
+		}
+	}
+	for name := range l.env {
+		if known[name] || !strings.HasPrefix(name, "SWITCHYARD_") {
+			continue
+		}
+		for _, section := range sections() {
+			if strings.HasPrefix(name, envName(section)+"_") {
+				return &Error{Key: strings.ToLower(strings.TrimPrefix(name, "SWITCHYARD_")), From: "environment variable " + name, Msg: "no such setting (see switchyard.example.toml)"}
+			}
+		}
+	}
+	if v, ok := l.env["SWITCHYARD_USERS"]; ok {
+		users, err := parseEnvUsers(v)
+		if err != nil {
+			return err
+		}
+		l.c.Users = append(l.c.Users, users...)
+	}
+	return nil
+}
+
+// envName is the variable that overrides key: "listen.proxy" is
+// SWITCHYARD_LISTEN_PROXY.
+func envName(key string) string {
+	return "SWITCHYARD_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// sections are the tables whose keys the environment and flags may set.
+func sections() []string {
+	var out []string
+	t := reflect.TypeFor[Config]()
+	for i := range t.NumField() {
+		if f := t.Field(i); f.Type.Kind() == reflect.Struct {
+			out = append(out, f.Tag.Get("toml"))
+		}
+	}
+	return out
+}
+
+// settableKeys are "section.key" for every scalar or list key of a section.
+func settableKeys() []string {
+	var out []string
+	t := reflect.TypeFor[Config]()
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		if sf.Type.Kind() != reflect.Struct {
+			continue
+		}
+		for j := range sf.Type.NumField() {
+			f := sf.Type.Field(j)
+			if f.Type.Kind() == reflect.Map {
+				continue
+			}
+			out = append(out, sf.Tag.Get("toml")+"."+f.Tag.Get("toml"))
+		}
+	}
+	return out
+}
+
+// set parses value into key, as the environment or a flag gives it.
+func (l *loader) set(key, value, from string) error {
+	section, name, _ := strings.Cut(key, ".")
+	fail := func(msg string) error { return &Error{Key: key, From: from, Msg: msg} }
+	s := fieldByTag(reflect.ValueOf(l.c).Elem(), section)
+	if !s.IsValid() || s.Kind() != reflect.Struct {
+		return fail("no such setting")
+	}
+	f := fieldByTag(s, name)
+	if !f.IsValid() {
+		return fail("no such setting")
+	}
+	if l.overridden == nil {
+		l.overridden = make(map[string]string)
+	}
+	l.overridden[key] = from
+	switch f.Addr().Interface().(type) {
+	case *time.Duration:
+		d, err := time.ParseDuration(value)
+		if err != nil {
+			return fail(fmt.Sprintf("%q is not a duration (e.g. 30s, 5m)", value))
+		}
+		f.SetInt(int64(d))
+		return nil
+	case *Secret:
+		f.Set(reflect.ValueOf(LiteralSecret(value)))
+		return nil
+	case **bool:
+		b, err := strconv.ParseBool(value)
+		if err != nil {
+			return fail(fmt.Sprintf("%q is not true or false", value))
+		}
+		f.Set(reflect.ValueOf(&b))
+		return nil
+	case *[]string:
+		var list []string
+		for item := range strings.SplitSeq(value, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				list = append(list, item)
+			}
+		}
+		f.Set(reflect.ValueOf(list))
+		return nil
+	}
+	switch f.Kind() {
+	case reflect.String:
+		f.SetString(value)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(value)
+		if err != nil {
+			return fail(fmt.Sprintf("%q is not true or false", value))
+		}
+		f.SetBool(b)
+	case reflect.Int, reflect.Int64:
+		n, err := strconv.ParseInt(value, 10, 64)
+		if err != nil {
+			return fail(fmt.Sprintf("%q is not an integer", value))
+		}
+		f.SetInt(n)
+	case reflect.Float64:
+		x, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return fail(fmt.Sprintf("%q is not a number", value))
+		}
+		f.SetFloat(x)
+	default:
+		return fail("cannot be set from " + from)
+	}
+	return nil
+}
+
+// fieldByTag is the field of struct v whose toml tag is name.
+func fieldByTag(v reflect.Value, name string) reflect.Value {
+	t := v.Type()
+	for i := range t.NumField() {
+		if t.Field(i).Tag.Get("toml") == name {
+			return v.Field(i)
+		}
+	}
+	return reflect.Value{}
+}

@@ -1,0 +1,54 @@
+package config
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/switchyard/switchyard/internal/route"
+)
+
+// WriteEffective writes c as TOML, defaults included, with every secret
+// shown as its reference or "***" and route passwords as "user:***": what
+// check-config prints. The routes follow as comments, one list line each.
+func (c *Config) WriteEffective(w io.Writer) error {
+	shown := *c
+	if len(c.Routes.Inline) > 0 {
+		shown.Routes.Inline = nil
+		for _, r := range c.RouteList[c.inlineFrom:] {
+			shown.Routes.Inline = append(shown.Routes.Inline, listLine(&r))
+		}
+	}
+	if err := toml.NewEncoder(w).Encode(shown); err != nil {
+		return err
+	}
+	if c.Security.BlockPrivateNetworks == nil {
+		fmt.Fprintf(w, "\n# security.block_private_networks unset: in force = %t (on unless listen.proxy is loopback)\n", c.BlockPrivate())
+	}
+	fmt.Fprintf(w, "\n# routes: %d\n", len(c.RouteList))
+	for i := range c.RouteList {
+		fmt.Fprintf(w, "#   %s\n", listLine(&c.RouteList[i]))
+	}
+	return nil
+}
+
+// listLine is r in the proxy-list syntax, password redacted.
+func listLine(r *route.Route) string {
+	parts := []string{r.Redacted(), "id=" + r.ID}
+	if len(r.Labels) > 0 {
+		parts = append(parts, r.Labels.String())
+	}
+	if r.MaxInflight > 0 {
+		parts = append(parts, "max_inflight="+strconv.Itoa(r.MaxInflight))
+	}
+	if r.Weight > 0 {
+		parts = append(parts, "weight="+strconv.FormatFloat(r.Weight, 'g', -1, 64))
+	}
+	if r.Cost > 0 {
+		parts = append(parts, "cost="+strconv.FormatFloat(r.Cost, 'g', -1, 64))
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,318 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"strings"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/route"
+	"github.com/switchyard/switchyard/internal/target"
+)
+
+// validate checks every section, resolves secrets and loads the routes.
+func (l *loader) validate() error {
+	for _, check := range []func() error{
+		l.checkListen, l.checkLog, l.checkEngine, l.checkRetry, l.checkProbe,
+		l.checkSecurity, l.checkAdmin, l.checkPacing, l.checkTargets, l.checkUsers, l.loadRoutes,
+	} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *loader) checkListen() error {
+	if err := checkAddr(l.c.Listen.Proxy); err != nil {
+		return l.errAt("listen.proxy", err.Error())
+	}
+	if l.c.Listen.Admin == "" {
+		return nil
+	}
+	if err := checkAddr(l.c.Listen.Admin); err != nil {
+		return l.errAt("listen.admin", err.Error())
+	}
+	if _, port, _ := net.SplitHostPort(l.c.Listen.Admin); port != "0" && l.c.Listen.Admin == l.c.Listen.Proxy {
+		return l.errAt("listen.admin", "must differ from listen.proxy")
+	}
+	return nil
+}
+
+// checkAddr accepts "host:port" with a numeric port (0 picks a free one).
+func checkAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: want host:port", addr)
+	}
+	if p, err := netip.ParseAddrPort("0.0.0.0:" + port); err != nil || p.Port() > math.MaxUint16 {
+		return fmt.Errorf("%q: bad port", addr)
+	}
+	return nil
+}
+
+func (l *loader) checkLog() error {
+	if f := l.c.Log.Format; f != "text" && f != "json" {
+		return l.errAt("log.format", fmt.Sprintf("%q: want text or json", f))
+	}
+	return nil
+}
+
+func (l *loader) checkEngine() error {
+	_, err := l.c.Engine.EngineConfig()
+	var e *Error
+	if errors.As(err, &e) {
+		return l.errAt(e.Key, e.Msg)
+	}
+	return err
+}
+
+func (l *loader) checkRetry() error {
+	r := l.c.Retry
+	switch {
+	case r.MaxAttempts < 1 || r.MaxAttempts > 10:
+		return l.errAt("retry.max_attempts", "must be in [1, 10]")
+	case r.AttemptTimeout <= 0:
+		return l.errAt("retry.attempt_timeout", "must be positive")
+	case !(r.BudgetRatio > 0 && r.BudgetRatio <= 1):
+		return l.errAt("retry.budget_ratio", "must be in (0, 1]")
+	case r.MaxBodyBytes < 0:
+		return l.errAt("retry.max_body_bytes", "must not be negative")
+	}
+	return nil
+}
+
+func (l *loader) checkProbe() error {
+	if p := l.c.Probe.URL; p != "" {
+		if u, err := url.Parse(p); err != nil || u.Scheme != "http" || u.Host == "" {
+			return l.errAt("probe.url", fmt.Sprintf("%q: want an http:// URL", p))
+		}
+	}
+	return nil
+}
+
+func (l *loader) checkSecurity() error {
+	for _, s := range l.c.Security.AllowCIDRs {
+		if _, err := netip.ParsePrefix(s); err != nil {
+			return l.errAt("security.allow_cidrs", fmt.Sprintf("%q: want a CIDR range such as 10.1.0.0/16", s))
+		}
+	}
+	for _, h := range l.c.Security.AllowHosts {
+		if !hostName.MatchString(h) {
+			return l.errAt("security.allow_hosts", fmt.Sprintf("%q: want a host name", h))
+		}
+	}
+	return nil
+}
+
+// Prefixes are the allow_cidrs ranges, parsed (Load has validated them).
+func (s Security) Prefixes() []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(s.AllowCIDRs))
+	for _, c := range s.AllowCIDRs {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// BlockPrivate says whether SSRF admission is on: as configured, else on
+// for a proxy reachable beyond loopback (SPEC §4).
+func (c *Config) BlockPrivate() bool {
+	if b := c.Security.BlockPrivateNetworks; b != nil {
+		return *b
+	}
+	return !c.LoopbackOnly()
+}
+
+// LoopbackOnly reports whether the proxy listens on a loopback address
+// only, out of other machines' reach.
+func (c *Config) LoopbackOnly() bool {
+	host, _, err := net.SplitHostPort(c.Listen.Proxy)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+func (l *loader) checkAdmin() error {
+	if err := l.c.Admin.Token.resolve(l.lookupEnv); err != nil {
+		return l.errAt("admin.token", err.Error())
+	}
+	return nil
+}
+
+func (l *loader) lookupEnv(name string) (string, bool) {
+	v, ok := l.env[name]
+	return v, ok
+}
+
+func (l *loader) checkPacing() error {
+	if l.c.Pacing.MaxTargets < 1 {
+		return l.errAt("pacing.max_targets", "must be positive")
+	}
+	return nil
+}
+
+// hostName is a DNS name as a host pattern or allow-list may hold it.
+var hostName = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?$`)
+
+// targetKey is what a target key may hold: it appears in metrics and URLs.
+var targetKey = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,253}$`)
+
+func (l *loader) checkTargets() error {
+	for i, t := range l.c.Targets {
+		at := func(key string) string { return fmt.Sprintf("targets[%d].%s", i+1, key) }
+		if len(t.Hosts) == 0 {
+			return l.errAt(at("hosts"), "names no host: want \"example.com\", \"*.example.com\" or \"*\"")
+		}
+		for _, h := range t.Hosts {
+			if h != "*" && !hostName.MatchString(strings.TrimPrefix(h, "*.")) {
+				return l.errAt(at("hosts"), fmt.Sprintf("%q: want \"example.com\", \"*.example.com\" or \"*\"", h))
+			}
+		}
+		if t.Key != "" && !targetKey.MatchString(t.Key) {
+			return l.errAt(at("key"), fmt.Sprintf("%q: only letters, digits and _.:- are allowed", t.Key))
+		}
+		if t.ProbePath != "" && !strings.HasPrefix(t.ProbePath, "/") {
+			return l.errAt(at("probe_path"), fmt.Sprintf("%q: must start with /", t.ProbePath))
+		}
+		for _, s := range t.BlockSignatures {
+			if s == "" {
+				return l.errAt(at("block_signatures"), "an empty signature would match every page")
+			}
+		}
+		var le *guard.LimitsError
+		if err := t.Limits().Validate(); errors.As(err, &le) {
+			return l.errAt(at(le.Field), "must be a finite number ≥ 0")
+		}
+		// Pacing is per target: without a key, the hosts must be whole
+		// targets (registrable domains) for their requests to be paced.
+		if t.Key == "" && !t.Limits().IsZero() {
+			for _, h := range t.Hosts {
+				if d := strings.TrimPrefix(h, "*."); h != "*" && target.DefaultKey(d) != strings.ToLower(strings.TrimSuffix(d, ".")) {
+					return l.errAt(at("hosts"), fmt.Sprintf("%q is part of target %s, which pacing applies to as a whole: name %s, or set key to pace these hosts as their own target", h, target.DefaultKey(d), target.DefaultKey(d)))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// userName is what a user name may hold: no "-", which separates the
+// control parameters in the proxy username, and no ":".
+var userName = regexp.MustCompile(`^[A-Za-z0-9_.]+$`)
+
+func (l *loader) checkUsers() error {
+	seen := map[string]bool{}
+	for i := range l.c.Users {
+		u := &l.c.Users[i]
+		at := func(key string) string { return fmt.Sprintf("users[%d].%s", i+1, key) }
+		switch {
+		case !userName.MatchString(u.Name):
+			return l.errAt(at("name"), "must be letters, digits, '_' or '.'")
+		case seen[u.Name]:
+			return l.errAt(at("name"), fmt.Sprintf("user %s is given twice", u.Name))
+		case u.Password.IsSet() == u.PasswordHash.IsSet():
+			return l.errAt(at("password"), fmt.Sprintf("user %s: set exactly one of password and password_hash", u.Name))
+		}
+		seen[u.Name] = true
+		if err := u.PasswordHash.resolve(l.lookupEnv); err != nil {
+			return l.errAt(at("password_hash"), fmt.Sprintf("user %s: %v", u.Name, err))
+		}
+		if u.PasswordHash.IsSet() {
+			// The message never quotes the hash: it is a secret too.
+			if _, err := bcrypt.Cost([]byte(u.PasswordHash.Value())); err != nil {
+				return l.errAt(at("password_hash"), fmt.Sprintf("user %s: not a bcrypt hash ($2a$, $2b$ or $2y$; make one with htpasswd -nbB)", u.Name))
+			}
+		}
+		if err := u.Password.resolve(l.lookupEnv); err != nil {
+			return l.errAt(at("password"), fmt.Sprintf("user %s: %v", u.Name, err))
+		}
+		if u.Password.IsSet() && u.Password.Value() == "" {
+			return l.errAt(at("password"), fmt.Sprintf("user %s: empty password", u.Name))
+		}
+		if _, err := engine.ParseLabels(u.Labels); err != nil {
+			return l.errAt(at("labels"), fmt.Sprintf("user %s: %v", u.Name, err))
+		}
+	}
+	return nil
+}
+
+// parseEnvUsers parses SWITCHYARD_USERS, "alice:pw1,bob:pw2": the quick
+// start's plain users. A password may contain ':' (the name ends at the
+// first). Errors name the entry by position and never quote it: it may
+// hold a password. Nothing is trimmed: a space is part of a password.
+func parseEnvUsers(v string) ([]User, error) {
+	const name = "SWITCHYARD_USERS"
+	fail := func(msg string) error { return &Error{Key: "users", From: "environment variable " + name, Msg: msg} }
+	if v == "" {
+		return nil, fail("set but names no user (unset it to turn client auth off)")
+	}
+	var users []User
+	for i, entry := range strings.Split(v, ",") {
+		user, password, ok := strings.Cut(entry, ":")
+		switch {
+		case !ok:
+			return nil, fail(fmt.Sprintf("entry %d: want user:password", i+1))
+		case !userName.MatchString(user):
+			return nil, fail(fmt.Sprintf("entry %d: user name must be letters, digits, '_' or '.'", i+1))
+		case password == "":
+			return nil, fail(fmt.Sprintf("entry %d: user %s has an empty password", i+1, user))
+		}
+		users = append(users, User{Name: user, Password: LiteralSecret(password)})
+	}
+	return users, nil
+}
+
+// loadRoutes parses the routes file and the inline routes; together they
+// must name at least one route, each id once.
+func (l *loader) loadRoutes() error {
+	r := l.c.Routes
+	if r.File == "" && len(r.Inline) == 0 {
+		return l.errAt("routes.file", "no routes: set routes.file (or --proxies) or routes.inline")
+	}
+	var list []route.Route
+	if r.File != "" {
+		fromFile, err := route.LoadList(r.File)
+		if err != nil {
+			return l.errAt("routes.file", err.Error())
+		}
+		list = fromFile
+	}
+	if len(r.Inline) > 0 {
+		name := "routes.inline entry"
+		if l.file != "" {
+			name = l.file + " routes.inline entry"
+		}
+		inline, err := route.ParseList(name, []byte(strings.Join(r.Inline, "\n")))
+		if err != nil {
+			return &Error{Key: "routes.inline", Msg: err.Error()}
+		}
+		first := make(map[string]bool, len(list))
+		for _, rt := range list {
+			first[rt.ID] = true
+		}
+		for _, rt := range inline {
+			if first[rt.ID] {
+				return &Error{Key: "routes.inline", Msg: fmt.Sprintf("entry %d: route %s is also in %s", rt.Line, rt.ID, r.File)}
+			}
+		}
+		l.c.inlineFrom = len(list)
+		list = append(list, inline...)
+	}
+	l.c.RouteList = list
+	return nil
+}

@@ -1,0 +1,83 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/guard"
+)
+
+// maxPoliteSkips bounds the routes one attempt passes over because they
+// are at their politeness rate for the target, before the request is told
+// to come back later.
+const maxPoliteSkips = 8
+
+// noRelease is the release of a request that is not paced.
+func noRelease() {}
+
+// admitPace waits for the target's pacing (rate, concurrency) under s's
+// rules. When it answers the client instead (429, or nothing when the
+// client has gone), ok is false. Being paced is not a failure: nothing is
+// leased or reported.
+func (g *Gateway) admitPace(w http.ResponseWriter, r *http.Request, s *settings, target string) (release func(), ok bool) {
+	if !s.paces {
+		return noRelease, true
+	}
+	release, err := g.pacer.Admit(r.Context(), target)
+	var paced *guard.PaceError
+	switch {
+	case errors.As(err, &paced):
+		tooSoon(w, paced)
+		return nil, false
+	case err != nil:
+		return nil, false // the client gave up waiting
+	}
+	return release, true
+}
+
+// lease leases a route for an attempt on target: acquire, then the
+// route×target politeness check. A route at its politeness rate is given
+// back without evidence and another one leased, so pacing never counts
+// against an exit; a session's route is never swapped, so it waits or the
+// request is refused.
+func (g *Gateway) lease(ctx context.Context, s *settings, ctl control, target string, tried []string) (engine.Lease, *exit, error) {
+	avoid := slices.Clip(tried) // appending must not write into tried
+	var paced error
+	for {
+		l, x, err := g.acquire(s, ctl, target, avoid)
+		if err != nil {
+			if paced != nil {
+				return engine.Lease{}, nil, paced
+			}
+			return engine.Lease{}, nil, err
+		}
+		if !s.paces {
+			return l, x, nil
+		}
+		err = g.pacer.Pair(ctx, l.Route, target)
+		if err == nil {
+			return l, x, nil
+		}
+		g.giveBack(l)
+		if !errors.As(err, new(*guard.PaceError)) || ctl.session != "" || len(avoid)-len(tried) >= maxPoliteSkips {
+			return engine.Lease{}, nil, err
+		}
+		paced = err
+		avoid = append(avoid, l.Route)
+	}
+}
+
+// tooSoon answers a paced request: 429 with the wait in Retry-After, whole
+// seconds rounded up (RFC 9110 §10.2.3).
+func tooSoon(w http.ResponseWriter, e *guard.PaceError) {
+	secs := max(1, int(math.Ceil(e.RetryAfter.Seconds())))
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	fail(w, http.StatusTooManyRequests, "paced", fmt.Sprintf("switchyard: target %s is paced (%s); retry after %s", e.Target, e.Reason, time.Duration(secs)*time.Second))
+}

@@ -1,0 +1,153 @@
+package gateway
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/route/routetest"
+	"github.com/switchyard/switchyard/internal/target"
+)
+
+// paceAll paces every target with l.
+func paceAll(l guard.Limits) *target.Rules {
+	return target.New([]target.Rule{{Hosts: []string{"*"}, Policy: target.Policy{Pace: l}}})
+}
+
+// Paced requests get 429 with Retry-After and leave no evidence: nothing
+// is leased for them, and a route at its politeness rate is passed over.
+func TestPacing(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		tests := []struct {
+			desc       string
+			limits     guard.Limits
+			routes     int
+			requests   int
+			wantStatus []int
+			wantReason string
+			wantRoutes []string // X-Switchyard-Route of the 200s, in order
+		}{
+			{desc: "rate", limits: guard.Limits{Rate: 0.5, Burst: 1}, routes: 1, requests: 2,
+				wantStatus: []int{200, 429}, wantReason: "(rate); retry after 2s"},
+			{desc: "burst", limits: guard.Limits{Rate: 0.1, Burst: 3}, routes: 1, requests: 4,
+				wantStatus: []int{200, 200, 200, 429}, wantReason: "(rate)"},
+			{desc: "politeness moves on to another route", limits: guard.Limits{PairRate: 0.1}, routes: 2, requests: 3,
+				wantStatus: []int{200, 200, 429}, wantReason: "(politeness)"},
+			{desc: "unpaced", limits: guard.Limits{}, routes: 1, requests: 5,
+				wantStatus: []int{200, 200, 200, 200, 200}},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				tg := newTarget(t, func(int, http.ResponseWriter, *http.Request) {})
+				var lines []string
+				var proxies []*routetest.Proxy
+				for range tc.routes {
+					p := routetest.NewProxy(t, routetest.Behavior{})
+					proxies = append(proxies, p)
+					lines = append(lines, proxyLine(p, ""))
+				}
+				v := newEnv(t, Config{Targets: paceAll(tc.limits)}, lines...)
+				client := v.client(t, "")
+				carried := 0
+				for i, want := range tc.wantStatus {
+					resp, err := client.Get(tg.URL + "/")
+					if err != nil {
+						t.Fatal(err)
+					}
+					body, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != want {
+						t.Fatalf("request %d: %d %s, want %d", i+1, resp.StatusCode, body, want)
+					}
+					if want == 200 {
+						carried++
+						continue
+					}
+					if resp.Header.Get("Retry-After") == "" || resp.Header.Get(headerError) != "paced" || !strings.Contains(string(body), tc.wantReason) {
+						t.Errorf("request %d: Retry-After %q, error %q, body %q; want a wait, paced, %q", i+1, resp.Header.Get("Retry-After"), resp.Header.Get(headerError), body, tc.wantReason)
+					}
+				}
+				if tg.Hits() != carried {
+					t.Errorf("the site saw %d requests, want %d", tg.Hits(), carried)
+				}
+				for _, st := range v.e.Routes() {
+					if st.Health.ConsecFail != 0 || st.Inflight != 0 {
+						t.Errorf("route %s: %d failures, %d in flight: pacing left evidence or a lease", st.ID, st.Health.ConsecFail, st.Inflight)
+					}
+				}
+				total := 0
+				for _, p := range proxies {
+					total += p.Requests()
+				}
+				if total != carried {
+					t.Errorf("proxies carried %d requests, want %d", total, carried)
+				}
+			})
+		}
+	})
+}
+
+// Concurrency: a request over the bound waits up to MaxWait for a slot,
+// then is refused; a CONNECT tunnel holds its slot while it lives.
+func TestPacingConcurrency(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		release := make(chan struct{})
+		entered := make(chan struct{}, 4)
+		tg := newTarget(t, func(n int, w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/slow" {
+				entered <- struct{}{}
+				<-release
+			}
+		})
+		p := routetest.NewProxy(t, routetest.Behavior{})
+		v := newEnv(t, Config{Targets: paceAll(guard.Limits{MaxConcurrent: 1, MaxWait: 100 * time.Millisecond})}, proxyLine(p, ""))
+		client := v.client(t, "")
+		slow := make(chan int, 1)
+		go func() {
+			resp, err := client.Get(tg.URL + "/slow")
+			if err != nil {
+				t.Error(err)
+				slow <- 0
+				return
+			}
+			resp.Body.Close()
+			slow <- resp.StatusCode
+		}()
+		<-entered
+		resp, err := client.Get(tg.URL + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" {
+			t.Errorf("over the bound: %d, Retry-After %q; want 429, 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+		close(release)
+		if code := <-slow; code != 200 {
+			t.Errorf("the request holding the slot: %d", code)
+		}
+		resp, err = client.Get(tg.URL + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("after the slot was freed: %d", resp.StatusCode)
+		}
+
+		// A tunnel holds the slot until it ends.
+		addr := tg.Listener.Addr().String()
+		tunnel := raw(t, v.url.Host, "CONNECT "+addr+" HTTP/1.1\r\nHost: "+addr+"\r\n\r\n")
+		if tunnel.StatusCode != 200 {
+			t.Fatalf("CONNECT: %d", tunnel.StatusCode)
+		}
+		second := raw(t, v.url.Host, "CONNECT "+addr+" HTTP/1.1\r\nHost: "+addr+"\r\n\r\n")
+		if second.StatusCode != http.StatusTooManyRequests {
+			t.Errorf("a second tunnel while the first lives: %d, want 429", second.StatusCode)
+		}
+	})
+}

@@ -1,0 +1,76 @@
+package gateway
+
+import (
+	"fmt"
+
+	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/route"
+	"github.com/switchyard/switchyard/internal/target"
+)
+
+// settings are the parts of the gateway a reload changes. Immutable once
+// published.
+type settings struct {
+	exits   map[string]*exit // by route id
+	users   *accounts        // nil: no client auth
+	targets *target.Rules
+	paces   bool // some target is paced
+}
+
+// Update replaces the routes, users and target rules; requests already
+// running finish with what they started with. Every route must already be
+// known to the engine (added or updated with r.Spec()). Exits whose route
+// is unchanged, credentials included, keep their transport and its idle
+// connections; the idle connections of the others are closed.
+func (g *Gateway) Update(routes []*route.Route, users map[string]User, targets *target.Rules) error {
+	g.updates.Lock()
+	defer g.updates.Unlock()
+	if targets == nil {
+		targets = target.New(nil)
+	}
+	old := g.current.Load()
+	next := &settings{exits: make(map[string]*exit, len(routes)), users: newAccounts(users), targets: targets, paces: targets.Paces()}
+	for _, r := range routes {
+		if _, ok := g.engine.Route(r.ID); !ok {
+			return fmt.Errorf("gateway: route %s is not known to the engine", r.ID)
+		}
+		if _, dup := next.exits[r.ID]; dup {
+			return fmt.Errorf("gateway: duplicate route %s", r.ID)
+		}
+		if old != nil {
+			if x, ok := old.exits[r.ID]; ok && sameDial(x.route, r) {
+				next.exits[r.ID] = &exit{route: r, transport: x.transport}
+				continue
+			}
+		}
+		t, err := g.transport(r)
+		if err != nil {
+			return err
+		}
+		next.exits[r.ID] = &exit{route: r, transport: t}
+	}
+	g.current.Store(next)
+	if old != nil {
+		for id, x := range old.exits {
+			if y, ok := next.exits[id]; !ok || y.transport != x.transport {
+				x.transport.CloseIdleConnections()
+			}
+		}
+		g.pacer.Update(g.paceOf) // entries pick up the new rules' limits
+	}
+	return nil
+}
+
+// sameDial reports whether a and b reach their exit identically,
+// credentials included, so that connections made for a serve b.
+func sameDial(a, b *route.Route) bool {
+	if a.Scheme != b.Scheme || (a.URL == nil) != (b.URL == nil) {
+		return false
+	}
+	return a.URL == nil || a.URL.String() == b.URL.String()
+}
+
+// paceOf is the pacing of a target under the current rules.
+func (g *Gateway) paceOf(key string) guard.Limits {
+	return g.current.Load().targets.Pace(key)
+}

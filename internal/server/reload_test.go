@@ -1,0 +1,168 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/config"
+	"github.com/switchyard/switchyard/internal/route"
+	"github.com/switchyard/switchyard/internal/route/routetest"
+)
+
+// configOf is the default configuration over a list of route lines.
+func configOf(t *testing.T, lines string) *config.Config {
+	t.Helper()
+	routes, err := route.ParseList("test", []byte(lines))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return config.WithRoutes(routes)
+}
+
+// A reload keeps the evidence of routes whose id is unchanged, drains the
+// removed ones (their requests in flight finish), adds new ones, and swaps
+// users; a route listed again comes back.
+func TestReload(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		release := make(chan struct{})
+		site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/slow" {
+				<-release
+			}
+			io.WriteString(w, "ok")
+		}))
+		defer site.Close()
+		pa, pb, pc := routetest.NewProxy(t, routetest.Behavior{}), routetest.NewProxy(t, routetest.Behavior{}), routetest.NewProxy(t, routetest.Behavior{})
+		before := pa.URL.String() + " id=a region=us\n" + pb.URL.String() + " id=b region=eu\n"
+		after := pa.URL.String() + " id=a region=eu max_inflight=5\n" + pc.URL.String() + " id=c region=eu\n"
+
+		proxy := listen(t)
+		first := configOf(t, before)
+		first.Engine.MaxRemovedShare = -1 // let one of two routes cool
+		s, err := New(first, Listeners{Proxy: proxy}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx, 5*time.Second) }()
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}()
+		tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxy.Addr().String()})}
+		defer tr.CloseIdleConnections()
+		client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+		get := func(path, labels string) *http.Response {
+			t.Helper()
+			req, _ := http.NewRequest("GET", site.URL+path, nil)
+			req.Header.Set("X-Switchyard-Labels", labels)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp
+		}
+
+		// Evidence on a: it cools.
+		e := s.Engine()
+		now := time.Now()
+		for range 2 {
+			l, err := e.Acquire(now, engine.Request{Target: "example.com", Labels: engine.Labels{{Key: "region", Value: "us"}}})
+			if err != nil || l.Route != "a" {
+				t.Fatalf("lease %+v, %v", l, err)
+			}
+			e.Report(now, l, engine.Outcome{Class: engine.ProxyConnectFailed})
+		}
+		cooled, _ := e.Route("a")
+		if cooled.Health.State != engine.Cooling {
+			t.Fatalf("a is %v after two refusals", cooled.Health.State)
+		}
+
+		// A request in flight through b while b is removed.
+		inFlight := make(chan *http.Response, 1)
+		go func() {
+			req, _ := http.NewRequest("GET", site.URL+"/slow", nil)
+			req.Header.Set("X-Switchyard-Labels", "region=eu")
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Error(err)
+			}
+			inFlight <- resp
+		}()
+		waitFor(t, func() bool { st, _ := e.Route("b"); return st.Inflight == 1 })
+
+		next := configOf(t, after)
+		next.Engine = first.Engine
+		next.Users = []config.User{{Name: "alice", Password: config.LiteralSecret("pw")}}
+		if err := s.Reload(next); err != nil {
+			t.Fatal(err)
+		}
+		a, _ := e.Route("a")
+		if a.Health.State != engine.Cooling || a.Health.Samples != cooled.Health.Samples || a.Labels.String() != "region=eu" {
+			t.Errorf("a after reload: %v, %d samples, labels %v; want cooling, %d samples, region=eu", a.Health.State, a.Health.Samples, a.Labels, cooled.Health.Samples)
+		}
+		if spec, _ := e.RouteSpec("a"); spec.MaxInflight != 5 {
+			t.Errorf("a's max_inflight %d, want 5", spec.MaxInflight)
+		}
+		if b, _ := e.Route("b"); b.Health.State != engine.Draining {
+			t.Errorf("b after its removal: %v, want draining", b.Health.State)
+		}
+		if resp := get("/", "region=eu"); resp.StatusCode != http.StatusProxyAuthRequired {
+			t.Errorf("no credentials after users were added: %d, want 407", resp.StatusCode)
+		}
+		close(release)
+		if resp := <-inFlight; resp == nil || resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Route") != "b" {
+			t.Errorf("the request in flight through b: %+v", resp)
+		} else {
+			resp.Body.Close()
+		}
+
+		// Without users again, requests go to c: a cools, b drains.
+		next.Users = nil
+		if err := s.Reload(next); err != nil {
+			t.Fatal(err)
+		}
+		for range 5 {
+			if resp := get("/", "region=eu"); resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Route") != "c" {
+				t.Fatalf("after the reload: %d via %q, want 200 via c", resp.StatusCode, resp.Header.Get("X-Switchyard-Route"))
+			}
+		}
+		if pb.Requests() != 1 {
+			t.Errorf("b carried %d requests, want only the one in flight", pb.Requests())
+		}
+
+		// b listed again comes back; c removed drains.
+		if err := s.Reload(first); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := e.Route("b"); b.Health.State == engine.Draining {
+			t.Error("b still draining after it was listed again")
+		}
+		if c, _ := e.Route("c"); c.Health.State != engine.Draining {
+			t.Errorf("c after its removal: %v", c.Health.State)
+		}
+	})
+}
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
