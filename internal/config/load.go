@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/BurntSushi/toml"
 )
@@ -57,6 +58,24 @@ func (e *Error) Error() string {
 	}
 	b.WriteString(": ")
 	b.WriteString(e.Msg)
+	return oneLine(b.String())
+}
+
+// oneLine escapes the control characters a message may quote from the
+// input (a key or value holding a newline), so it stays one log line.
+func oneLine(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
 	return b.String()
 }
 
@@ -64,6 +83,18 @@ func (e *Error) Error() string {
 // mistake found is returned as an *Error (a malformed proxy list as the
 // route parser's "file:line: reason").
 func Load(src Source) (*Config, error) {
+	var data []byte
+	if src.Path != "" {
+		var err error
+		if data, err = os.ReadFile(src.Path); err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+	}
+	return load(src, data)
+}
+
+// load is Load with the file's content read already.
+func load(src Source, data []byte) (*Config, error) {
 	c := Default()
 	env := src.Env
 	if env == nil {
@@ -76,7 +107,7 @@ func Load(src Source) (*Config, error) {
 		}
 	}
 	if src.Path != "" {
-		if err := l.readFile(src.Path); err != nil {
+		if err := l.decode(src.Path, data); err != nil {
 			return nil, err
 		}
 	}
@@ -108,11 +139,8 @@ type loader struct {
 	overridden map[string]string
 }
 
-func (l *loader) readFile(path string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
+// decode reads the file's settings over the defaults.
+func (l *loader) decode(path string, data []byte) error {
 	l.file, l.data = path, data
 	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(l.c)
 	if err != nil {
@@ -125,7 +153,7 @@ func (l *loader) readFile(path string) error {
 			line, _ := strconv.Atoi(m[1])
 			return &Error{File: path, Line: line, Key: m[2], Msg: m[3]}
 		}
-		return fmt.Errorf("%s: %s", path, strings.TrimPrefix(err.Error(), "toml: "))
+		return errors.New(oneLine(path + ": " + strings.TrimPrefix(err.Error(), "toml: ")))
 	}
 	l.fromFile = make(map[string]bool)
 	for _, k := range md.Keys() {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -65,10 +66,10 @@ func (s *Secret) resolve(env func(string) (string, bool)) error {
 		s.value = v
 	case strings.HasPrefix(s.ref, "file:"):
 		path := strings.TrimPrefix(s.ref, "file:")
-		b, err := os.ReadFile(path)
+		b, err := readSecretFile(path)
 		if err != nil {
 			// The error names the path, never the content.
-			return fmt.Errorf("cannot read %s: %v", path, errReason(err))
+			return fmt.Errorf("cannot read %s: %v", path, err)
 		}
 		s.value = strings.TrimRight(string(b), "\r\n")
 		if s.value == "" {
@@ -78,6 +79,28 @@ func (s *Secret) resolve(env func(string) (string, bool)) error {
 		s.value = s.ref
 	}
 	return nil
+}
+
+// maxSecretFile bounds a secret file: no password or token is longer, and
+// a reference to a device such as /dev/zero must not hang start-up.
+const maxSecretFile = 64 << 10
+
+// readSecretFile reads a regular file of at most maxSecretFile bytes.
+func readSecretFile(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return nil, errReason(err)
+	case !fi.Mode().IsRegular():
+		return nil, errors.New("not a regular file")
+	case fi.Size() > maxSecretFile:
+		return nil, fmt.Errorf("larger than %d bytes", maxSecretFile)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, errReason(err)
+	}
+	return b, nil
 }
 
 // errReason is err without the path an *os.PathError repeats.

@@ -22,6 +22,12 @@ const maxLineLen = 4096
 // LoadList reads and parses the proxy list at path; errors name the path as
 // given.
 func LoadList(path string) ([]Route, error) {
+	// A device or a pipe (/dev/zero, a FIFO) would be read forever.
+	if fi, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
