@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/route/routetest"
 )
 
 // syncBuffer is a bytes.Buffer safe to write from serve and read here.
@@ -241,20 +243,24 @@ func TestServeWithCurl(t *testing.T) {
 }
 
 // Users from the environment are enforced, requests are logged in the
-// chosen format, and no password reaches stderr.
+// chosen format, and no secret reaches stderr: users' passwords, the admin
+// token, proxy passwords, query strings.
 func TestServeWithUsers(t *testing.T) {
 	t.Setenv("SWITCHYARD_USERS", "alice:Sekr1t:Pw,bob:0therPw")
+	t.Setenv("SWITCHYARD_ADMIN_TOKEN", "Adm1nT0ken")
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "hello")
 	}))
 	defer site.Close()
 	list := filepath.Join(t.TempDir(), "proxies.txt")
-	os.WriteFile(list, []byte("direct\n"), 0o644)
+	// The second route refuses connections: requests through it are
+	// retried on direct, and its failures are logged.
+	os.WriteFile(list, []byte("direct\nhttp://u:Pr0xyPw@"+routetest.ClosedPort(t)+"\n"), 0o644)
 	ctx, cancel := context.WithCancel(context.Background())
 	log := &syncBuffer{}
 	done := make(chan int, 1)
 	go func() {
-		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "", "--proxies", list, "--log-format", "json"}, log, nil)
+		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--proxies", list, "--log-format", "json"}, log, nil)
 	}()
 	re := regexp.MustCompile(`"msg":"forward proxy listening","addr":"([^"]+)"`)
 	var proxyAddr string
@@ -271,7 +277,7 @@ func TestServeWithUsers(t *testing.T) {
 	}{
 		{nil, 407},
 		{url.UserPassword("alice-session-s1", "wrong"), 407},
-		{url.UserPassword("alice-session-s1", "Sekr1t:Pw"), 200},
+		{url.UserPassword("alice", "Sekr1t:Pw"), 200}, // no session: a refused route is retried on direct
 	} {
 		u := &url.URL{Scheme: "http", Host: proxyAddr, User: tc.user}
 		client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u)}, Timeout: 5 * time.Second}
@@ -295,7 +301,7 @@ func TestServeWithUsers(t *testing.T) {
 		t.Fatalf("exit %d:\n%s", code, log)
 	}
 	out := log.String()
-	for _, secret := range []string{"Sekr1t", "0therPw", "wrong", "Qu3ryTok"} {
+	for _, secret := range []string{"Sekr1t", "0therPw", "wrong", "Qu3ryTok", "Adm1nT0ken", "Pr0xyPw"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("stderr holds %q:\n%s", secret, out)
 		}

@@ -58,7 +58,8 @@ type Config struct {
 	// checks. The host as written is checked before a route is leased; on
 	// Direct routes every resolved address is checked again at connect
 	// time, so DNS rebinding cannot slip past. Proxy routes resolve the
-	// target at the proxy, so only the written host is checked for them.
+	// target at the proxy, so only the written host is checked for them,
+	// unless ResolveProxyTargets.
 	Admission *guard.Admission
 	// ResolveProxyTargets also resolves each target name at admission
 	// and refuses it if an address is blocked, for the proxy routes whose
@@ -209,9 +210,11 @@ func (g *Gateway) admit(ctx context.Context, w http.ResponseWriter, host string)
 	if a == nil {
 		return true
 	}
-	err := a.CheckHost(host)
-	if err == nil && g.cfg.ResolveProxyTargets {
-		err = a.CheckResolved(ctx, g.cfg.Resolver, host)
+	var err error
+	if g.cfg.ResolveProxyTargets {
+		err = a.CheckResolved(ctx, g.cfg.Resolver, host) // CheckHost, then the addresses
+	} else {
+		err = a.CheckHost(host)
 	}
 	if blocked := refusal(err); blocked != nil {
 		blockedDestination(w, blocked)
