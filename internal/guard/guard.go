@@ -138,9 +138,13 @@ func (a *Admission) CheckHost(host string) error {
 	if a.AllowsHost(host) {
 		return nil
 	}
+	// Both as written and without brackets: "]" can end a zone ("::%]"
+	// is "::" in zone "]"), so trimming alone would hide an address.
 	h := strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if ip, err := netip.ParseAddr(h); err == nil {
-		return a.check(host, ip)
+	for _, lit := range []string{host, h} {
+		if ip, err := netip.ParseAddr(lit); err == nil {
+			return a.check(host, ip)
+		}
 	}
 	name := canonicalName(h)
 	switch {

@@ -89,6 +89,7 @@ func TestCheckHost(t *testing.T) {
 		{desc: "zero", host: "0", reason: "unspecified"},
 		{desc: "IPv6 loopback bracketed", host: "[::1]", reason: "loopback"},
 		{desc: "IPv6 with zone", host: "fe80::1%eth0", reason: "link-local"},
+		{desc: "zone ending in a bracket", host: "::%]", reason: "unspecified"}, // found by FuzzCheckHost
 		{desc: "IPv4-mapped", host: "::ffff:127.0.0.1", reason: "loopback address 127.0.0.1 as ::ffff:127.0.0.1"},
 		{desc: "IPv4-mapped hex", host: "[::ffff:7f00:1]", reason: "loopback"},
 		{desc: "NAT64", host: "64:ff9b::a9fe:a9fe", reason: "metadata"},
