@@ -105,4 +105,11 @@
 // and reports the decisions that differ. Shared mutable state sits behind
 // the Store port (MemoryStore by default) so several processes can share
 // it; see docs/design/002-store-port.md.
+//
+// A shared store that implements Notifier tells the engine of the records
+// other processes change. The engine follows them as it follows its own
+// changes — weights, pool and target counters, wake-ups, slow start, events
+// — but leaves probe jobs and cross-target ejections to the process that
+// made the change, so each is issued once. Every process queues the
+// wake-up of a cooldown; the store's generation check lets one win.
 package engine

@@ -168,6 +168,9 @@ func New(cfg Config, store Store) (*Engine, error) {
 	e.labels.Store(&empty)
 	e.nextEvict.Store(math.MinInt64)
 	e.wakeups.next.Store(math.MaxInt64)
+	if n, ok := store.(Notifier); ok {
+		n.Listen(e.remoteChange)
+	}
 	return e, nil
 }
 
@@ -491,18 +494,27 @@ func (e *Engine) capped() bool {
 
 func (e *Engine) jitter() float64 { return unitFloat(e.rng.Uint64()) }
 
-// handle reacts to a change of r's global record (t == nil) or of its pair
-// with t: pool counters, the wake-up queue, probe jobs, events, weights.
+// handle reacts to a change this process made to r's global record (t ==
+// nil) or to its pair with t: it follows the change as it would another
+// process's, then takes the decisions that fall to the process that made it
+// (the probe job, the cross-target check), so each is taken once however
+// many processes share the store.
 func (e *Engine) handle(ns int64, r *route, t *target, ch Change, cause Class) {
+	e.follow(ns, r, t, ch, cause)
+	if ch.Probe {
+		e.probes.push(ProbeJob{Route: r.id, Target: targetName(t), Gen: ch.Gen, Seq: ch.ProbeSeq, key: recordKey(r, t)})
+	}
+	if t != nil && ch.From == HalfOpen && ch.To == Cooling {
+		e.checkCrossTarget(ns, r, cause)
+	}
+}
+
+// follow brings this process's view in step with a change to a record,
+// whichever process made it: events, pool and target counters, slow start,
+// weights, the wake-up queue and the incident guard's coolings.
+func (e *Engine) follow(ns int64, r *route, t *target, ch Change, cause Class) {
 	if math.Abs(ch.NewScore-ch.OldScore) >= e.cfg.ScoreEventStep {
 		e.publishScore(ns, r, t, ch, cause)
-	}
-	key := Key{Route: r.slot}
-	if t != nil {
-		key.Target = t.n
-	}
-	if ch.Probe {
-		e.probes.push(ProbeJob{Route: r.id, Target: targetName(t), Gen: ch.Gen, Seq: ch.ProbeSeq, key: key})
 	}
 	if !ch.Changed() {
 		return
@@ -530,16 +542,21 @@ func (e *Engine) handle(ns int64, r *route, t *target, ch Change, cause Class) {
 		e.refresh(r, ns)
 	}
 	if ch.Until != 0 && ch.Until != math.MaxInt64 {
-		e.wakeups.push(wakeup{at: ch.Until, key: key, gen: ch.Gen})
+		e.wakeups.push(wakeup{at: ch.Until, key: recordKey(r, t), gen: ch.Gen})
 	}
 	if t != nil && ch.To == Cooling && e.cfg.Rules.Rule(ch.Cause).Incident {
 		if g := t.guard.Load(); g != nil {
 			g.noteCooling(r.slot, ch.Cause, ns)
 		}
 	}
-	if t != nil && ch.From == HalfOpen && ch.To == Cooling {
-		e.checkCrossTarget(ns, r, cause)
+}
+
+// recordKey is the key of r's global record (t == nil) or of its pair with t.
+func recordKey(r *route, t *target) Key {
+	if t == nil {
+		return Key{Route: r.slot}
 	}
+	return Key{Route: r.slot, Target: t.n}
 }
 
 func removed(s State) bool { return s == Cooling || s == HalfOpen || s == Ejected }

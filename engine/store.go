@@ -125,6 +125,38 @@ type Store interface {
 	IncidentStore
 }
 
+// Notifier is implemented by a Store shared with other processes, so that
+// the engine's weights, pool counters and wake-ups follow the records other
+// processes change, as they follow the Changes its own Updates return. New
+// calls Listen once, before any other method; a store serves one engine.
+//
+// The store calls fn with every change another process made to a record
+// whose route and target (for a pair) this process announced, keyed by
+// this process's numbers. old is the record as this process's view held it
+// before, now the record after; old is the zero Health, known false, when
+// the view held none (a pair first heard of, or a record already shared
+// when this process announced its route or target). The store promises:
+//   - Read already returns now, or a newer record, when fn is called.
+//   - Every step of a record in this process's view reaches the engine
+//     exactly once: as the Change an Update of this process returned, or as
+//     one call of fn. A store whose compare-and-set finds that another
+//     process wrote first reports the record it found through fn (its
+//     Update's Change then starts from that record); a notification no
+//     newer than the view is dropped. The engine counts removed routes and
+//     excluded pairs from these steps: one lost or repeated would leave a
+//     counter wrong for good.
+//   - A record that leaves the view other than through EvictPairs (it
+//     expired in the shared store) is reported with now the zero Health,
+//     which is how the engine reads a missing record.
+//   - Calls for one key come one at a time, in the order of the changes;
+//     calls for different keys may overlap.
+//   - fn reads the store (Read, Inflight) but never calls Update, and
+//     returns without waiting on I/O; the store must not hold, while calling
+//     it, a lock those reads take.
+type Notifier interface {
+	Listen(fn func(k Key, old Health, known bool, now Health))
+}
+
 // Apply runs op on h: the one transition function every store uses.
 func (h *Health) Apply(c *Config, k Key, op Op, now int64) Change {
 	scope := ScopeTarget

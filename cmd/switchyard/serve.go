@@ -18,10 +18,11 @@ import (
 
 const serveUsage = `usage: switchyard serve [--config FILE] [--listen ADDR] [--proxies FILE] [--admin ADDR]
                        [--probe-url URL] [--block-private-networks[=false]] [--allow-cidr CIDR,...]
-                       [--log-format text|json]
+                       [--log-format text|json] [--state memory|redis://HOST:PORT/DB] [--state-prefix P]
 
 Runs the forward proxy: point clients at --listen (curl -x http://ADDR …).
-State is kept in memory. Settings come from the config file (see
+State is kept in memory, or with --state in a Redis shared by every
+gateway pointed at it. Settings come from the config file (see
 switchyard.example.toml), then SWITCHYARD_<SECTION>_<KEY> environment
 variables, then these flags. Secrets come from the file's env:/file:
 references or the environment, never from flags: SWITCHYARD_ADMIN_TOKEN
@@ -41,6 +42,8 @@ var flagKeys = map[string]string{
 	"block-private-networks": "security.block_private_networks",
 	"allow-cidr":             "security.allow_cidrs",
 	"log-format":             "log.format",
+	"state":                  "state.url",
+	"state-prefix":           "state.prefix",
 }
 
 // shutdownGrace is how long in-flight requests may take to finish after a
@@ -64,6 +67,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 	fs.Bool("block-private-networks", false, "refuse loopback, private, link-local, metadata and multicast destinations (default: on unless --listen is a loopback address)")
 	fs.String("allow-cidr", "", "destination ranges exempt from --block-private-networks (comma-separated)")
 	fs.String("log-format", "text", "format of the log on stderr, request lines included: text or json")
+	fs.String("state", "memory", "where health state lives: memory, or redis://host:port/db shared by several gateways (a password belongs in SWITCHYARD_STATE_URL)")
+	fs.String("state-prefix", "switchyard", "Redis key prefix, one per deployment")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -107,7 +112,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 	if ln.Admin != nil {
 		log.Info("admin listening", "addr", ln.Admin.Addr().String(), "routes", "/api/routes", "metrics", "/metrics")
 	}
-	log.Info("forward proxy listening", "addr", ln.Proxy.Addr().String(), "routes", len(cfg.RouteList), "users", len(cfg.Users), "private_networks_blocked", cfg.BlockPrivate())
+	log.Info("forward proxy listening", "addr", ln.Proxy.Addr().String(), "routes", len(cfg.RouteList), "users", len(cfg.Users),
+		"private_networks_blocked", cfg.BlockPrivate(), "state", srv.StateAddr())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go reloadOnHangup(ctx, hangups, src, srv, log)

@@ -4,6 +4,7 @@
 package storetest
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,18 +15,18 @@ import (
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC).UnixNano()
 
-// Run runs the suite. newStore returns an empty store with routes 0..3
-// and targets 1..3 announced; each subtest gets its own.
+// Run runs the suite. newStore returns an empty store; the suite announces
+// routes 0..3 and targets 1..3, with distinct names, to each subtest's own.
 func Run(t *testing.T, newStore func(t *testing.T) engine.Store) {
 	cfg := engine.DefaultConfig()
 	c := &cfg
 	fresh := func(t *testing.T) engine.Store {
 		s := newStore(t)
 		for r := range int32(4) {
-			s.AddRoute(r, "route")
+			s.AddRoute(r, fmt.Sprintf("route-%d", r))
 		}
 		for n := int32(1); n <= 3; n++ {
-			s.AddTarget(n, "target")
+			s.AddTarget(n, fmt.Sprintf("target-%d.example", n))
 		}
 		return s
 	}

@@ -110,6 +110,53 @@ func methodLabel(method string) string {
 	return "other"
 }
 
+// StateStats is what /metrics shows of a shared state store.
+type StateStats struct {
+	Degraded      bool   // serving from local state: the store is out of reach
+	Errors        uint64 // failed calls to the store
+	Outages       uint64 // times the store became unreachable
+	Conflicts     uint64 // writes retried because another process wrote first
+	RemoteChanges uint64 // records other processes changed, applied here
+}
+
+// WatchState adds a shared state store's gauges and counters, read from
+// stats at each scrape.
+func (m *Metrics) WatchState(stats func() StateStats) {
+	m.reg.MustRegister(stateCollector(stats))
+}
+
+var (
+	stateDegradedDesc  = prometheus.NewDesc("switchyard_state_degraded", "1 while the shared state store is out of reach and the gateway serves from local state.", nil, nil)
+	stateErrorsDesc    = prometheus.NewDesc("switchyard_state_errors_total", "Failed calls to the shared state store.", nil, nil)
+	stateOutagesDesc   = prometheus.NewDesc("switchyard_state_outages_total", "Times the shared state store became unreachable.", nil, nil)
+	stateConflictsDesc = prometheus.NewDesc("switchyard_state_conflicts_total", "Record writes retried because another gateway wrote first.", nil, nil)
+	stateRemoteDesc    = prometheus.NewDesc("switchyard_state_remote_changes_total", "Records changed by other gateways, applied here.", nil, nil)
+)
+
+// stateCollector reads a store's StateStats at scrape time.
+type stateCollector func() StateStats
+
+// Describe implements prometheus.Collector.
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{stateDegradedDesc, stateErrorsDesc, stateOutagesDesc, stateConflictsDesc, stateRemoteDesc} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c()
+	degraded := 0.0
+	if st.Degraded {
+		degraded = 1
+	}
+	ch <- prometheus.MustNewConstMetric(stateDegradedDesc, prometheus.GaugeValue, degraded)
+	ch <- prometheus.MustNewConstMetric(stateErrorsDesc, prometheus.CounterValue, float64(st.Errors))
+	ch <- prometheus.MustNewConstMetric(stateOutagesDesc, prometheus.CounterValue, float64(st.Outages))
+	ch <- prometheus.MustNewConstMetric(stateConflictsDesc, prometheus.CounterValue, float64(st.Conflicts))
+	ch <- prometheus.MustNewConstMetric(stateRemoteDesc, prometheus.CounterValue, float64(st.RemoteChanges))
+}
+
 var (
 	routesDesc   = prometheus.NewDesc("switchyard_routes", "Routes in each health state.", []string{"state"}, nil)
 	inflightDesc = prometheus.NewDesc("switchyard_route_inflight", "Leases in flight on each route.", []string{"route"}, nil)

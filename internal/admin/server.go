@@ -30,6 +30,11 @@ type Options struct {
 	// Ready reports whether the gateway can serve traffic; its error text
 	// is /readyz's answer. nil means always ready.
 	Ready func() error
+	// Degraded reports an impairment the gateway serves through, such as
+	// shared state out of reach: /readyz then answers 200 "degraded: …",
+	// so load balancers keep the gateway while operators see why. nil
+	// means never.
+	Degraded func() error
 	// Events is how many recent state and incident events /api/events
 	// keeps. Zero or less means 1000.
 	Events int
@@ -48,6 +53,7 @@ type Server struct {
 	token    [sha256.Size]byte // hash of Options.Token, compared in constant time
 	hasToken bool
 	ready    func() error
+	degraded func() error
 	mux      *http.ServeMux
 
 	// The collector goroutine reads sub and fills events until Close
@@ -82,6 +88,7 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 		metrics:  m,
 		hasToken: opts.Token != "",
 		ready:    opts.Ready,
+		degraded: opts.Degraded,
 		mux:      http.NewServeMux(),
 		sub:      e.Subscribe(subscriptionBuffer, engine.EventState, engine.EventIncident),
 		done:     make(chan struct{}),
@@ -154,6 +161,12 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if s.ready != nil {
 		if err := s.ready(); err != nil {
 			writeText(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+	}
+	if s.degraded != nil {
+		if err := s.degraded(); err != nil {
+			writeText(w, http.StatusOK, "degraded: "+err.Error())
 			return
 		}
 	}

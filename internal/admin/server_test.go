@@ -380,23 +380,26 @@ func TestEventsAreBounded(t *testing.T) {
 
 func TestProbes(t *testing.T) {
 	t.Parallel()
+	down := func() error { return errors.New("redis at 127.0.0.1:6379 unreachable") }
 	tests := []struct {
-		desc       string
-		ready      func() error
-		path       string
-		wantStatus int
-		wantBody   string
+		desc            string
+		ready, degraded func() error
+		path            string
+		wantStatus      int
+		wantBody        string
 	}{
-		{"alive", nil, "/healthz", http.StatusOK, "ok\n"},
-		{"alive while not ready", func() error { return errors.New("routes not loaded") }, "/healthz", http.StatusOK, "ok\n"},
-		{"ready without a check", nil, "/readyz", http.StatusOK, "ready\n"},
-		{"ready", func() error { return nil }, "/readyz", http.StatusOK, "ready\n"},
-		{"not ready", func() error { return errors.New("routes not loaded") }, "/readyz", http.StatusServiceUnavailable, "routes not loaded\n"},
+		{"alive", nil, nil, "/healthz", http.StatusOK, "ok\n"},
+		{"alive while not ready", func() error { return errors.New("routes not loaded") }, nil, "/healthz", http.StatusOK, "ok\n"},
+		{"ready without a check", nil, nil, "/readyz", http.StatusOK, "ready\n"},
+		{"ready", func() error { return nil }, func() error { return nil }, "/readyz", http.StatusOK, "ready\n"},
+		{"not ready", func() error { return errors.New("routes not loaded") }, nil, "/readyz", http.StatusServiceUnavailable, "routes not loaded\n"},
+		{"degraded serves on", nil, down, "/readyz", http.StatusOK, "degraded: redis at 127.0.0.1:6379 unreachable\n"},
+		{"not ready wins over degraded", func() error { return errors.New("routes not loaded") }, down, "/readyz", http.StatusServiceUnavailable, "routes not loaded\n"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
-			f := newFixture(t, Options{Ready: tc.ready})
+			f := newFixture(t, Options{Ready: tc.ready, Degraded: tc.degraded})
 			status, _, body := f.do(t, http.MethodGet, tc.path, "")
 			if status != tc.wantStatus || string(body) != tc.wantBody {
 				t.Errorf("GET %s: %d %q, want %d %q", tc.path, status, body, tc.wantStatus, tc.wantBody)

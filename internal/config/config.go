@@ -25,6 +25,7 @@ type Config struct {
 	Security Security `toml:"security"`
 	Admin    Admin    `toml:"admin"`
 	Pacing   Pacing   `toml:"pacing"`
+	State    State    `toml:"state"`
 	Targets  []Target `toml:"targets"`
 	Users    []User   `toml:"users"`
 
@@ -134,6 +135,26 @@ type Pacing struct {
 	MaxTargets int `toml:"max_targets"` // targets (and route×target pairs) remembered; default 10000
 }
 
+// State says where the engine's shared state lives (SPEC §3).
+type State struct {
+	// URL is "memory" (this process alone) or a Redis URL,
+	// redis://[:password@]host:port/db (rediss:// for TLS), shared by
+	// every gateway process pointed at it. Default "memory".
+	URL string `toml:"url"`
+	// Prefix starts every Redis key: one per deployment. Default
+	// "switchyard".
+	Prefix string `toml:"prefix"`
+	// Timeout bounds one Redis call on the request path; past it the
+	// gateway serves from local state until Redis answers. Default 100ms.
+	Timeout time.Duration `toml:"timeout"`
+	// Resync is the period of the full resync that heals missed change
+	// notifications. Default 10s.
+	Resync time.Duration `toml:"resync"`
+}
+
+// Shared reports whether the state is in Redis.
+func (s State) Shared() bool { return s.URL != "memory" }
+
 // Target is a rule for the sites whose host matches one of Hosts: the
 // first rule that matches a host, in file order, applies.
 type Target struct {
@@ -182,6 +203,7 @@ func Default() Config {
 		Log:    Log{Format: "text"},
 		Retry:  Retry{MaxAttempts: 3, AttemptTimeout: 30 * time.Second, BudgetRatio: 0.2, MaxBodyBytes: 1 << 20},
 		Pacing: Pacing{MaxTargets: 10000},
+		State:  State{URL: "memory", Prefix: "switchyard", Timeout: 100 * time.Millisecond, Resync: 10 * time.Second},
 	}
 	c.Engine = engineDefaults()
 	return c

@@ -65,6 +65,9 @@ func TestLoadErrors(t *testing.T) {
 		{"admin token from a missing file", "[admin]\ntoken = \"file:/nonexistent/token\"\n", nil, nil, "admin.token: cannot read /nonexistent/token: no such file or directory"},
 		{"admin token from a device", "[admin]\ntoken = \"file:/dev/zero\"\n", nil, nil, "admin.token: cannot read /dev/zero: not a regular file"},
 		{"routes file a device", "[routes]\nfile = \"/dev/zero\"\n", nil, nil, "routes.file: /dev/zero: not a regular file"},
+		{"state url", "[state]\nurl = \"postgres://u:Sekr1tPw@h/db\"\n", nil, nil, `:4: state.url: want "memory" or redis://`},
+		{"state prefix", "[state]\nprefix = \"a b\"\n", nil, nil, `state.prefix: "a b": letters, digits`},
+		{"state timeout", "[state]\ntimeout = \"0s\"\n", nil, nil, "state.timeout: must be positive"},
 		{"pacing bound", "[pacing]\nmax_targets = 0\n", nil, nil, "pacing.max_targets: must be positive"},
 		{"target without hosts", "[[targets]]\nkey = \"x\"\n", nil, nil, "targets[1].hosts: names no host"},
 		{"target pattern", "[[targets]]\nhosts = [\"ex*mple.com\"]\n", nil, nil, ":4: targets[1].hosts: \"ex*mple.com\""},
@@ -105,6 +108,9 @@ func TestLoadErrors(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %q, want it to contain %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "Sekr1tPw") {
+				t.Errorf("error quotes a password: %q", err)
 			}
 			if strings.Count(err.Error(), "\n") > 0 {
 				t.Errorf("error spans lines: %q", err)
@@ -200,7 +206,7 @@ password = "pw-LITERAL"
 name = "dave"
 password_hash = "$2a$10$lQqgSZM0OFJ/c2WgOm8Z0.tNuu2arLuLq8XwiE5wC7/yjIfXDcu6m"
 `)
-	c, err := Load(Source{Path: path, Env: []string{"ALICE_PW=pw-FROMENV"}})
+	c, err := Load(Source{Path: path, Env: []string{"ALICE_PW=pw-FROMENV", "SWITCHYARD_STATE_URL=redis://:pw-REDIS@127.0.0.1:6379/0"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,12 +218,12 @@ password_hash = "$2a$10$lQqgSZM0OFJ/c2WgOm8Z0.tNuu2arLuLq8XwiE5wC7/yjIfXDcu6m"
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, secret := range []string{"tok-FROMFILE", "pw-FROMENV", "pw-LITERAL", "pw-INLINE", "lQqgSZM0"} {
+	for _, secret := range []string{"tok-FROMFILE", "pw-FROMENV", "pw-LITERAL", "pw-INLINE", "lQqgSZM0", "pw-REDIS"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("effective config shows %q:\n%s", secret, out)
 		}
 	}
-	for _, want := range []string{`token = "file:` + tokenFile + `"`, `password = "env:ALICE_PW"`, `password = "***"`, `password_hash = "***"`, "http://bob:***@192.0.2.1:3128 id=http://bob@192.0.2.1:3128 region=us max_inflight=3"} {
+	for _, want := range []string{`token = "file:` + tokenFile + `"`, `password = "env:ALICE_PW"`, `password = "***"`, `password_hash = "***"`, `url = "redis://:***@127.0.0.1:6379/0"`, "http://bob:***@192.0.2.1:3128 id=http://bob@192.0.2.1:3128 region=us max_inflight=3"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("effective config lacks %q:\n%s", want, out)
 		}

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"io"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -16,6 +17,7 @@ import (
 // check-config prints. The routes follow as comments, one list line each.
 func (c *Config) WriteEffective(w io.Writer) error {
 	shown := *c
+	shown.State.URL = redactURL(c.State.URL)
 	if len(c.Routes.Inline) > 0 {
 		shown.Routes.Inline = nil
 		for _, r := range c.RouteList[c.inlineFrom:] {
@@ -51,4 +53,17 @@ func listLine(r *route.Route) string {
 		parts = append(parts, "cost="+strconv.FormatFloat(r.Cost, 'g', -1, 64))
 	}
 	return strings.Join(parts, " ")
+}
+
+// redactURL is u with its password, if any, as "***".
+func redactURL(u string) string {
+	parsed, err := url.Parse(u)
+	if err != nil || parsed.User == nil {
+		return u
+	}
+	if _, has := parsed.User.Password(); !has {
+		return u
+	}
+	parsed.User = url.UserPassword(parsed.User.Username(), "***")
+	return strings.Replace(parsed.String(), ":%2A%2A%2A@", ":***@", 1)
 }

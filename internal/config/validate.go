@@ -22,7 +22,7 @@ import (
 func (l *loader) validate() error {
 	for _, check := range []func() error{
 		l.checkListen, l.checkLog, l.checkEngine, l.checkRetry, l.checkProbe,
-		l.checkSecurity, l.checkAdmin, l.checkPacing, l.checkTargets, l.checkUsers, l.loadRoutes,
+		l.checkSecurity, l.checkAdmin, l.checkPacing, l.checkState, l.checkTargets, l.checkUsers, l.loadRoutes,
 	} {
 		if err := check(); err != nil {
 			return err
@@ -165,6 +165,29 @@ func (l *loader) checkPacing() error {
 	}
 	return nil
 }
+
+func (l *loader) checkState() error {
+	st := l.c.State
+	if st.Shared() {
+		u, err := url.Parse(st.URL)
+		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+			// The URL may hold a password: never quote it.
+			return l.errAt("state.url", `want "memory" or redis://[:password@]host:port/db`)
+		}
+	}
+	switch {
+	case !keyPrefix.MatchString(st.Prefix):
+		return l.errAt("state.prefix", fmt.Sprintf("%q: letters, digits and _.:- only", st.Prefix))
+	case st.Timeout <= 0:
+		return l.errAt("state.timeout", "must be positive")
+	case st.Resync <= 0:
+		return l.errAt("state.resync", "must be positive")
+	}
+	return nil
+}
+
+// keyPrefix is what a Redis key prefix may hold.
+var keyPrefix = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
 
 // hostName is a DNS name as a host pattern or allow-list may hold it.
 var hostName = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?$`)

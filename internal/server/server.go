@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/redisstore"
 	"github.com/switchyard/switchyard/internal/admin"
 	"github.com/switchyard/switchyard/internal/config"
 	"github.com/switchyard/switchyard/internal/gateway"
@@ -36,6 +37,7 @@ type Server struct {
 	gateway *gateway.Gateway
 	admin   *admin.Server // nil without an admin listener
 	prober  *probe.Prober
+	shared  *redisstore.Store // nil with in-memory state
 	ln      Listeners
 	log     *slog.Logger
 
@@ -45,9 +47,10 @@ type Server struct {
 	removed map[string]bool         // guarded by mu: routes a reload removed, draining
 }
 
-// New builds the engine, with in-memory state, and the gateway over cfg's
-// routes. log receives the request lines and reload reports; nil discards
-// them.
+// New builds the engine, over in-memory or Redis-shared state as cfg says,
+// and the gateway over cfg's routes. log receives the request lines, reload
+// reports and shared-state outages; nil discards them. Redis out of reach
+// is not an error: the gateway starts on local state and catches up.
 func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 	if ln.Proxy == nil {
 		return nil, errors.New("server: no proxy listener")
@@ -59,22 +62,35 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	e, err := engine.New(ecfg, nil)
+	s := &Server{ln: ln, log: log, cfg: cfg, routes: make(map[string]*route.Route), removed: make(map[string]bool)}
+	var store engine.Store
+	if cfg.State.Shared() {
+		if s.shared, err = redisstore.Open(cfg.State.URL, redisstore.Options{
+			Prefix: cfg.State.Prefix, Timeout: cfg.State.Timeout, Resync: cfg.State.Resync, PairTTL: ecfg.PairTTL, Log: log,
+		}); err != nil {
+			return nil, err
+		}
+		store = s.shared
+	}
+	e, err := engine.New(ecfg, store)
 	if err != nil {
+		s.closeShared()
 		return nil, err
 	}
-	s := &Server{engine: e, ln: ln, log: log, cfg: cfg, routes: make(map[string]*route.Route), removed: make(map[string]bool)}
+	s.engine = e
 	now := time.Now()
 	routes := make([]*route.Route, len(cfg.RouteList))
 	for i := range cfg.RouteList {
 		r := &cfg.RouteList[i]
 		if err := e.AddRoute(now, r.Spec()); err != nil {
+			s.closeShared()
 			return nil, err
 		}
 		routes[i], s.routes[r.ID] = r, r
 	}
 	users, err := gatewayUsers(cfg)
 	if err != nil {
+		s.closeShared()
 		return nil, err
 	}
 	metrics := admin.NewMetrics(e)
@@ -94,13 +110,38 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		gcfg.Admission = guard.NewAdmission(cfg.Security.Prefixes(), cfg.Security.AllowHosts)
 	}
 	if s.gateway, err = gateway.New(gcfg, e, routes); err != nil {
+		s.closeShared()
 		return nil, err
 	}
 	s.prober = probe.New(e, routes, probe.Config{TargetURL: s.gateway.ProbeURL, NeutralURL: cfg.Probe.URL})
+	aopts := admin.Options{Token: cfg.Admin.Token.Value()}
+	if s.shared != nil {
+		aopts.Degraded = s.shared.Healthy
+		metrics.WatchState(func() admin.StateStats {
+			st := s.shared.Stats()
+			return admin.StateStats{Degraded: st.Degraded, Errors: st.Errors, Outages: st.Outages, Conflicts: st.Conflicts, RemoteChanges: st.RemoteNotes}
+		})
+	}
 	if ln.Admin != nil {
-		s.admin = admin.NewServer(e, routes, metrics, admin.Options{Token: cfg.Admin.Token.Value()})
+		s.admin = admin.NewServer(e, routes, metrics, aopts)
 	}
 	return s, nil
+}
+
+// closeShared closes the Redis client of a server that will not run.
+func (s *Server) closeShared() {
+	if s.shared != nil {
+		s.shared.Close()
+	}
+}
+
+// StateAddr is the shared state's Redis address (never its password), or
+// "memory".
+func (s *Server) StateAddr() string {
+	if s.shared == nil {
+		return "memory"
+	}
+	return s.shared.Addr()
 }
 
 // gatewayUsers are cfg's users as the gateway checks them; none means no
@@ -215,6 +256,7 @@ func restartOnly(old, next *config.Config) []string {
 		{"security", old.Security, next.Security},
 		{"admin", old.Admin, next.Admin},
 		{"pacing", old.Pacing, next.Pacing},
+		{"state", old.State, next.State},
 	}
 	var changed []string
 	for _, s := range sections {
@@ -268,8 +310,14 @@ func (s *Server) Run(ctx context.Context, grace time.Duration) error {
 }
 
 // background does the engine's timed work until ctx ends: a sweep a second,
-// and the prober answering probe jobs.
+// the prober answering probe jobs, and the shared store's notifications.
 func (s *Server) background(ctx context.Context) {
+	if s.shared != nil {
+		defer s.shared.Close()
+		stored := make(chan struct{})
+		go func() { s.shared.Run(ctx); close(stored) }()
+		defer func() { <-stored }()
+	}
 	done := make(chan struct{})
 	go func() { s.prober.Run(ctx, time.Second); close(done) }()
 	tick := time.NewTicker(time.Second)

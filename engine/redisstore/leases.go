@@ -1,0 +1,159 @@
+package redisstore
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// leaseScript takes a lease on a route with max_inflight: leases whose
+// holder let them expire (it died) are dropped first, so a crashed process
+// does not hold capacity past its leases' TTL. KEYS[1]: the route's leases,
+// a sorted set of lease ids by expiry (ms). ARGV: now (ms), max_inflight,
+// expiry (ms), lease id.
+var leaseScript = redis.NewScript(`
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+	return 0
+end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[4])
+if redis.call('PEXPIRETIME', KEYS[1]) < tonumber(ARGV[3]) then
+	redis.call('PEXPIREAT', KEYS[1], ARGV[3])
+end
+return 1
+`)
+
+// leases are this process's leases. Routes without max_inflight need no
+// cross-process count, so only leases on routes with one are also recorded
+// in Redis; in-flight counts for weights are this process's own.
+type leases struct {
+	next   atomic.Uint64
+	mu     sync.Mutex
+	byID   map[uint64]lease // guarded by mu
+	counts sync.Map         // route slot → *atomic.Int32
+}
+
+type lease struct {
+	rec    engine.LeaseRecord
+	shared bool // recorded in Redis
+}
+
+func (l *leases) init() { l.byID = make(map[uint64]lease) }
+
+func (l *leases) count(route int32) *atomic.Int32 {
+	if c, ok := l.counts.Load(route); ok {
+		return c.(*atomic.Int32)
+	}
+	c, _ := l.counts.LoadOrStore(route, new(atomic.Int32))
+	return c.(*atomic.Int32)
+}
+
+// Lease implements engine.LeaseStore. The generations come from the local
+// model: a lease taken under a generation another process has just moved
+// past reports as stale, which moves nothing.
+func (s *Store) Lease(rec engine.LeaseRecord, maxInflight int32) (engine.LeaseRecord, bool) {
+	r := s.route(rec.Route)
+	if r == nil {
+		return engine.LeaseRecord{}, false
+	}
+	rec.ID = s.leases.next.Add(1)
+	shared := maxInflight > 0
+	count := s.leases.count(rec.Route)
+	switch {
+	case shared && !s.health.degraded.Load():
+		ctx, cancel := s.call()
+		ok, err := leaseScript.Run(ctx, s.rdb, []string{s.leaseKey(r.id)},
+			s.opts.Now().UnixMilli(), maxInflight, rec.Expires/1e6, s.leaseMember(rec.ID)).Int()
+		cancel()
+		if err != nil {
+			s.failed(err)
+			shared = false
+			if count.Load() >= maxInflight {
+				return engine.LeaseRecord{}, false
+			}
+		} else if ok == 0 {
+			return engine.LeaseRecord{}, false
+		}
+	case shared:
+		// Degraded: max_inflight holds for this process alone.
+		shared = false
+		if count.Load() >= maxInflight {
+			return engine.LeaseRecord{}, false
+		}
+	}
+	r.mu.Lock()
+	rec.RouteGen = r.global.h.Gen
+	if p := r.pairs[rec.Target]; p != nil {
+		rec.PairGen = p.h.Gen
+	}
+	r.mu.Unlock()
+	count.Add(1)
+	s.leases.mu.Lock()
+	s.leases.byID[rec.ID] = lease{rec: rec, shared: shared}
+	s.leases.mu.Unlock()
+	return rec, true
+}
+
+func (s *Store) leaseMember(id uint64) string { return s.origin + ":" + strconv.FormatUint(id, 10) }
+
+// Release implements engine.LeaseStore.
+func (s *Store) Release(id uint64) (engine.LeaseRecord, bool) {
+	s.leases.mu.Lock()
+	l, ok := s.leases.byID[id]
+	delete(s.leases.byID, id)
+	s.leases.mu.Unlock()
+	if !ok {
+		return engine.LeaseRecord{}, false
+	}
+	s.leases.count(l.rec.Route).Add(-1)
+	if l.shared {
+		s.unshare([]lease{l})
+	}
+	return l.rec, true
+}
+
+// unshare removes leases from Redis. A failure leaves them to expire there.
+func (s *Store) unshare(ls []lease) {
+	if s.health.degraded.Load() {
+		return
+	}
+	ctx, cancel := s.call()
+	defer cancel()
+	pipe := s.rdb.Pipeline()
+	for _, l := range ls {
+		if l.shared {
+			pipe.ZRem(ctx, s.leaseKey(s.names.route(l.rec.Route)), s.leaseMember(l.rec.ID))
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		s.failed(err)
+	}
+}
+
+// Inflight implements engine.LeaseStore: this process's leases on route.
+func (s *Store) Inflight(route int32) int32 { return s.leases.count(route).Load() }
+
+// Expired implements engine.LeaseStore for this process's leases.
+func (s *Store) Expired(now int64, dst []engine.LeaseRecord) []engine.LeaseRecord {
+	var gone []lease
+	s.leases.mu.Lock()
+	for id, l := range s.leases.byID {
+		if l.rec.Expires <= now {
+			delete(s.leases.byID, id)
+			gone = append(gone, l)
+		}
+	}
+	s.leases.mu.Unlock()
+	for _, l := range gone {
+		s.leases.count(l.rec.Route).Add(-1)
+		dst = append(dst, l.rec)
+	}
+	if len(gone) > 0 {
+		s.unshare(gone)
+	}
+	return dst
+}

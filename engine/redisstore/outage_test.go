@@ -1,0 +1,172 @@
+package redisstore
+
+import (
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/redistest"
+)
+
+// cutter forwards TCP connections to a Redis until cut, refusing them
+// until restored on the same port: one process's network path to Redis,
+// failing while the others' does not.
+type cutter struct {
+	target string
+	addr   string
+	mu     sync.Mutex
+	ln     net.Listener      // guarded by mu; nil while cut
+	conns  map[net.Conn]bool // guarded by mu
+	wg     sync.WaitGroup
+}
+
+func newCutter(t *testing.T, target string) *cutter {
+	t.Helper()
+	c := &cutter{target: target, conns: make(map[net.Conn]bool)}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.addr = ln.Addr().String()
+	c.serve(ln)
+	t.Cleanup(func() { c.cut(); c.wg.Wait() })
+	return c
+}
+
+func (c *cutter) serve(ln net.Listener) {
+	c.mu.Lock()
+	c.ln = ln
+	c.mu.Unlock()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", c.target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			c.mu.Lock()
+			c.conns[in], c.conns[out] = true, true
+			c.mu.Unlock()
+			c.wg.Add(2)
+			go func() { defer c.wg.Done(); io.Copy(out, in); out.Close() }()
+			go func() { defer c.wg.Done(); io.Copy(in, out); in.Close() }()
+		}
+	}()
+}
+
+// cut closes the listener and every connection through it.
+func (c *cutter) cut() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ln != nil {
+		c.ln.Close()
+		c.ln = nil
+	}
+	for conn := range c.conns {
+		conn.Close()
+	}
+	clear(c.conns)
+}
+
+// restore listens again on the same address.
+func (c *cutter) restore(t *testing.T) {
+	t.Helper()
+	ln, err := net.Listen("tcp", c.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.serve(ln)
+}
+
+// Cut off from Redis, a process keeps serving from its local state and says
+// so; when Redis returns, what it changed meanwhile is merged, except where
+// another process changed the same record since: newer shared state wins.
+func TestOutageAndMerge(t *testing.T) {
+	addr := redisAddr(t)
+	prefix := testPrefix(t, addr)
+	link := newCutter(t, addr)
+	a := newStore(t, link.addr, prefix, Options{Resync: time.Hour})
+	b := newStore(t, addr, prefix, Options{})
+	cfg := engine.DefaultConfig()
+	cfg.MaxRemovedShare = -1
+	for _, s := range []*Store{a, b} {
+		s.AddRoute(0, "r0")
+		s.AddRoute(1, "r1")
+	}
+	observe := func(s *Store, route int32, c engine.Class) engine.Change {
+		ch, _ := s.Update(&cfg, engine.Key{Route: route}, engine.Op{Kind: engine.OpObserve, Obs: engine.Observation{Class: c}}, time.Now().UnixNano())
+		return ch
+	}
+	observe(a, 0, engine.OK)
+	observe(a, 1, engine.OK)
+	waitFor(t, "b sees a's records", func() bool { h, _ := b.Read(engine.Key{Route: 1}); return h.Samples == 1 })
+
+	link.cut()
+	// Served from local state: the first failed call degrades the store.
+	if ch := observe(a, 0, engine.ProxyAuth); ch.To != engine.Cooling {
+		t.Fatalf("a 407 during the outage left r0 %v", ch.To)
+	}
+	if a.Healthy() == nil || !a.Stats().Degraded || a.Stats().Outages != 1 {
+		t.Fatalf("a is not degraded: %v %+v", a.Healthy(), a.Stats())
+	}
+	if _, ok := a.Lease(engine.LeaseRecord{Route: 1, Expires: time.Now().Add(time.Minute).UnixNano()}, 1); !ok {
+		t.Fatal("a refused a lease during the outage")
+	}
+	// Both change r1: b's reaches Redis, a's stays local.
+	observe(a, 1, engine.ProxyTimeout)
+	observe(b, 1, engine.OK)
+	observe(b, 1, engine.OK)
+
+	link.restore(t)
+	waitFor(t, "a recovers", func() bool { return a.Healthy() == nil })
+	// r0, changed by a alone, is merged: b learns it cooled.
+	waitFor(t, "b sees a's cooling", func() bool { h, _ := b.Read(engine.Key{Route: 0}); return h.State == engine.Cooling })
+	// r1 was changed by b meanwhile: b's record stands, and a takes it.
+	h, _ := a.Read(engine.Key{Route: 1})
+	if h.Samples != 3 || h.ConsecFail != 0 {
+		t.Errorf("a's r1 after the merge: %d samples, %d failures; want b's record (3 samples, no failure)", h.Samples, h.ConsecFail)
+	}
+	if hb, _ := b.Read(engine.Key{Route: 1}); hb.Samples != 3 {
+		t.Errorf("b's r1 was overwritten by a's offline change: %d samples", hb.Samples)
+	}
+}
+
+// Redis restarted empty (no persistence): records written afterwards still
+// reach every process, whose local models remember higher versions of the
+// lost ones.
+func TestRedisRestartedEmpty(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newStore(t, srv.Addr, "restart", Options{Resync: 200 * time.Millisecond})
+	b := newStore(t, srv.Addr, "restart", Options{Resync: 200 * time.Millisecond})
+	cfg := engine.DefaultConfig()
+	for _, s := range []*Store{a, b} {
+		s.AddRoute(0, "r0")
+	}
+	observe := func(c engine.Class) {
+		a.Update(&cfg, engine.Key{Route: 0}, engine.Op{Kind: engine.OpObserve, Obs: engine.Observation{Class: c}}, time.Now().UnixNano())
+	}
+	for range 5 {
+		observe(engine.OK)
+	}
+	waitFor(t, "b sees a's record", func() bool { h, _ := b.Read(engine.Key{Route: 0}); return h.Samples == 5 })
+	srv.Stop()
+	srv.Restart()
+	waitFor(t, "a and b reconnect", func() bool {
+		observe(engine.ProxyAuth)
+		h, _ := a.Read(engine.Key{Route: 0})
+		return a.Healthy() == nil && h.State == engine.Cooling
+	})
+	waitFor(t, "b takes the record written after the restart", func() bool {
+		h, _ := b.Read(engine.Key{Route: 0})
+		return h.State == engine.Cooling
+	})
+}

@@ -1,0 +1,282 @@
+package redisstore
+
+import (
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// record is a health record as the local model keeps it.
+type record struct {
+	h   engine.Health
+	ver int64 // its version in Redis; 0 when Redis has none
+}
+
+// routeState is one route's local records. Its mutex is held across the
+// compare-and-set of the route's records, so updates of one route from this
+// process queue instead of conflicting.
+type routeState struct {
+	mu     sync.Mutex
+	id     string            // immutable
+	global record            // guarded by mu
+	pairs  map[int32]*record // guarded by mu
+}
+
+// casScript writes a record if its version is still the one the caller
+// read, then publishes it; otherwise it returns the current one. KEYS[1]:
+// the record. ARGV: expected version, new encoding, TTL in ms, channel,
+// notification header, the writer's clock in µs.
+//
+// Versions only grow, and start from the writer's clock: after Redis lost
+// its data (a restart without persistence), new versions still exceed the
+// ones every process remembers, so their local models take the new records.
+var casScript = redis.NewScript(`
+local v = redis.call('HGET', KEYS[1], 'v') or '0'
+if v ~= ARGV[1] then
+	return {0, v, redis.call('HGET', KEYS[1], 'h') or ''}
+end
+local nv = string.format('%.0f', math.max(tonumber(v) + 1, tonumber(ARGV[6])))
+redis.call('HSET', KEYS[1], 'v', nv, 'h', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PUBLISH', ARGV[4], ARGV[5] .. nv .. '\0' .. ARGV[2])
+return {1, nv}
+`)
+
+// AddRoute implements engine.HealthStore. The route's shared records
+// arrive with the next resync.
+func (s *Store) AddRoute(slot int32, id string) {
+	s.names.mu.Lock()
+	for len(s.names.routes) <= int(slot) {
+		s.names.routes = append(s.names.routes, "")
+	}
+	s.names.routes[slot] = id
+	s.names.slots[id] = slot
+	s.names.mu.Unlock()
+	s.routesMu.Lock()
+	for len(s.routes) <= int(slot) {
+		s.routes = append(s.routes, nil)
+	}
+	s.routes[slot] = &routeState{id: id}
+	s.routesMu.Unlock()
+}
+
+// AddTarget implements engine.HealthStore. Pairs other processes wrote for
+// the target before this one knew it are moved into the local model.
+func (s *Store) AddTarget(n int32, name string) {
+	s.names.mu.Lock()
+	for len(s.names.targets) <= int(n) {
+		s.names.targets = append(s.names.targets, "")
+	}
+	s.names.targets[n] = name
+	s.names.numbers[name] = n
+	s.names.mu.Unlock()
+	s.pendMu.Lock()
+	waiting := s.pending[name]
+	delete(s.pending, name)
+	s.pendMu.Unlock()
+	for slot, rec := range waiting {
+		s.applyRemote(engine.Key{Route: slot, Target: n}, rec)
+	}
+}
+
+func (s *Store) route(slot int32) *routeState {
+	s.routesMu.RLock()
+	defer s.routesMu.RUnlock()
+	if int(slot) < len(s.routes) {
+		return s.routes[slot]
+	}
+	return nil
+}
+
+// get returns the record at target (0: global), or nil. Caller holds mu.
+func (r *routeState) get(target int32) *record {
+	if target == 0 {
+		return &r.global
+	}
+	return r.pairs[target]
+}
+
+// set stores rec at target. Caller holds mu.
+func (r *routeState) set(target int32, rec record) {
+	if target == 0 {
+		r.global = rec
+		return
+	}
+	if r.pairs == nil {
+		r.pairs = make(map[int32]*record)
+	}
+	r.pairs[target] = &rec
+}
+
+// Update implements engine.HealthStore: the transition runs on the record
+// as this process knows it and is written only if no other process wrote
+// it since; otherwise the newer record is taken and the transition run
+// again on it. Degraded, it is applied locally and merged on recovery.
+func (s *Store) Update(c *engine.Config, k engine.Key, op engine.Op, now int64) (engine.Change, bool) {
+	r := s.route(k.Route)
+	if r == nil {
+		return engine.Change{}, false
+	}
+	target := s.names.target(k.Target)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for {
+		cur := r.get(k.Target)
+		if cur == nil && !op.Create {
+			return engine.Change{}, false
+		}
+		next := record{h: engine.Health{Since: now}}
+		if cur != nil {
+			next = *cur
+		}
+		ch := next.h.Apply(c, k, op, now)
+		if s.health.degraded.Load() || (k.Target != 0 && target == "") {
+			s.markDirty(k)
+			r.set(k.Target, next)
+			return ch, true
+		}
+		won, theirs, err := s.cas(r.id, target, next)
+		switch {
+		case err != nil:
+			s.failed(err)
+			s.markDirty(k)
+			r.set(k.Target, next)
+			return ch, true
+		case won:
+			next.ver = theirs.ver
+			r.set(k.Target, next)
+			return ch, true
+		}
+		s.stats.conflicts.Add(1)
+		if theirs.ver == 0 {
+			// Redis has no record (it expired while idle): write this
+			// process's as new.
+			cur.ver = 0
+			continue
+		}
+		// Another process wrote first: take its record (the engine hears of
+		// it as a remote change) and run the transition again on it.
+		old, known := record{}, cur != nil
+		if known {
+			old = *cur
+		}
+		r.set(k.Target, theirs)
+		s.notes.push(k, old.h, known, theirs.h)
+	}
+}
+
+// cas runs casScript for rec; when another process wrote first, theirs is
+// the current record (version 0: there is none).
+func (s *Store) cas(route, target string, rec record) (won bool, theirs record, err error) {
+	enc, err := rec.h.MarshalBinary()
+	if err != nil {
+		return false, record{}, err
+	}
+	ttl := s.opts.RouteTTL
+	if target != "" {
+		ttl = s.opts.PairTTL
+	}
+	ctx, cancel := s.call()
+	defer cancel()
+	res, err := casScript.Run(ctx, s.rdb, []string{s.recordKey(route, target)},
+		rec.ver, enc, ttl.Milliseconds(), s.channel, s.header('h', route, target), s.opts.Now().UnixMicro()).Slice()
+	if err != nil {
+		return false, record{}, err
+	}
+	return decodeCAS(res)
+}
+
+// decodeCAS reads casScript's answer.
+func decodeCAS(res []any) (won bool, theirs record, err error) {
+	if len(res) < 2 {
+		return false, record{}, errBadReply
+	}
+	won = res[0] == int64(1)
+	ver, err := parseVersion(res[1])
+	if err != nil {
+		return false, record{}, err
+	}
+	theirs.ver = ver
+	if !won && ver != 0 {
+		enc, _ := res[2].(string)
+		if err := theirs.h.UnmarshalBinary([]byte(enc)); err != nil {
+			return false, record{}, err
+		}
+	}
+	return won, theirs, nil
+}
+
+// Read implements engine.HealthStore, from the local model.
+func (s *Store) Read(k engine.Key) (engine.Health, bool) {
+	r := s.route(k.Route)
+	if r == nil {
+		return engine.Health{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rec := r.get(k.Target); rec != nil {
+		return rec.h, true
+	}
+	return engine.Health{}, false
+}
+
+// EvictPairs implements engine.HealthStore for the local model; Redis
+// expires idle pairs by their own TTL.
+func (s *Store) EvictPairs(route int32, before int64, fn func(int32, *engine.Health)) {
+	r := s.route(route)
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for t, rec := range r.pairs {
+		if max(rec.h.LastSuccess, rec.h.LastFailure, rec.h.Since) < before {
+			fn(t, &rec.h)
+			delete(r.pairs, t)
+		}
+	}
+}
+
+// Pairs implements engine.HealthStore, from the local model.
+func (s *Store) Pairs(route int32, fn func(int32, engine.Health)) {
+	r := s.route(route)
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for t, rec := range r.pairs {
+		fn(t, rec.h)
+	}
+}
+
+// applyRemote takes rec, another process's, for k if it is newer than the
+// local one, and tells the engine.
+func (s *Store) applyRemote(k engine.Key, rec record) {
+	r := s.route(k.Route)
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.get(k.Target)
+	if cur != nil && cur.ver >= rec.ver {
+		return
+	}
+	old, known := record{}, cur != nil
+	if known {
+		old = *cur
+	}
+	r.set(k.Target, rec)
+	s.stats.remote.Add(1)
+	s.notes.push(k, old.h, known, rec.h)
+}
+
+// markDirty remembers that k changed while Redis was out of reach.
+func (s *Store) markDirty(k engine.Key) {
+	s.dirtyMu.Lock()
+	s.dirty[k] = true
+	s.dirtyMu.Unlock()
+}

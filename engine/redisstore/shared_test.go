@@ -1,0 +1,298 @@
+package redisstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC).UnixNano()
+
+// pair is two stores over one prefix: two processes' views of one pool.
+func pair(t *testing.T) (a, b *Store, addr, prefix string) {
+	t.Helper()
+	addr = redisAddr(t)
+	prefix = testPrefix(t, addr)
+	a, b = newStore(t, addr, prefix, Options{}), newStore(t, addr, prefix, Options{})
+	for _, s := range []*Store{a, b} {
+		s.AddRoute(0, "r0")
+		s.AddRoute(1, "r1")
+		s.AddTarget(1, "example.com")
+	}
+	return a, b, addr, prefix
+}
+
+// sharedRecord reads a record straight from Redis.
+func sharedRecord(t *testing.T, addr, key string) (engine.Health, int64) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	vals, err := c.HMGet(context.Background(), key, "v", "h").Result()
+	if err != nil || vals[0] == nil {
+		t.Fatalf("record %s: %v %v", key, vals, err)
+	}
+	ver, _ := parseVersion(vals[0])
+	var h engine.Health
+	if err := h.UnmarshalBinary([]byte(vals[1].(string))); err != nil {
+		t.Fatal(err)
+	}
+	return h, ver
+}
+
+// Reports through both stores at once: no update is lost, and each
+// threshold fires exactly once between them.
+func TestSharedUpdatesAreAtomic(t *testing.T) {
+	a, b, addr, prefix := pair(t)
+	cfg := engine.DefaultConfig()
+	cfg.MaxRemovedShare = -1
+	const perWorker, workers = 20, 8
+	var suspect, cooling atomic.Int32
+	var wg sync.WaitGroup
+	for _, s := range []*Store{a, b} {
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range perWorker {
+					op := engine.Op{Kind: engine.OpObserve, Obs: engine.Observation{Class: engine.ProxyTimeout}}
+					ch, _ := s.Update(&cfg, engine.Key{Route: 0}, op, t0)
+					switch {
+					case ch.Changed() && ch.To == engine.Suspect:
+						suspect.Add(1)
+					case ch.Changed() && ch.To == engine.Cooling:
+						cooling.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	h, _ := sharedRecord(t, addr, prefix+":{r0}:g")
+	if want := uint32(2 * workers * perWorker); h.Samples != want {
+		t.Errorf("shared record has %d samples, want %d: updates were lost", h.Samples, want)
+	}
+	if suspect.Load() != 1 || cooling.Load() != 1 {
+		t.Errorf("%d transitions to suspect and %d to cooling, want exactly one each", suspect.Load(), cooling.Load())
+	}
+	if c := a.Stats().Conflicts + b.Stats().Conflicts; c == 0 {
+		t.Log("no compare-and-set conflicts: the two stores never raced")
+	}
+}
+
+// When a cooldown ends, both processes try the wake; exactly one gets the
+// probe job.
+func TestSharedWakeOnce(t *testing.T) {
+	a, b, _, _ := pair(t)
+	cfg := engine.DefaultConfig()
+	ch, _ := a.Update(&cfg, engine.Key{Route: 1}, engine.Op{Kind: engine.OpObserve, Obs: engine.Observation{Class: engine.ProxyAuth}}, t0)
+	if ch.To != engine.Cooling {
+		t.Fatalf("407 left %v", ch.To)
+	}
+	waitFor(t, "b sees the cooling", func() bool { h, _ := b.Read(engine.Key{Route: 1}); return h.State == engine.Cooling })
+	var probes atomic.Int32
+	var wg sync.WaitGroup
+	for _, s := range []*Store{a, b, a, b, a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			op := engine.Op{Kind: engine.OpWake, Gen: ch.Gen, CheckGen: true}
+			if w, _ := s.Update(&cfg, engine.Key{Route: 1}, op, ch.Until); w.Probe {
+				probes.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if probes.Load() != 1 {
+		t.Fatalf("%d wakers issued a probe job, want exactly 1", probes.Load())
+	}
+}
+
+// A pair created by one process reaches the other, and so does an
+// incident flag.
+func TestSharedPairsAndIncidents(t *testing.T) {
+	a, b, _, _ := pair(t)
+	cfg := engine.DefaultConfig()
+	op := engine.Op{Kind: engine.OpObserve, Obs: engine.Observation{Class: engine.Blocked}, Create: true}
+	a.Update(&cfg, engine.Key{Route: 0, Target: 1}, op, t0)
+	waitFor(t, "b sees the pair", func() bool { h, ok := b.Read(engine.Key{Route: 0, Target: 1}); return ok && h.ConsecFail == 1 })
+	if !a.SetIncident(1, engine.Target5xx, true) || b.SetIncident(1, engine.Target5xx, true) {
+		t.Fatal("the incident flag did not open exactly once")
+	}
+	waitFor(t, "b sees the incident", func() bool { c, ok := b.Incident(1); return ok && c == engine.Target5xx })
+	if !b.SetIncident(1, engine.Target5xx, false) {
+		t.Fatal("b could not close the incident")
+	}
+	waitFor(t, "a sees it closed", func() bool { _, ok := a.Incident(1); return !ok })
+
+	// A target b meets after a wrote its pair: the pair waits for it.
+	a.AddTarget(2, "late.example")
+	a.Update(&cfg, engine.Key{Route: 1, Target: 2}, op, t0)
+	time.Sleep(50 * time.Millisecond) // let b receive it before it knows the target
+	b.AddTarget(2, "late.example")
+	waitFor(t, "b takes the waiting pair", func() bool { _, ok := b.Read(engine.Key{Route: 1, Target: 2}); return ok })
+}
+
+// Sessions bound through one process are found by the other.
+func TestSharedSessions(t *testing.T) {
+	a, b, _, _ := pair(t)
+	now := time.Now().UnixNano()
+	a.Bind("crawl-7", 1, now+int64(time.Minute))
+	if r, ok := b.Session("crawl-7", now); !ok || r != 1 {
+		t.Fatalf("b found session → %d, %v", r, ok)
+	}
+	if _, ok := b.Session("crawl-8", now); ok {
+		t.Fatal("an unknown session was found")
+	}
+}
+
+// max_inflight holds across processes: two stores in this process, and
+// two child processes.
+func TestSharedMaxInflight(t *testing.T) {
+	a, b, addr, prefix := pair(t)
+	var held, peak atomic.Int32
+	var wg sync.WaitGroup
+	for _, s := range []*Store{a, b} {
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 50 {
+					rec, ok := s.Lease(engine.LeaseRecord{Route: 0, Expires: time.Now().Add(time.Minute).UnixNano()}, 2)
+					if !ok {
+						continue
+					}
+					n := held.Add(1)
+					for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+					}
+					time.Sleep(100 * time.Microsecond)
+					held.Add(-1)
+					s.Release(rec.ID)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if peak.Load() > 2 || peak.Load() == 0 {
+		t.Errorf("peak %d leases held at once, want 1..2", peak.Load())
+	}
+
+	// Two processes.
+	results := make([]childResult, 2)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = runChild(t, addr, prefix, "inflight")
+		}()
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r.Granted == 0 || r.Violations != 0 {
+			t.Errorf("process %d: %d leases granted, %d times over max_inflight=1", i, r.Granted, r.Violations)
+		}
+	}
+}
+
+// A lease its holder never released (it crashed) stops holding capacity
+// once it expires.
+func TestSharedLeaseOfACrashedProcess(t *testing.T) {
+	a, b, _, _ := pair(t)
+	if _, ok := a.Lease(engine.LeaseRecord{Route: 0, Expires: time.Now().Add(200 * time.Millisecond).UnixNano()}, 1); !ok {
+		t.Fatal("first lease refused")
+	}
+	if _, ok := b.Lease(engine.LeaseRecord{Route: 0, Expires: time.Now().Add(time.Minute).UnixNano()}, 1); ok {
+		t.Fatal("max_inflight=1 let a second lease through")
+	}
+	waitFor(t, "the abandoned lease expires", func() bool {
+		rec, ok := b.Lease(engine.LeaseRecord{Route: 0, Expires: time.Now().Add(time.Minute).UnixNano()}, 1)
+		if ok {
+			b.Release(rec.ID)
+		}
+		return ok
+	})
+}
+
+// childResult is what a child process reports.
+type childResult struct {
+	Granted, Violations int
+}
+
+// runChild runs this test binary as another gateway process doing mode.
+func runChild(t *testing.T, addr, prefix, mode string) childResult {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChildProcess$")
+	cmd.Env = append(os.Environ(), "SWITCHYARD_TEST_REDIS="+addr, "REDISSTORE_CHILD="+mode, "REDISSTORE_PREFIX="+prefix)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Errorf("child: %v\n%s", err, out)
+		return childResult{}
+	}
+	var r childResult
+	for _, line := range bytes.Split(out, []byte("\n")) {
+		if json.Unmarshal(line, &r) == nil && (r.Granted > 0 || r.Violations > 0) {
+			return r
+		}
+	}
+	t.Errorf("child printed no result:\n%s", out)
+	return r
+}
+
+// TestChildProcess is the child's body: it runs only when runChild
+// starts this binary with REDISSTORE_CHILD set.
+func TestChildProcess(t *testing.T) {
+	mode := os.Getenv("REDISSTORE_CHILD")
+	if mode == "" {
+		t.Skip("run by the tests as another process")
+	}
+	addr, prefix := os.Getenv("SWITCHYARD_TEST_REDIS"), os.Getenv("REDISSTORE_PREFIX")
+	s, err := Open("redis://"+addr+"/0", Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.AddRoute(0, "r0")
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	ctx := context.Background()
+	var r childResult
+	for range 300 {
+		rec, ok := s.Lease(engine.LeaseRecord{Route: 0, Expires: time.Now().Add(time.Minute).UnixNano()}, 1)
+		if !ok {
+			continue
+		}
+		r.Granted++
+		if n, _ := c.Incr(ctx, prefix+":holders").Result(); n > 1 {
+			r.Violations++
+		}
+		time.Sleep(200 * time.Microsecond)
+		c.Decr(ctx, prefix+":holders")
+		s.Release(rec.ID)
+	}
+	if s.Stats().Degraded {
+		t.Fatal("child lost Redis")
+	}
+	b, _ := json.Marshal(r)
+	fmt.Println(string(b))
+}
+
+// waitFor polls cond for up to 2 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 2s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -1,0 +1,336 @@
+// Package redisstore keeps the engine's shared state in Redis (SPEC §3,
+// docs/design/004): health records, leases under max_inflight, sessions and
+// incident flags, so that many gateway processes share one view of the pool.
+//
+// Selection never waits on Redis: every process keeps a local read model of
+// the records, kept fresh by pub/sub notifications (and a periodic full
+// resync that heals missed messages); only operations that must be atomic
+// across processes go to Redis. A record is written by compare-and-set on
+// its version, with the engine's own pure transition (Health.Apply) run on
+// the current record: one rule book for every store. When Redis cannot be
+// reached the store keeps serving from the local model, marks itself
+// degraded, and merges what changed meanwhile when Redis returns, without
+// overwriting records another process changed in between.
+//
+// It is the only package that imports go-redis.
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// Options tunes a Store. Zero fields mean the defaults.
+type Options struct {
+	// Prefix starts every key and the notification channel: one per
+	// deployment. Default "switchyard".
+	Prefix string
+	// Timeout bounds one Redis call on the request path; past it the store
+	// degrades to its local model. Default 100ms.
+	Timeout time.Duration
+	// Resync is the period of the full resync that heals missed
+	// notifications. Default 10s.
+	Resync time.Duration
+	// PairTTL is how long an idle route×target record lives in Redis, and
+	// RouteTTL an idle route record. Defaults 30m and 24h.
+	PairTTL, RouteTTL time.Duration
+	// SessionGrace keeps a session key in Redis this long past its binding,
+	// so that clocks a little apart agree on it. Default 1m.
+	SessionGrace time.Duration
+	// IncidentTTL bounds an incident flag that nobody closes (its process
+	// died). Default 1h.
+	IncidentTTL time.Duration
+	// Now is the wall clock lease reaping and key TTLs read. Default
+	// time.Now. Gateways sharing a Redis need clocks in sync (NTP): leases
+	// expire at the time their holder's engine set.
+	Now func() time.Time
+	// Log receives the transitions to and from degraded, once each; nil
+	// discards them.
+	Log *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.Prefix == "" {
+		o.Prefix = "switchyard"
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 100 * time.Millisecond
+	}
+	if o.Resync <= 0 {
+		o.Resync = 10 * time.Second
+	}
+	if o.PairTTL <= 0 {
+		o.PairTTL = 30 * time.Minute
+	}
+	if o.RouteTTL <= 0 {
+		o.RouteTTL = 24 * time.Hour
+	}
+	if o.SessionGrace <= 0 {
+		o.SessionGrace = time.Minute
+	}
+	if o.IncidentTTL <= 0 {
+		o.IncidentTTL = time.Hour
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// Store is an engine.Store on Redis. Start it with Run; Close stops it.
+type Store struct {
+	// immutable after New
+	rdb     *redis.Client
+	opts    Options
+	origin  string // this process's id in notifications: its own are skipped
+	channel string
+
+	names names
+
+	routesMu sync.RWMutex
+	routes   []*routeState // guarded by routesMu (growth only); by slot
+
+	leases    leases
+	sessions  sessions
+	incidents sync.Map // target number → engine.Class of the open incident
+
+	notes    notifications
+	listener atomic.Pointer[func(engine.Key, engine.Health, bool, engine.Health)]
+
+	health   health
+	dirtyMu  sync.Mutex
+	dirty    map[engine.Key]bool // guarded by dirtyMu: records changed while degraded
+	stats    stats
+	pendMu   sync.Mutex
+	pending  map[string]map[int32]record // guarded by pendMu: remote pairs of targets not announced yet, by target name then route slot
+	stopOnce sync.Once
+	stop     chan struct{}
+}
+
+var (
+	_ engine.Store    = (*Store)(nil)
+	_ engine.Notifier = (*Store)(nil)
+)
+
+// New returns a store over the client's Redis. Nothing is sent until the
+// engine announces routes; call Run to receive other processes' changes.
+func New(rdb *redis.Client, opts Options) *Store {
+	opts = opts.withDefaults()
+	s := &Store{
+		rdb:     rdb,
+		opts:    opts,
+		origin:  rand.Text()[:12],
+		channel: opts.Prefix + ":changes",
+		dirty:   make(map[engine.Key]bool),
+		pending: make(map[string]map[int32]record),
+		stop:    make(chan struct{}),
+	}
+	s.health.wake = make(chan struct{}, 1)
+	s.names.init()
+	s.leases.init()
+	s.sessions.init()
+	s.notes.init()
+	return s
+}
+
+// Open connects to the Redis at url (redis://[:password@]host:port/db, or
+// rediss:// for TLS) and returns a store over it. An unreachable server is
+// not an error: the store starts degraded and catches up when it answers.
+func Open(url string, opts Options) (*Store, error) {
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		// ParseURL's errors quote the URL, password included.
+		return nil, errors.New("redisstore: not a redis:// URL (redis://[:password@]host:port/db)")
+	}
+	opts = opts.withDefaults()
+	o.DialTimeout = max(opts.Timeout, 500*time.Millisecond)
+	o.ReadTimeout, o.WriteTimeout = opts.Timeout, opts.Timeout
+	o.PoolTimeout = opts.Timeout
+	o.MaxRetries = -1 // a failed call degrades at once; the health loop retries
+	return New(redis.NewClient(o), opts), nil
+}
+
+// Addr is the server's address, for logs (never the password).
+func (s *Store) Addr() string { return s.rdb.Options().Addr }
+
+// Close stops Run and closes the client.
+func (s *Store) Close() error {
+	s.stopOnce.Do(func() { close(s.stop) })
+	return s.rdb.Close()
+}
+
+// Listen implements engine.Notifier: fn learns of every record another
+// process changed, from one goroutine, in the order the changes were seen.
+func (s *Store) Listen(fn func(k engine.Key, old engine.Health, known bool, now engine.Health)) {
+	s.listener.Store(&fn)
+}
+
+// Run receives other processes' changes, resyncs every Options.Resync and
+// watches the connection until ctx ends or Close. Call it once.
+func (s *Store) Run(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); s.notes.deliver(ctx, s.listener.Load) }()
+	go func() { defer wg.Done(); s.subscribe(ctx) }()
+	go func() { defer wg.Done(); s.maintain(ctx) }()
+	wg.Wait()
+}
+
+// call bounds one Redis call on the request path by Options.Timeout.
+func (s *Store) call() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.opts.Timeout)
+}
+
+// names maps the engine's slot and target numbers to the stable names keys
+// are made of, and back.
+type names struct {
+	mu      sync.RWMutex
+	routes  []string         // guarded by mu: by slot
+	slots   map[string]int32 // guarded by mu
+	targets []string         // guarded by mu: by number
+	numbers map[string]int32 // guarded by mu
+}
+
+func (n *names) init() {
+	n.slots = make(map[string]int32)
+	n.numbers = make(map[string]int32)
+}
+
+func (n *names) route(slot int32) string {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if int(slot) < len(n.routes) {
+		return n.routes[slot]
+	}
+	return ""
+}
+
+func (n *names) target(num int32) string {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if int(num) < len(n.targets) {
+		return n.targets[num]
+	}
+	return ""
+}
+
+func (n *names) slot(id string) (int32, bool) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	s, ok := n.slots[id]
+	return s, ok
+}
+
+func (n *names) number(name string) (int32, bool) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	num, ok := n.numbers[name]
+	return num, ok
+}
+
+// Keys. A route's records and leases share the hash tag of its id, so each
+// script touches one Redis Cluster slot.
+
+// tag is the route id as a hash tag: braces escaped, so an id cannot end
+// the tag early.
+func tag(id string) string {
+	return "{" + tagEscaper.Replace(id) + "}"
+}
+
+var (
+	tagEscaper   = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+	tagUnescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
+)
+
+func (s *Store) recordKey(route, target string) string {
+	if target == "" {
+		return s.opts.Prefix + ":" + tag(route) + ":g"
+	}
+	return s.opts.Prefix + ":" + tag(route) + ":t:" + target
+}
+
+func (s *Store) leaseKey(route string) string { return s.opts.Prefix + ":" + tag(route) + ":leases" }
+
+func (s *Store) sessionKey(id string) string { return s.opts.Prefix + ":s:" + id }
+
+func (s *Store) incidentKey(target string) string { return s.opts.Prefix + ":i:" + target }
+
+// parseRecordKey is recordKey backwards; ok is false for other keys.
+func (s *Store) parseRecordKey(key string) (route, target string, ok bool) {
+	rest, ok := strings.CutPrefix(key, s.opts.Prefix+":{")
+	if !ok {
+		return "", "", false
+	}
+	escaped, rest, ok := strings.Cut(rest, "}:")
+	if !ok {
+		return "", "", false
+	}
+	route = tagUnescaper.Replace(escaped)
+	switch {
+	case rest == "g":
+		return route, "", true
+	case strings.HasPrefix(rest, "t:") && len(rest) > 2:
+		return route, rest[2:], true
+	}
+	return "", "", false
+}
+
+// stats counts what an operator graphs.
+type stats struct {
+	errors      atomic.Uint64
+	degradedFor atomic.Uint64 // transitions into degraded
+	conflicts   atomic.Uint64
+	remote      atomic.Uint64
+}
+
+// Stats is a snapshot of the store's counters.
+type Stats struct {
+	Degraded    bool
+	Errors      uint64 // failed Redis calls
+	Outages     uint64 // transitions into degraded
+	Conflicts   uint64 // compare-and-set retries: another process wrote first
+	RemoteNotes uint64 // records changed by other processes, applied here
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Degraded:    s.health.degraded.Load(),
+		Errors:      s.stats.errors.Load(),
+		Outages:     s.stats.degradedFor.Load(),
+		Conflicts:   s.stats.conflicts.Load(),
+		RemoteNotes: s.stats.remote.Load(),
+	}
+}
+
+// Healthy is nil while Redis answers, and says since when it does not.
+func (s *Store) Healthy() error {
+	if !s.health.degraded.Load() {
+		return nil
+	}
+	since := time.Unix(0, s.health.since.Load())
+	return fmt.Errorf("redis at %s unreachable since %s: serving from local state", s.Addr(), since.UTC().Format(time.RFC3339))
+}

@@ -1,0 +1,172 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/config"
+	"github.com/switchyard/switchyard/internal/redistest"
+	"github.com/switchyard/switchyard/internal/route/routetest"
+)
+
+// sharedGateway runs a server over cfg with the shared state at addr under
+// prefix, until the test ends; it returns the server and its proxy client.
+func sharedGateway(t *testing.T, lines, addr, prefix string) (*Server, *http.Client, string) {
+	t.Helper()
+	cfg := configOf(t, lines)
+	cfg.State = config.State{URL: "redis://" + addr + "/0", Prefix: prefix, Timeout: 100 * time.Millisecond, Resync: time.Second}
+	cfg.Engine.MaxRemovedShare = -1
+	proxy, adm := listen(t), listen(t)
+	s, err := New(cfg, Listeners{Proxy: proxy, Admin: adm}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, 5*time.Second) }()
+	tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxy.Addr().String()})}
+	t.Cleanup(func() {
+		tr.CloseIdleConnections()
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return s, &http.Client{Transport: tr, Timeout: 5 * time.Second}, "http://" + adm.Addr().String()
+}
+
+// Two gateway processes share one Redis: the refusals one of them meets
+// take the route out of the other's rotation too.
+func TestSharedStateAcrossGateways(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		addr := redistest.Addr(t)
+		prefix := redistest.Prefix(t, addr)
+		site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+		defer site.Close()
+		good1, good2 := routetest.NewProxy(t, routetest.Behavior{}), routetest.NewProxy(t, routetest.Behavior{})
+		lines := "http://" + routetest.ClosedPort(t) + " id=dead\n" + good1.URL.String() + " id=good1\n" + good2.URL.String() + " id=good2\n"
+		a, clientA, _ := sharedGateway(t, lines, addr, prefix)
+		b, clientB, _ := sharedGateway(t, lines, addr, prefix)
+
+		for i := 0; i < 50; i++ {
+			if st, _ := a.Engine().Route("dead"); st.Health.State == engine.Cooling {
+				break
+			}
+			resp, err := clientA.Get(site.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+		if st, _ := a.Engine().Route("dead"); st.Health.State != engine.Cooling {
+			t.Fatalf("gateway A left the dead route %v", st.Health.State)
+		}
+		deadline := time.Now().Add(2 * time.Second)
+		for st, _ := b.Engine().Route("dead"); st.Health.State != engine.Cooling; st, _ = b.Engine().Route("dead") {
+			if time.Now().After(deadline) {
+				t.Fatalf("gateway B still has the dead route %v", st.Health.State)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		for range 20 {
+			resp, err := clientB.Get(site.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Attempts") != "1" {
+				t.Fatalf("through B: %d after %s attempts, via %s", resp.StatusCode, resp.Header.Get("X-Switchyard-Attempts"), resp.Header.Get("X-Switchyard-Route"))
+			}
+		}
+	})
+}
+
+// Redis dies mid-load: every request still succeeds, /readyz says degraded;
+// Redis comes back empty: the gateway writes back what it knows and says
+// ready.
+func TestSharedStateOutage(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		redisSrv := redistest.Start(t)
+		site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+		defer site.Close()
+		p := routetest.NewProxy(t, routetest.Behavior{})
+		_, client, admin := sharedGateway(t, p.URL.String()+" id=p max_inflight=8\n", redisSrv.Addr, "outage")
+		readyz := func() string {
+			resp, err := http.Get(admin + "/readyz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 200 {
+				t.Errorf("/readyz: %d %s", resp.StatusCode, body)
+			}
+			return string(body)
+		}
+		waitReady := func(want string) {
+			t.Helper()
+			deadline := time.Now().Add(5 * time.Second)
+			for got := readyz(); !strings.HasPrefix(got, want); got = readyz() {
+				if time.Now().After(deadline) {
+					t.Fatalf("/readyz says %q, want %q", got, want)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		waitReady("ready")
+
+		var sent, failed atomic.Int64
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 100_000; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					resp, err := client.Get(site.URL)
+					sent.Add(1)
+					if err != nil || resp.StatusCode != 200 {
+						failed.Add(1)
+					}
+					if err == nil {
+						resp.Body.Close()
+					}
+				}
+			}()
+		}
+		time.Sleep(200 * time.Millisecond)
+		redisSrv.Stop()
+		waitReady("degraded: redis at " + redisSrv.Addr + " unreachable")
+		time.Sleep(300 * time.Millisecond) // load on local state
+		redisSrv.Restart()
+		waitReady("ready")
+		time.Sleep(200 * time.Millisecond)
+		close(stop)
+		wg.Wait()
+		if failed.Load() != 0 || sent.Load() == 0 {
+			t.Fatalf("%d of %d requests failed across the outage", failed.Load(), sent.Load())
+		}
+		c := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+		defer c.Close()
+		if n, err := c.HGet(context.Background(), "outage:{p}:g", "v").Int(); err != nil || n == 0 {
+			t.Errorf("the route's record is not back in the restarted Redis: %d %v", n, err)
+		}
+		t.Logf("%d requests across the outage, none failed", sent.Load())
+	})
+}
