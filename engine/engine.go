@@ -407,7 +407,7 @@ func (e *Engine) usable(r *route, t *target) bool {
 }
 
 func (e *Engine) lease(ns int64, r *route, t *target, req *Request, fallback bool) (Lease, bool) {
-	rec, ok := e.store.Lease(LeaseRecord{Route: r.slot, Target: t.n, Expires: ns + int64(e.cfg.LeaseTTL)}, r.config.Load().limit)
+	rec, ok := e.store.Lease(LeaseRecord{Route: r.slot, Target: t.n, Taken: ns, Expires: ns + int64(e.cfg.LeaseTTL)}, r.config.Load().limit)
 	if !ok {
 		return Lease{}, false
 	}

@@ -10,3 +10,7 @@ import (
 func TestMemoryStoreConformance(t *testing.T) {
 	storetest.Run(t, func(*testing.T) engine.Store { return engine.NewMemoryStore() })
 }
+
+func TestMemoryStoreEngine(t *testing.T) {
+	storetest.RunEngine(t, func(*testing.T) engine.Store { return engine.NewMemoryStore() })
+}

@@ -78,6 +78,7 @@ type LeaseRecord struct {
 	Target   int32
 	RouteGen uint32 // generation of the route's record when leased
 	PairGen  uint32 // generation of the pair record (0 if none)
+	Taken    int64  // Unix ns, the caller's clock: a shared store reaps other holders' leases that expired before it
 	Expires  int64  // Unix ns
 }
 

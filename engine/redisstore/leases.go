@@ -13,10 +13,11 @@ import (
 // leaseScript takes a lease on a route with max_inflight: leases whose
 // holder let them expire (it died) are dropped first, so a crashed process
 // does not hold capacity past its leases' TTL. KEYS[1]: the route's leases,
-// a sorted set of lease ids by expiry (ms). ARGV: now (ms), max_inflight,
+// a sorted set of lease ids by expiry (ms). ARGV: the time the lease is
+// taken (ms, the engine's clock, as the expiries are), max_inflight,
 // expiry (ms), lease id.
 var leaseScript = redis.NewScript(`
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1])
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
 	return 0
 end
@@ -61,28 +62,32 @@ func (s *Store) Lease(rec engine.LeaseRecord, maxInflight int32) (engine.LeaseRe
 		return engine.LeaseRecord{}, false
 	}
 	rec.ID = s.leases.next.Add(1)
-	shared := maxInflight > 0
 	count := s.leases.count(rec.Route)
+	shared := false
 	switch {
-	case shared && !s.health.degraded.Load():
-		ctx, cancel := s.call()
-		ok, err := leaseScript.Run(ctx, s.rdb, []string{s.leaseKey(r.id)},
-			s.opts.Now().UnixMilli(), maxInflight, rec.Expires/1e6, s.leaseMember(rec.ID)).Int()
-		cancel()
-		if err != nil {
-			s.failed(err)
-			shared = false
-			if count.Load() >= maxInflight {
-				return engine.LeaseRecord{}, false
-			}
-		} else if ok == 0 {
+	case maxInflight <= 0:
+		count.Add(1)
+	case s.health.degraded.Load():
+		// Degraded: max_inflight holds for this process alone.
+		if !reserve(count, maxInflight) {
 			return engine.LeaseRecord{}, false
 		}
-	case shared:
-		// Degraded: max_inflight holds for this process alone.
-		shared = false
-		if count.Load() >= maxInflight {
+	default:
+		ctx, cancel := s.call()
+		ok, err := leaseScript.Run(ctx, s.rdb, []string{s.leaseKey(r.id)},
+			rec.Taken/1e6, maxInflight, rec.Expires/1e6, s.leaseMember(rec.ID)).Int()
+		cancel()
+		switch {
+		case err != nil:
+			s.failed(err)
+			if !reserve(count, maxInflight) {
+				return engine.LeaseRecord{}, false
+			}
+		case ok == 0:
 			return engine.LeaseRecord{}, false
+		default:
+			shared = true
+			count.Add(1)
 		}
 	}
 	r.mu.Lock()
@@ -91,11 +96,23 @@ func (s *Store) Lease(rec engine.LeaseRecord, maxInflight int32) (engine.LeaseRe
 		rec.PairGen = p.h.Gen
 	}
 	r.mu.Unlock()
-	count.Add(1)
 	s.leases.mu.Lock()
 	s.leases.byID[rec.ID] = lease{rec: rec, shared: shared}
 	s.leases.mu.Unlock()
 	return rec, true
+}
+
+// reserve takes one of max in-flight places on count, if one is free.
+func reserve(count *atomic.Int32, max int32) bool {
+	for {
+		n := count.Load()
+		if n >= max {
+			return false
+		}
+		if count.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 func (s *Store) leaseMember(id uint64) string { return s.origin + ":" + strconv.FormatUint(id, 10) }

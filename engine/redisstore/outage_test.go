@@ -118,7 +118,7 @@ func TestOutageAndMerge(t *testing.T) {
 	if a.Healthy() == nil || !a.Stats().Degraded || a.Stats().Outages != 1 {
 		t.Fatalf("a is not degraded: %v %+v", a.Healthy(), a.Stats())
 	}
-	if _, ok := a.Lease(engine.LeaseRecord{Route: 1, Expires: time.Now().Add(time.Minute).UnixNano()}, 1); !ok {
+	if _, ok := a.Lease(engine.LeaseRecord{Route: 1, Taken: time.Now().UnixNano(), Expires: time.Now().Add(time.Minute).UnixNano()}, 1); !ok {
 		t.Fatal("a refused a lease during the outage")
 	}
 	// Both change r1: b's reaches Redis, a's stays local.

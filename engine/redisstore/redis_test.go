@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/switchyard/switchyard/internal/redistest"
 )
@@ -18,6 +19,9 @@ func testPrefix(t testing.TB, addr string) string { return redistest.Prefix(t, a
 func newStore(t testing.TB, addr, prefix string, opts Options) *Store {
 	t.Helper()
 	opts.Prefix = prefix
+	if opts.Timeout == 0 {
+		opts.Timeout = time.Second // -race on a loaded 2-core machine
+	}
 	s, err := Open("redis://"+addr+"/0", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -25,6 +29,7 @@ func newStore(t testing.TB, addr, prefix string, opts Options) *Store {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.Run(ctx); close(done) }()
+	<-s.Ready()
 	t.Cleanup(func() {
 		cancel()
 		<-done

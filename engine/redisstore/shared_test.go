@@ -168,7 +168,7 @@ func TestSharedMaxInflight(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for range 50 {
-					rec, ok := s.Lease(engine.LeaseRecord{Route: 0, Expires: time.Now().Add(time.Minute).UnixNano()}, 2)
+					rec, ok := s.Lease(engine.LeaseRecord{Route: 0, Taken: time.Now().UnixNano(), Expires: time.Now().Add(time.Minute).UnixNano()}, 2)
 					if !ok {
 						continue
 					}
@@ -208,14 +208,14 @@ func TestSharedMaxInflight(t *testing.T) {
 // once it expires.
 func TestSharedLeaseOfACrashedProcess(t *testing.T) {
 	a, b, _, _ := pair(t)
-	if _, ok := a.Lease(engine.LeaseRecord{Route: 0, Expires: time.Now().Add(200 * time.Millisecond).UnixNano()}, 1); !ok {
+	if _, ok := a.Lease(engine.LeaseRecord{Route: 0, Taken: time.Now().UnixNano(), Expires: time.Now().Add(200 * time.Millisecond).UnixNano()}, 1); !ok {
 		t.Fatal("first lease refused")
 	}
-	if _, ok := b.Lease(engine.LeaseRecord{Route: 0, Expires: time.Now().Add(time.Minute).UnixNano()}, 1); ok {
+	if _, ok := b.Lease(engine.LeaseRecord{Route: 0, Taken: time.Now().UnixNano(), Expires: time.Now().Add(time.Minute).UnixNano()}, 1); ok {
 		t.Fatal("max_inflight=1 let a second lease through")
 	}
 	waitFor(t, "the abandoned lease expires", func() bool {
-		rec, ok := b.Lease(engine.LeaseRecord{Route: 0, Expires: time.Now().Add(time.Minute).UnixNano()}, 1)
+		rec, ok := b.Lease(engine.LeaseRecord{Route: 0, Taken: time.Now().UnixNano(), Expires: time.Now().Add(time.Minute).UnixNano()}, 1)
 		if ok {
 			b.Release(rec.ID)
 		}
@@ -266,7 +266,7 @@ func TestChildProcess(t *testing.T) {
 	ctx := context.Background()
 	var r childResult
 	for range 300 {
-		rec, ok := s.Lease(engine.LeaseRecord{Route: 0, Expires: time.Now().Add(time.Minute).UnixNano()}, 1)
+		rec, ok := s.Lease(engine.LeaseRecord{Route: 0, Taken: time.Now().UnixNano(), Expires: time.Now().Add(time.Minute).UnixNano()}, 1)
 		if !ok {
 			continue
 		}

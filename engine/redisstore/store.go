@@ -51,9 +51,10 @@ type Options struct {
 	// IncidentTTL bounds an incident flag that nobody closes (its process
 	// died). Default 1h.
 	IncidentTTL time.Duration
-	// Now is the wall clock lease reaping and key TTLs read. Default
-	// time.Now. Gateways sharing a Redis need clocks in sync (NTP): leases
-	// expire at the time their holder's engine set.
+	// Now is the wall clock that key TTLs and record versions read.
+	// Default time.Now. Gateways sharing a Redis need clocks in sync (NTP):
+	// a lease expires at the time its holder's engine set, judged by the
+	// clock of the engine taking the next one.
 	Now func() time.Time
 	// Log receives the transitions to and from degraded, once each; nil
 	// discards them.
@@ -119,6 +120,7 @@ type Store struct {
 	pending  map[string]map[int32]record // guarded by pendMu: remote pairs of targets not announced yet, by target name then route slot
 	stopOnce sync.Once
 	stop     chan struct{}
+	ready    chan struct{} // closed by Run once subscribed and resynced
 }
 
 var (
@@ -138,6 +140,7 @@ func New(rdb *redis.Client, opts Options) *Store {
 		dirty:   make(map[engine.Key]bool),
 		pending: make(map[string]map[int32]record),
 		stop:    make(chan struct{}),
+		ready:   make(chan struct{}),
 	}
 	s.health.wake = make(chan struct{}, 1)
 	s.names.init()
@@ -159,7 +162,9 @@ func Open(url string, opts Options) (*Store, error) {
 	opts = opts.withDefaults()
 	o.DialTimeout = max(opts.Timeout, 500*time.Millisecond)
 	o.ReadTimeout, o.WriteTimeout = opts.Timeout, opts.Timeout
-	o.PoolTimeout = opts.Timeout
+	// Waiting for a pooled connection is this process's own congestion,
+	// not Redis failing: give it longer before the call counts as failed.
+	o.PoolTimeout = max(10*opts.Timeout, time.Second)
 	o.MaxRetries = -1 // a failed call degrades at once; the health loop retries
 	return New(redis.NewClient(o), opts), nil
 }
@@ -179,6 +184,11 @@ func (s *Store) Listen(fn func(k engine.Key, old engine.Health, known bool, now 
 	s.listener.Store(&fn)
 }
 
+// Ready is closed once Run has subscribed to other processes' changes and
+// read the shared records of the routes announced so far (or found Redis
+// out of reach).
+func (s *Store) Ready() <-chan struct{} { return s.ready }
+
 // Run receives other processes' changes, resyncs every Options.Resync and
 // watches the connection until ctx ends or Close. Call it once.
 func (s *Store) Run(ctx context.Context) {
@@ -192,10 +202,14 @@ func (s *Store) Run(ctx context.Context) {
 		}
 	}()
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(2)
 	go func() { defer wg.Done(); s.notes.deliver(ctx, s.listener.Load) }()
-	go func() { defer wg.Done(); s.subscribe(ctx) }()
-	go func() { defer wg.Done(); s.maintain(ctx) }()
+	// Subscribed before the first resync, so no change falls between them.
+	sub := s.subscribe(ctx)
+	go func() { defer wg.Done(); s.receive(ctx, sub) }()
+	s.resync(ctx)
+	close(s.ready)
+	s.maintain(ctx)
 	wg.Wait()
 }
 

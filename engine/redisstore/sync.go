@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/switchyard/switchyard/engine"
 )
 
@@ -47,11 +49,22 @@ func parseNote(payload string) (note, bool) {
 	return note{origin: f[0], kind: f[1][0], route: f[2], target: f[3], rest: f[4]}, true
 }
 
-// subscribe applies other processes' notifications until ctx ends. The
-// client resubscribes by itself after a disconnect; what was published
-// meanwhile is healed by the resync that follows every outage.
-func (s *Store) subscribe(ctx context.Context) {
+// subscribe subscribes to the change channel and waits, at most
+// Options.Timeout, for Redis to confirm. The client resubscribes by itself
+// after a disconnect; what was published meanwhile is healed by the resync
+// that follows every outage.
+func (s *Store) subscribe(ctx context.Context) *redis.PubSub {
 	sub := s.rdb.Subscribe(ctx, s.channel)
+	confirm, cancel := context.WithTimeout(ctx, max(s.opts.Timeout, time.Second))
+	defer cancel()
+	if _, err := sub.Receive(confirm); err != nil && ctx.Err() == nil {
+		s.failed(err)
+	}
+	return sub
+}
+
+// receive applies other processes' notifications until ctx ends.
+func (s *Store) receive(ctx context.Context, sub *redis.PubSub) {
 	defer sub.Close()
 	msgs := sub.Channel()
 	for {
@@ -200,7 +213,6 @@ func (s *Store) wakeMaintain() {
 // until it answers, then merges and resyncs before the store leaves
 // degraded.
 func (s *Store) maintain(ctx context.Context) {
-	s.resync(ctx) // the records of the routes announced so far
 	tick := time.NewTicker(s.opts.Resync)
 	defer tick.Stop()
 	retry := time.NewTicker(250 * time.Millisecond)

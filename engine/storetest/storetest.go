@@ -123,7 +123,7 @@ func Run(t *testing.T, newStore func(t *testing.T) engine.Store) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if rec, ok := s.Lease(engine.LeaseRecord{Route: 3, Target: 1, Expires: t0 + 10}, max); ok {
+				if rec, ok := s.Lease(engine.LeaseRecord{Route: 3, Target: 1, Taken: t0, Expires: t0 + 10}, max); ok {
 					got.Add(1)
 					ids <- rec.ID
 				}
@@ -157,7 +157,7 @@ func Run(t *testing.T, newStore func(t *testing.T) engine.Store) {
 		op := observe(engine.RateLimited)
 		op.Create = true
 		ch, _ := s.Update(c, engine.Key{Route: 1, Target: 3}, op, t0)
-		rec, ok := s.Lease(engine.LeaseRecord{Route: 1, Target: 3, Expires: t0 + 1}, 0)
+		rec, ok := s.Lease(engine.LeaseRecord{Route: 1, Target: 3, Taken: t0, Expires: t0 + 1}, 0)
 		if !ok || rec.PairGen != ch.Gen || rec.ID == 0 {
 			t.Fatalf("lease %+v, want pair generation %d", rec, ch.Gen)
 		}
