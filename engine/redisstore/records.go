@@ -12,6 +12,31 @@ import (
 type record struct {
 	h   engine.Health
 	ver int64 // its version in Redis; 0 when Redis has none
+	// pending are the successes applied to h here but not yet written:
+	// see coalesce.
+	pending []pendingOp
+}
+
+// pendingOp is an operation applied locally, to apply again on a newer
+// record if another process wrote one meanwhile.
+type pendingOp struct {
+	c   *engine.Config
+	op  engine.Op
+	now int64
+}
+
+// maxPending bounds the successes a record holds before it is written.
+const maxPending = 64
+
+// coalesce reports whether op, which made ch of cur, may wait for the next
+// flush instead of a round trip now: a success on a healthy record that
+// already exists in Redis, moving nothing but evidence. Every failure and
+// every transition is written at once, so thresholds stay exact across
+// processes; what waits is score drift, by at most Options.Flush.
+func coalesce(cur *record, op engine.Op, ch engine.Change) bool {
+	return op.Kind == engine.OpObserve && op.Obs.Class == engine.OK && !op.Obs.Probe &&
+		cur != nil && cur.ver != 0 && cur.h.State == engine.Healthy && len(cur.pending) < maxPending &&
+		!ch.Changed() && !ch.Probe
 }
 
 // routeState is one route's local records. Its mutex is held across the
@@ -132,9 +157,16 @@ func (s *Store) Update(c *engine.Config, k engine.Key, op engine.Op, now int64) 
 			next = *cur
 		}
 		ch := next.h.Apply(c, k, op, now)
-		if s.health.degraded.Load() || (k.Target != 0 && target == "") {
+		switch {
+		case s.health.degraded.Load() || (k.Target != 0 && target == ""):
+			next.pending = nil // the whole record is merged on recovery
 			s.markDirty(k)
 			r.set(k.Target, next)
+			return ch, true
+		case coalesce(cur, op, ch):
+			next.pending = append(next.pending, pendingOp{c: c, op: op, now: now})
+			r.set(k.Target, next)
+			s.flushes.add(k)
 			return ch, true
 		}
 		won, theirs, err := s.cas(r.id, target, next)
@@ -142,29 +174,106 @@ func (s *Store) Update(c *engine.Config, k engine.Key, op engine.Op, now int64) 
 		case err != nil:
 			s.failed(err)
 			s.markDirty(k)
+			next.pending = nil
 			r.set(k.Target, next)
 			return ch, true
 		case won:
-			next.ver = theirs.ver
+			next.ver, next.pending = theirs.ver, nil
 			r.set(k.Target, next)
 			return ch, true
-		}
-		s.stats.conflicts.Add(1)
-		if theirs.ver == 0 {
+		case theirs.ver == 0:
 			// Redis has no record (it expired while idle): write this
 			// process's as new.
+			s.stats.conflicts.Add(1)
 			cur.ver = 0
+		default:
+			// Another process wrote first: take its record and run the
+			// transition again on it.
+			s.stats.conflicts.Add(1)
+			s.adopt(r, k, cur, theirs)
+		}
+	}
+}
+
+// adopt replaces cur (nil: none) with theirs, another process's newer
+// record, with this process's pending successes applied again on it; the
+// engine hears of the difference as a remote change. Caller holds r.mu.
+func (s *Store) adopt(r *routeState, k engine.Key, cur *record, theirs record) {
+	old, known := engine.Health{}, cur != nil
+	if known {
+		old = cur.h
+		for _, p := range cur.pending {
+			theirs.h.Apply(p.c, k, p.op, p.now)
+		}
+		theirs.pending = cur.pending
+	}
+	r.set(k.Target, theirs)
+	s.notes.push(k, old, known, theirs.h)
+}
+
+// flush writes the records whose successes are waiting (see coalesce).
+func (s *Store) flush() {
+	for k := range s.flushes.take() {
+		r := s.route(k.Route)
+		if r == nil {
 			continue
 		}
-		// Another process wrote first: take its record (the engine hears of
-		// it as a remote change) and run the transition again on it.
-		old, known := record{}, cur != nil
-		if known {
-			old = *cur
+		target := s.names.target(k.Target)
+		r.mu.Lock()
+		for {
+			cur := r.get(k.Target)
+			if cur == nil || len(cur.pending) == 0 {
+				break
+			}
+			if s.health.degraded.Load() {
+				s.markDirty(k)
+				cur.pending = nil
+				break
+			}
+			won, theirs, err := s.cas(r.id, target, *cur)
+			if err != nil {
+				s.failed(err)
+				s.markDirty(k)
+				cur.pending = nil
+				break
+			}
+			if won {
+				cur.ver, cur.pending = theirs.ver, nil
+				break
+			}
+			s.stats.conflicts.Add(1)
+			if theirs.ver == 0 {
+				cur.ver = 0
+				continue
+			}
+			s.adopt(r, k, cur, theirs)
 		}
-		r.set(k.Target, theirs)
-		s.notes.push(k, old.h, known, theirs.h)
+		r.mu.Unlock()
 	}
+}
+
+// keySet is a set of record keys, safe for concurrent use.
+type keySet struct {
+	mu   sync.Mutex
+	keys map[engine.Key]struct{} // guarded by mu
+}
+
+func (q *keySet) add(k engine.Key) {
+	q.mu.Lock()
+	if q.keys == nil {
+		q.keys = make(map[engine.Key]struct{})
+	}
+	q.keys[k] = struct{}{}
+	q.mu.Unlock()
+}
+
+// take empties the set and returns what it held.
+func (q *keySet) take() map[engine.Key]struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	keys := q.keys
+	q.keys = nil
+	return keys
 }
 
 // cas runs casScript for rec; when another process wrote first, theirs is
@@ -185,7 +294,11 @@ func (s *Store) cas(route, target string, rec record) (won bool, theirs record, 
 	if err != nil {
 		return false, record{}, err
 	}
-	return decodeCAS(res)
+	won, theirs, err = decodeCAS(res)
+	if won {
+		s.stats.writes.Add(1)
+	}
+	return won, theirs, err
 }
 
 // decodeCAS reads casScript's answer.
@@ -265,13 +378,8 @@ func (s *Store) applyRemote(k engine.Key, rec record) {
 	if cur != nil && cur.ver >= rec.ver {
 		return
 	}
-	old, known := record{}, cur != nil
-	if known {
-		old = *cur
-	}
-	r.set(k.Target, rec)
 	s.stats.remote.Add(1)
-	s.notes.push(k, old.h, known, rec.h)
+	s.adopt(r, k, cur, rec)
 }
 
 // markDirty remembers that k changed while Redis was out of reach.

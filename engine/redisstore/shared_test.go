@@ -296,3 +296,43 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// Successes on a healthy record are written in batches, not one round trip
+// each, and still reach the other process within the flush period.
+func TestSuccessesAreBatched(t *testing.T) {
+	a, b, _, _ := pair(t)
+	cfg := engine.DefaultConfig()
+	ok := func() {
+		op := engine.Op{Kind: engine.OpObserve, Obs: engine.Observation{Class: engine.OK, Latency: time.Millisecond}}
+		a.Update(&cfg, engine.Key{Route: 0}, op, time.Now().UnixNano())
+	}
+	for range cfg.RecoverAfter {
+		ok() // candidate → healthy: transitions are written at once
+	}
+	if h, _ := a.Read(engine.Key{Route: 0}); h.State != engine.Healthy {
+		t.Fatalf("r0 is %v", h.State)
+	}
+	before := a.Stats().Writes
+	const n = 200
+	for range n {
+		ok()
+	}
+	waitFor(t, "b sees every success", func() bool {
+		h, _ := b.Read(engine.Key{Route: 0})
+		return h.Samples == uint32(cfg.RecoverAfter+n)
+	})
+	if w := a.Stats().Writes - before; w > n/10 {
+		t.Errorf("%d successes took %d writes", n, w)
+	}
+	// A failure is written at once, successes waiting before it included.
+	ok()
+	op := engine.Op{Kind: engine.OpObserve, Obs: engine.Observation{Class: engine.ProxyAuth}}
+	if ch, _ := a.Update(&cfg, engine.Key{Route: 0}, op, time.Now().UnixNano()); ch.To != engine.Cooling {
+		t.Fatalf("407 left %v", ch.To)
+	}
+	h, _ := b.Read(engine.Key{Route: 0})
+	waitFor(t, "b sees the cooling", func() bool { h, _ = b.Read(engine.Key{Route: 0}); return h.State == engine.Cooling })
+	if h.Samples != uint32(cfg.RecoverAfter+n+2) {
+		t.Errorf("b has %d samples, want %d", h.Samples, cfg.RecoverAfter+n+2)
+	}
+}

@@ -42,6 +42,10 @@ type Options struct {
 	// Resync is the period of the full resync that heals missed
 	// notifications. Default 10s.
 	Resync time.Duration
+	// Flush is how long successes that move nothing but a healthy record's
+	// evidence may wait to be written, batched; failures and transitions
+	// are written at once. Default 50ms.
+	Flush time.Duration
 	// PairTTL is how long an idle route×target record lives in Redis, and
 	// RouteTTL an idle route record. Defaults 30m and 24h.
 	PairTTL, RouteTTL time.Duration
@@ -70,6 +74,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Resync <= 0 {
 		o.Resync = 10 * time.Second
+	}
+	if o.Flush <= 0 {
+		o.Flush = 50 * time.Millisecond
 	}
 	if o.PairTTL <= 0 {
 		o.PairTTL = 30 * time.Minute
@@ -110,6 +117,7 @@ type Store struct {
 	incidents sync.Map // target number → engine.Class of the open incident
 
 	notes    notifications
+	flushes  keySet // records with successes waiting to be written
 	listener atomic.Pointer[func(engine.Key, engine.Health, bool, engine.Health)]
 
 	health   health
@@ -210,6 +218,7 @@ func (s *Store) Run(ctx context.Context) {
 	s.resync(ctx)
 	close(s.ready)
 	s.maintain(ctx)
+	s.flush() // what waited when the store stopped
 	wg.Wait()
 }
 
@@ -315,6 +324,7 @@ func (s *Store) parseRecordKey(key string) (route, target string, ok bool) {
 // stats counts what an operator graphs.
 type stats struct {
 	errors      atomic.Uint64
+	writes      atomic.Uint64
 	degradedFor atomic.Uint64 // transitions into degraded
 	conflicts   atomic.Uint64
 	remote      atomic.Uint64
@@ -324,6 +334,7 @@ type stats struct {
 type Stats struct {
 	Degraded    bool
 	Errors      uint64 // failed Redis calls
+	Writes      uint64 // records written
 	Outages     uint64 // transitions into degraded
 	Conflicts   uint64 // compare-and-set retries: another process wrote first
 	RemoteNotes uint64 // records changed by other processes, applied here
@@ -334,6 +345,7 @@ func (s *Store) Stats() Stats {
 	return Stats{
 		Degraded:    s.health.degraded.Load(),
 		Errors:      s.stats.errors.Load(),
+		Writes:      s.stats.writes.Load(),
 		Outages:     s.stats.degradedFor.Load(),
 		Conflicts:   s.stats.conflicts.Load(),
 		RemoteNotes: s.stats.remote.Load(),

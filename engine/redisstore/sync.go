@@ -209,18 +209,23 @@ func (s *Store) wakeMaintain() {
 	}
 }
 
-// maintain resyncs every Options.Resync and, while degraded, pings Redis
-// until it answers, then merges and resyncs before the store leaves
-// degraded.
+// maintain writes waiting successes every Options.Flush, resyncs every
+// Options.Resync and, while degraded, pings Redis until it answers, then
+// merges and resyncs before the store leaves degraded.
 func (s *Store) maintain(ctx context.Context) {
 	tick := time.NewTicker(s.opts.Resync)
 	defer tick.Stop()
 	retry := time.NewTicker(250 * time.Millisecond)
 	defer retry.Stop()
+	flush := time.NewTicker(s.opts.Flush)
+	defer flush.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-flush.C:
+			s.flush()
+			continue
 		case <-tick.C:
 			if !s.health.degraded.Load() {
 				s.resync(ctx)
@@ -298,10 +303,9 @@ func (s *Store) merge(k engine.Key) error {
 		cur.ver = theirs.ver
 	default:
 		// Another process wrote it meanwhile: its record wins.
-		old := *cur
-		r.set(k.Target, theirs)
 		s.stats.remote.Add(1)
-		s.notes.push(k, old.h, true, theirs.h)
+		cur.pending = nil
+		s.adopt(r, k, cur, theirs)
 	}
 	return nil
 }

@@ -114,6 +114,7 @@ func methodLabel(method string) string {
 type StateStats struct {
 	Degraded      bool   // serving from local state: the store is out of reach
 	Errors        uint64 // failed calls to the store
+	Writes        uint64 // records written to the store
 	Outages       uint64 // times the store became unreachable
 	Conflicts     uint64 // writes retried because another process wrote first
 	RemoteChanges uint64 // records other processes changed, applied here
@@ -128,6 +129,7 @@ func (m *Metrics) WatchState(stats func() StateStats) {
 var (
 	stateDegradedDesc  = prometheus.NewDesc("switchyard_state_degraded", "1 while the shared state store is out of reach and the gateway serves from local state.", nil, nil)
 	stateErrorsDesc    = prometheus.NewDesc("switchyard_state_errors_total", "Failed calls to the shared state store.", nil, nil)
+	stateWritesDesc    = prometheus.NewDesc("switchyard_state_writes_total", "Health records written to the shared state store.", nil, nil)
 	stateOutagesDesc   = prometheus.NewDesc("switchyard_state_outages_total", "Times the shared state store became unreachable.", nil, nil)
 	stateConflictsDesc = prometheus.NewDesc("switchyard_state_conflicts_total", "Record writes retried because another gateway wrote first.", nil, nil)
 	stateRemoteDesc    = prometheus.NewDesc("switchyard_state_remote_changes_total", "Records changed by other gateways, applied here.", nil, nil)
@@ -138,7 +140,7 @@ type stateCollector func() StateStats
 
 // Describe implements prometheus.Collector.
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{stateDegradedDesc, stateErrorsDesc, stateOutagesDesc, stateConflictsDesc, stateRemoteDesc} {
+	for _, d := range []*prometheus.Desc{stateDegradedDesc, stateErrorsDesc, stateWritesDesc, stateOutagesDesc, stateConflictsDesc, stateRemoteDesc} {
 		ch <- d
 	}
 }
@@ -152,6 +154,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(stateDegradedDesc, prometheus.GaugeValue, degraded)
 	ch <- prometheus.MustNewConstMetric(stateErrorsDesc, prometheus.CounterValue, float64(st.Errors))
+	ch <- prometheus.MustNewConstMetric(stateWritesDesc, prometheus.CounterValue, float64(st.Writes))
 	ch <- prometheus.MustNewConstMetric(stateOutagesDesc, prometheus.CounterValue, float64(st.Outages))
 	ch <- prometheus.MustNewConstMetric(stateConflictsDesc, prometheus.CounterValue, float64(st.Conflicts))
 	ch <- prometheus.MustNewConstMetric(stateRemoteDesc, prometheus.CounterValue, float64(st.RemoteChanges))

@@ -59,12 +59,13 @@ func TestMetrics(t *testing.T) {
 			desc: "shared state store",
 			setup: func(_ *testing.T, f *fixture) {
 				f.m.WatchState(func() StateStats {
-					return StateStats{Degraded: true, Errors: 3, Outages: 1, Conflicts: 7, RemoteChanges: 42}
+					return StateStats{Degraded: true, Errors: 3, Writes: 9, Outages: 1, Conflicts: 7, RemoteChanges: 42}
 				})
 			},
 			want: []string{
 				`switchyard_state_degraded 1`,
 				`switchyard_state_errors_total 3`,
+				`switchyard_state_writes_total 9`,
 				`switchyard_state_outages_total 1`,
 				`switchyard_state_conflicts_total 7`,
 				`switchyard_state_remote_changes_total 42`,

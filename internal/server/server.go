@@ -119,7 +119,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		aopts.Degraded = s.shared.Healthy
 		metrics.WatchState(func() admin.StateStats {
 			st := s.shared.Stats()
-			return admin.StateStats{Degraded: st.Degraded, Errors: st.Errors, Outages: st.Outages, Conflicts: st.Conflicts, RemoteChanges: st.RemoteNotes}
+			return admin.StateStats{Degraded: st.Degraded, Errors: st.Errors, Writes: st.Writes, Outages: st.Outages, Conflicts: st.Conflicts, RemoteChanges: st.RemoteNotes}
 		})
 	}
 	if ln.Admin != nil {
