@@ -225,7 +225,8 @@ func TestSharedLeaseOfACrashedProcess(t *testing.T) {
 
 // childResult is what a child process reports.
 type childResult struct {
-	Granted, Violations int
+	Granted, Violations int // mode "inflight"
+	Suspect, Cooling    int // mode "report": transitions this process made
 }
 
 // runChild runs this test binary as another gateway process doing mode.
@@ -239,7 +240,7 @@ func runChild(t *testing.T, addr, prefix, mode string) childResult {
 	}
 	var r childResult
 	for _, line := range bytes.Split(out, []byte("\n")) {
-		if json.Unmarshal(line, &r) == nil && (r.Granted > 0 || r.Violations > 0) {
+		if bytes.HasPrefix(line, []byte("{")) && json.Unmarshal(line, &r) == nil {
 			return r
 		}
 	}
@@ -265,7 +266,10 @@ func TestChildProcess(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	var r childResult
-	for range 300 {
+	if mode == "report" {
+		r = reportFailures(s)
+	}
+	for i := 0; mode == "inflight" && i < 300; i++ {
 		rec, ok := s.Lease(engine.LeaseRecord{Route: 0, Taken: time.Now().UnixNano(), Expires: time.Now().Add(time.Minute).UnixNano()}, 1)
 		if !ok {
 			continue
@@ -283,6 +287,56 @@ func TestChildProcess(t *testing.T) {
 	}
 	b, _ := json.Marshal(r)
 	fmt.Println(string(b))
+}
+
+// childReports is how many failures each child process reports, from
+// childWorkers goroutines.
+const childReports, childWorkers = 160, 8
+
+// reportFailures reports childReports proxy timeouts on r0 at once and
+// counts the transitions this process made.
+func reportFailures(s *Store) childResult {
+	cfg := engine.DefaultConfig()
+	cfg.MaxRemovedShare = -1
+	var suspect, cooling atomic.Int32
+	var wg sync.WaitGroup
+	for range childWorkers {
+		wg.Go(func() {
+			for range childReports / childWorkers {
+				op := engine.Op{Kind: engine.OpObserve, Obs: engine.Observation{Class: engine.ProxyTimeout}}
+				ch, _ := s.Update(&cfg, engine.Key{Route: 0}, op, t0)
+				switch {
+				case ch.Changed() && ch.To == engine.Suspect:
+					suspect.Add(1)
+				case ch.Changed() && ch.To == engine.Cooling:
+					cooling.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return childResult{Suspect: int(suspect.Load()), Cooling: int(cooling.Load())}
+}
+
+// Two processes report failures on one route at once: no update is lost
+// and each threshold fires in exactly one of them.
+func TestSharedUpdatesAcrossProcesses(t *testing.T) {
+	addr := redisAddr(t)
+	prefix := testPrefix(t, addr)
+	results := make([]childResult, 2)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() { results[i] = runChild(t, addr, prefix, "report") })
+	}
+	wg.Wait()
+	h, _ := sharedRecord(t, addr, prefix+":{r0}:g")
+	if want := uint32(len(results) * childReports); h.Samples != want {
+		t.Errorf("shared record has %d samples, want %d: updates were lost", h.Samples, want)
+	}
+	suspect, cooling := results[0].Suspect+results[1].Suspect, results[0].Cooling+results[1].Cooling
+	if suspect != 1 || cooling != 1 {
+		t.Errorf("transitions across processes: %d to suspect, %d to cooling; want exactly one each (%+v)", suspect, cooling, results)
+	}
 }
 
 // waitFor polls cond for up to 2 s.
