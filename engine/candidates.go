@@ -19,6 +19,9 @@ type Candidates struct {
 
 	Panic    bool // exclusions lifted because too few routes are eligible
 	Fallback bool // nothing was eligible: drawing the least bad
+	// Paced is set when a draw passed over a route held to the rate it
+	// learned from the target's 429s.
+	Paced bool
 }
 
 // candidates prepares c for req, choosing the index of the most selective
@@ -77,10 +80,19 @@ func (c *Candidates) Draw() (slot int32, weight float64, ok bool) {
 			w = all
 		}
 		f := c.e.targetFactor(s, c.t, c.ignorePairs, c.ns)
+		if f <= 0 {
+			continue
+		}
+		// A pair at the rate it learned from 429s stays out even in panic
+		// and fallback: sending it more only earns another 429.
+		if !c.e.paceReady(c.t, s, c.ns) {
+			c.Paced = true
+			continue
+		}
 		// Rejection sampling: accepting with probability f makes the draw
 		// proportional to weight × f without a per-target index. The
 		// least-bad fallback accepts every draw and compares w × f instead.
-		if f <= 0 || (!c.Fallback && f < 1 && unitFloat(c.e.rng.Uint64()) >= f) {
+		if !c.Fallback && f < 1 && unitFloat(c.e.rng.Uint64()) >= f {
 			continue
 		}
 		return s, w * f, true
@@ -157,7 +169,9 @@ func (e *Engine) targetFactor(slot int32, t *target, ignorePairs bool, ns int64)
 	f := math.Pow(h.targetFactor(&e.cfg), e.cfg.Gamma) * h.slowStart(&e.cfg, ns)
 	switch {
 	case !h.State.Usable():
-		if !ignorePairs {
+		if !ignorePairs || h.State == Cooling && h.Cause == RateLimited {
+			// A site's Retry-After is not a verdict that panic may doubt:
+			// sending before it ends only earns another 429.
 			return 0
 		}
 		// Lifted exclusions still rank below usable pairs, but not so far

@@ -88,6 +88,16 @@ type Config struct {
 	IncidentShare  float64
 	IncidentWindow time.Duration
 
+	// After its first 429 a route×target pair is held to PaceStart
+	// requests/s; each further 429 halves its current rate, down to
+	// PaceFloor, and the rate grows by PaceGrowth a minute without one, up
+	// to PaceMax, where the pair is forgotten (pace.go). Negative PaceStart
+	// turns learned pacing off. Defaults 4, 0.05, 1.1 and 100.
+	PaceStart  float64
+	PaceFloor  float64
+	PaceGrowth float64
+	PaceMax    float64
+
 	// Picker chooses among eligible routes. Default WeightedRandom.
 	Picker Picker
 	// LeaseTTL is how long a lease lives before it is reaped as an
@@ -174,6 +184,10 @@ func (c Config) normalize() (Config, error) {
 	setI(&c.IncidentRoutes, 5)
 	setF(&c.IncidentShare, 0.5)
 	setD(&c.IncidentWindow, time.Minute)
+	setF(&c.PaceStart, 4)
+	setF(&c.PaceFloor, 0.05)
+	setF(&c.PaceGrowth, 1.1)
+	setF(&c.PaceMax, 100)
 	if c.Picker == nil {
 		c.Picker = WeightedRandom{}
 	}
@@ -217,6 +231,9 @@ func (c *Config) validate() error {
 		{"IncidentRoutes", c.IncidentRoutes > 0 && c.IncidentRoutes <= guardRoutes, "in [1, 64]"},
 		{"IncidentShare", c.IncidentShare > 0 && c.IncidentShare <= 1, "in (0, 1]"},
 		{"IncidentWindow", c.IncidentWindow > 0, "positive"},
+		{"PaceFloor", c.PaceFloor > 0 && (c.PaceStart < 0 || c.PaceFloor <= c.PaceStart), "positive and at most PaceStart"},
+		{"PaceGrowth", c.PaceGrowth >= 1, "at least 1"},
+		{"PaceMax", c.PaceMax >= c.PaceStart, "at least PaceStart"},
 		{"LeaseTTL", c.LeaseTTL > 0, "positive"},
 		{"SessionTTL", c.SessionTTL > 0, "positive"},
 		{"PairTTL", c.PairTTL > 0, "positive"},

@@ -17,6 +17,9 @@ var (
 	ErrNoRoute = errors.New("engine: no usable route")
 	// ErrNoMatch: no route has the labels the request requires.
 	ErrNoMatch = errors.New("engine: no route matches the required labels")
+	// ErrPaced: the routes left for the target are at the rates they
+	// learned from its 429s; ask again in a moment.
+	ErrPaced = errors.New("engine: the target's routes are at the rates its 429s allow")
 	// ErrBusy: every candidate is at its max_inflight.
 	ErrBusy = errors.New("engine: all matching routes are at max_inflight")
 	// ErrSessionRestartRequired: the session's route can no longer serve
@@ -110,6 +113,8 @@ type target struct {
 	// guard is allocated on the target's first incident-class failure: a
 	// crawler touches millions of sites and most never fail.
 	guard atomic.Pointer[incidentGuard]
+	// pace is allocated on the target's first 429 (pace.go).
+	pace atomic.Pointer[targetPace]
 }
 
 // RouteSpec describes a route to the engine.
@@ -344,10 +349,16 @@ func (e *Engine) Acquire(now time.Time, req Request) (Lease, error) {
 		slot, ok := e.pick(&c)
 		if !ok {
 			if req.Strict {
+				if c.Paced {
+					return Lease{}, ErrPaced
+				}
 				return Lease{}, ErrNoRoute
 			}
 			c.fallback()
 			if slot, ok = c.best(); !ok {
+				if c.Paced {
+					return Lease{}, ErrPaced
+				}
 				return Lease{}, ErrNoRoute
 			}
 		}
@@ -388,6 +399,9 @@ func (e *Engine) acquireSession(ns int64, t *target, slot int32, req *Request) (
 	if r == nil || !r.config.Load().labels.Matches(req.Labels) || !e.usable(r, t) {
 		return Lease{}, ErrSessionRestartRequired
 	}
+	if !e.paceReady(t, slot, ns) {
+		return Lease{}, ErrPaced // the exit is fine, only not yet ready again
+	}
 	l, ok := e.lease(ns, r, t, req, false)
 	if !ok {
 		return Lease{}, ErrBusy
@@ -412,6 +426,7 @@ func (e *Engine) lease(ns int64, r *route, t *target, req *Request, fallback boo
 		return Lease{}, false
 	}
 	e.refresh(r, ns)
+	e.takePace(t, r.slot, ns)
 	_, incident := e.store.Incident(t.n)
 	return Lease{
 		ID: rec.ID, Route: r.id, Target: t.name, Session: req.Session,
@@ -460,6 +475,9 @@ func (e *Engine) route(id string) *route {
 func (e *Engine) observe(ns int64, r *route, t *target, o Observation, rec *LeaseRecord) {
 	rule := e.cfg.Rules.Rule(o.Class)
 	e.publishOutcome(ns, r, t, o, rec)
+	if o.Class == RateLimited {
+		e.learnPace(t, r.slot, ns)
+	}
 	frozen := e.guardObserve(ns, r, t, o.Class, rule)
 	global := Op{Kind: OpObserve, Obs: o}
 	pair := global

@@ -852,9 +852,11 @@ func TestIncidentCountsRoutesNotAttempts(t *testing.T) {
 func TestFallbackWhenEveryPairIsExcluded(t *testing.T) {
 	t.Parallel()
 	for _, panicThreshold := range []float64{-1, 0} {
-		e := newTestEngine(t, Config{PanicThreshold: panicThreshold}, 8)
+		// Blocked pairs, with the incident guard out of the way (a 429 no
+		// longer fits: pairs paced by their 429s stay out even in fallback).
+		e := newTestEngine(t, Config{PanicThreshold: panicThreshold, IncidentRoutes: 64}, 8)
 		for i := range 8 {
-			report(t, e, start, fmt.Sprintf("r%d", i), "down.com", RateLimited, 200) // evidence near 0
+			report(t, e, start, fmt.Sprintf("r%d", i), "down.com", Blocked, 200) // evidence near 0
 		}
 		for range 100 {
 			l, err := e.Acquire(start, Request{Target: "down.com"})

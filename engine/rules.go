@@ -38,7 +38,7 @@ type Rules struct {
 // one site says nothing about the exit's other sites. Only OK feeds latency
 // (see Evidence.observe), so fast rejections never look like fast successes.
 var DefaultRules = Rules{
-	Version: "rules/2026-11-30.3",
+	Version: "rules/2026-11-30.4",
 	Class: [numClasses]Rule{
 		OK: {Scope: ScopeRoute | ScopeTarget},
 		// A refused connection is the exit saying it is down, not noise:
@@ -56,7 +56,12 @@ var DefaultRules = Rules{
 		TLSFailed:     {Scope: ScopeTarget, Breaker: true, Retry: true, Incident: true, Cooldown: 30 * time.Second},
 		TargetTimeout: {Scope: ScopeTarget, Breaker: true, Retry: true, Incident: true, Cooldown: 10 * time.Second},
 		TargetReset:   {Scope: ScopeTarget, Breaker: true, Retry: true, Incident: true, Cooldown: 10 * time.Second},
-		RateLimited:   {Scope: ScopeTarget, Retry: true, AtOnce: true, Incident: true, Cooldown: 10 * time.Second},
+		// A 429 is the site telling this exit to slow down, for the
+		// Retry-After: never a sign the site is down, so no incident, which
+		// would freeze the cooling and send on into more 429s (measured on
+		// the rate-limited scenario). The engine also learns a rate per pair
+		// from it (pace.go).
+		RateLimited: {Scope: ScopeTarget, Retry: true, AtOnce: true, Cooldown: 10 * time.Second},
 		// A site banning an exit says so plainly, and keeps saying it: two
 		// in a row are enough (measured: half the wasted attempts of
 		// CoolAfter=4 on the target-bans and soft-ban scenarios, with no

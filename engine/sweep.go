@@ -191,5 +191,10 @@ func (e *Engine) Sweep(now time.Time) {
 				}
 			})
 		}
+		for n := range e.targets.len() {
+			if tp := e.targets.get(n).pace.Load(); tp != nil {
+				tp.evict(&e.cfg, ns)
+			}
+		}
 	}
 }

@@ -88,6 +88,10 @@ type Engine struct {
 	LeaseTTL          time.Duration `toml:"lease_ttl"`
 	SessionTTL        time.Duration `toml:"session_ttl"`
 	PairTTL           time.Duration `toml:"pair_ttl"`
+	PaceStart         float64       `toml:"pace_start"`
+	PaceFloor         float64       `toml:"pace_floor"`
+	PaceGrowth        float64       `toml:"pace_growth"`
+	PaceMax           float64       `toml:"pace_max"`
 
 	// Picker is "weighted_random" (default) or "power_of_two".
 	Picker string `toml:"picker"`

@@ -519,8 +519,13 @@ func acquireError(w http.ResponseWriter, err error) {
 		code = "no_matching_route"
 	}
 	var paced *guard.PaceError
-	if errors.As(err, &paced) {
+	switch {
+	case errors.As(err, &paced):
 		tooSoon(w, paced)
+		return
+	case errors.Is(err, engine.ErrPaced):
+		// The exits are at the rates the target's own 429s taught.
+		tooSoon(w, &guard.PaceError{Reason: "learned", RetryAfter: time.Second})
 		return
 	}
 	fail(w, http.StatusServiceUnavailable, code, "switchyard: "+code)

@@ -75,9 +75,14 @@ func (g *Gateway) lease(ctx context.Context, s *settings, ctl control, target st
 }
 
 // tooSoon answers a paced request: 429 with the wait in Retry-After, whole
-// seconds rounded up (RFC 9110 §10.2.3).
+// seconds rounded up (RFC 9110 §10.2.3). Reason "learned" is the engine's
+// pacing from the target's own 429s; the others are the operator's limits.
 func tooSoon(w http.ResponseWriter, e *guard.PaceError) {
 	secs := max(1, int(math.Ceil(e.RetryAfter.Seconds())))
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
-	fail(w, http.StatusTooManyRequests, "paced", fmt.Sprintf("switchyard: target %s is paced (%s); retry after %s", e.Target, e.Reason, time.Duration(secs)*time.Second))
+	what := "the target"
+	if e.Target != "" {
+		what = "target " + e.Target
+	}
+	fail(w, http.StatusTooManyRequests, "paced", fmt.Sprintf("switchyard: %s is paced (%s); retry after %s", what, e.Reason, time.Duration(secs)*time.Second))
 }

@@ -3,10 +3,12 @@ package gateway
 import (
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/guard"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 	"github.com/switchyard/switchyard/internal/target"
@@ -150,4 +152,29 @@ func TestPacingConcurrency(t *testing.T) {
 			t.Errorf("a second tunnel while the first lives: %d, want 429", second.StatusCode)
 		}
 	})
+}
+
+// What a client is told when no route can take its request now.
+func TestAcquireErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		err        error
+		wantStatus int
+		wantCode   string
+		wantRetry  string
+	}{
+		{engine.ErrNoRoute, 503, "no_route", ""},
+		{engine.ErrBusy, 503, "busy", ""},
+		{engine.ErrNoMatch, 503, "no_matching_route", ""},
+		{engine.ErrSessionRestartRequired, 503, "session_restart_required", ""},
+		{engine.ErrPaced, 429, "paced", "1"},
+		{&guard.PaceError{Target: "s.com", Reason: "rate", RetryAfter: 2500 * time.Millisecond}, 429, "paced", "3"},
+	}
+	for _, tc := range tests {
+		w := httptest.NewRecorder()
+		acquireError(w, tc.err)
+		if w.Code != tc.wantStatus || w.Header().Get(headerError) != tc.wantCode || w.Header().Get("Retry-After") != tc.wantRetry {
+			t.Errorf("%v: %d %q Retry-After %q; want %d %q %q", tc.err, w.Code, w.Header().Get(headerError), w.Header().Get("Retry-After"), tc.wantStatus, tc.wantCode, tc.wantRetry)
+		}
+	}
 }

@@ -58,6 +58,8 @@ var sweepParams = map[string]func(*engine.Config, float64){
 	"eject_after":        func(c *engine.Config, v float64) { c.EjectAfter = int(v) },
 	"eject_time_s":       func(c *engine.Config, v float64) { c.EjectTime = time.Duration(v * float64(time.Second)) },
 	"cooldown_cap_s":     func(c *engine.Config, v float64) { c.CooldownCap = time.Duration(v * float64(time.Second)) },
+	"pace_start":         func(c *engine.Config, v float64) { c.PaceStart = v; c.PaceMax = max(c.PaceMax, v) },
+	"pace_growth":        func(c *engine.Config, v float64) { c.PaceGrowth = v },
 }
 
 // ParseSweep parses "param=v1,v2,…".

@@ -137,6 +137,8 @@ func (r *runner) loop(progress func(int)) {
 			if r.finishAttempt(ev.worker) && progress != nil {
 				progress(1)
 			}
+		case evRetry:
+			r.attempt(ev.worker)
 		}
 	}
 }
@@ -164,8 +166,12 @@ func (r *runner) startTask(i int) bool {
 	return true
 }
 
-// attempt sends the worker's next attempt, or fails the task when the
-// policy offers nothing.
+// noRouteWait is how long a client told that no route can carry its
+// request now waits before asking again.
+const noRouteWait = time.Second
+
+// attempt sends the worker's next attempt; when the policy offers nothing,
+// it asks again after noRouteWait, or fails the task past its deadline.
 func (r *runner) attempt(i int) {
 	wk := &r.workers[i]
 	if len(wk.avoid) >= r.w.Routes() {
@@ -177,6 +183,12 @@ func (r *runner) attempt(i int) {
 	}
 	route, ticket, ok := r.p.Pick(Epoch.Add(r.now), wk.target, session, wk.avoid)
 	if !ok {
+		// No route can take it now (a gateway's 503): the client waits and
+		// asks again while the task's deadline allows.
+		if r.now-wk.started+noRouteWait < r.load.TaskDeadline {
+			r.queue.push(event{at: r.now + noRouteWait, worker: i, kind: evRetry})
+			return
+		}
 		r.endTask(i, false)
 		return
 	}
@@ -291,6 +303,7 @@ type eventKind uint8
 const (
 	evStart eventKind = iota // a worker takes its next task
 	evDone                   // a worker's attempt completes
+	evRetry                  // a worker asks again for a route after none was offered
 	evTick                   // the policy's timed work
 )
 
