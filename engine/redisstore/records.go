@@ -70,7 +70,8 @@ return {1, nv}
 `)
 
 // AddRoute implements engine.HealthStore. The route's shared records
-// arrive with the next resync.
+// arrive with the first resync, or, for a route added while running (a
+// reload), with one started at once.
 func (s *Store) AddRoute(slot int32, id string) {
 	s.names.mu.Lock()
 	for len(s.names.routes) <= int(slot) {
@@ -85,6 +86,10 @@ func (s *Store) AddRoute(slot int32, id string) {
 	}
 	s.routes[slot] = &routeState{id: id}
 	s.routesMu.Unlock()
+	select {
+	case s.resyncSoon <- struct{}{}:
+	default:
+	}
 }
 
 // AddTarget implements engine.HealthStore. Pairs other processes wrote for

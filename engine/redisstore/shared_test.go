@@ -390,3 +390,20 @@ func TestSuccessesAreBatched(t *testing.T) {
 		t.Errorf("b has %d samples, want %d", h.Samples, cfg.RecoverAfter+n+2)
 	}
 }
+
+// A route added while running (a reload) gets its shared record at once,
+// not at the next periodic resync.
+func TestRouteAddedWhileRunning(t *testing.T) {
+	addr := redisAddr(t)
+	prefix := testPrefix(t, addr)
+	a := newStore(t, addr, prefix, Options{})
+	b := newStore(t, addr, prefix, Options{Resync: time.Hour})
+	a.AddRoute(0, "late")
+	cfg := engine.DefaultConfig()
+	a.Update(&cfg, engine.Key{Route: 0}, engine.Op{Kind: engine.OpObserve, Obs: engine.Observation{Class: engine.ProxyAuth}}, time.Now().UnixNano())
+	b.AddRoute(0, "late")
+	waitFor(t, "b reads the record of a route it was given late", func() bool {
+		h, _ := b.Read(engine.Key{Route: 0})
+		return h.State == engine.Cooling
+	})
+}

@@ -120,15 +120,16 @@ type Store struct {
 	flushes  keySet // records with successes waiting to be written
 	listener atomic.Pointer[func(engine.Key, engine.Health, bool, engine.Health)]
 
-	health   health
-	dirtyMu  sync.Mutex
-	dirty    map[engine.Key]bool // guarded by dirtyMu: records changed while degraded
-	stats    stats
-	pendMu   sync.Mutex
-	pending  map[string]map[int32]record // guarded by pendMu: remote pairs of targets not announced yet, by target name then route slot
-	stopOnce sync.Once
-	stop     chan struct{}
-	ready    chan struct{} // closed by Run once subscribed and resynced
+	health     health
+	dirtyMu    sync.Mutex
+	dirty      map[engine.Key]bool // guarded by dirtyMu: records changed while degraded
+	stats      stats
+	pendMu     sync.Mutex
+	pending    map[string]map[int32]record // guarded by pendMu: remote pairs of targets not announced yet, by target name then route slot
+	stopOnce   sync.Once
+	stop       chan struct{}
+	ready      chan struct{} // closed by Run once subscribed and resynced
+	resyncSoon chan struct{} // a route was added: resync without waiting for the period
 }
 
 var (
@@ -141,14 +142,15 @@ var (
 func New(rdb *redis.Client, opts Options) *Store {
 	opts = opts.withDefaults()
 	s := &Store{
-		rdb:     rdb,
-		opts:    opts,
-		origin:  rand.Text()[:12],
-		channel: opts.Prefix + ":changes",
-		dirty:   make(map[engine.Key]bool),
-		pending: make(map[string]map[int32]record),
-		stop:    make(chan struct{}),
-		ready:   make(chan struct{}),
+		rdb:        rdb,
+		opts:       opts,
+		origin:     rand.Text()[:12],
+		channel:    opts.Prefix + ":changes",
+		dirty:      make(map[engine.Key]bool),
+		pending:    make(map[string]map[int32]record),
+		stop:       make(chan struct{}),
+		ready:      make(chan struct{}),
+		resyncSoon: make(chan struct{}, 1),
 	}
 	s.health.wake = make(chan struct{}, 1)
 	s.names.init()
@@ -212,8 +214,13 @@ func (s *Store) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); s.notes.deliver(ctx, s.listener.Load) }()
-	// Subscribed before the first resync, so no change falls between them.
+	// Subscribed before the first resync, so no change falls between them;
+	// the first resync covers the routes announced so far.
 	sub := s.subscribe(ctx)
+	select {
+	case <-s.resyncSoon:
+	default:
+	}
 	go func() { defer wg.Done(); s.receive(ctx, sub) }()
 	s.resync(ctx)
 	close(s.ready)

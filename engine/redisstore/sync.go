@@ -230,6 +230,10 @@ func (s *Store) maintain(ctx context.Context) {
 			if !s.health.degraded.Load() {
 				s.resync(ctx)
 			}
+		case <-s.resyncSoon:
+			if !s.health.degraded.Load() {
+				s.resync(ctx)
+			}
 		case <-s.health.wake:
 		case <-retry.C:
 		}
@@ -336,8 +340,11 @@ func (s *Store) resync(ctx context.Context) error {
 
 // readRecords reads the record keys among keys, in one pipeline.
 func (s *Store) readRecords(ctx context.Context, keys []string) error {
-	type named struct{ route, target string }
-	var want []named
+	type read struct {
+		route, target string
+		cmd           *redis.SliceCmd
+	}
+	var reads []read
 	pipe := s.rdb.Pipeline()
 	for _, key := range keys {
 		route, target, ok := s.parseRecordKey(key)
@@ -347,19 +354,17 @@ func (s *Store) readRecords(ctx context.Context, keys []string) error {
 		if _, known := s.names.slot(route); !known {
 			continue
 		}
-		want = append(want, named{route, target})
-		pipe.HMGet(ctx, key, "v", "h")
+		reads = append(reads, read{route, target, pipe.HMGet(ctx, key, "v", "h")})
 	}
-	if len(want) == 0 {
+	if len(reads) == 0 {
 		return nil
 	}
-	cmds, err := pipe.Exec(ctx)
-	if err != nil && !errors.Is(err, context.Canceled) {
+	if _, err := pipe.Exec(ctx); err != nil && ctx.Err() == nil {
 		s.failed(err)
 		return err
 	}
-	for i, cmd := range cmds {
-		vals, err := cmd.(interface{ Result() ([]any, error) }).Result()
+	for _, rd := range reads {
+		vals, err := rd.cmd.Result()
 		if err != nil || len(vals) != 2 || vals[0] == nil || vals[1] == nil {
 			continue // expired between the scan and the read
 		}
@@ -369,7 +374,7 @@ func (s *Store) readRecords(ctx context.Context, keys []string) error {
 		if err != nil || h.UnmarshalBinary([]byte(enc)) != nil {
 			continue
 		}
-		s.applyRecord(want[i].route, want[i].target, record{h: h, ver: ver})
+		s.applyRecord(rd.route, rd.target, record{h: h, ver: ver})
 	}
 	return nil
 }

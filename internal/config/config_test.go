@@ -387,3 +387,10 @@ func TestEnvUsers(t *testing.T) {
 		})
 	}
 }
+
+func TestConfigFileMustBeRegular(t *testing.T) {
+	t.Parallel()
+	if _, err := Load(Source{Path: "/dev/zero", Env: []string{}}); err == nil || !strings.Contains(err.Error(), "/dev/zero: not a regular file") {
+		t.Fatalf("Load(/dev/zero): %v", err)
+	}
+}

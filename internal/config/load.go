@@ -79,6 +79,9 @@ func oneLine(s string) string {
 	return b.String()
 }
 
+// maxConfigFile bounds a config file; proxy lists go in routes.file.
+const maxConfigFile = 4 << 20
+
 // Load reads, overrides, resolves and validates a configuration. The first
 // mistake found is returned as an *Error (a malformed proxy list as the
 // route parser's "file:line: reason").
@@ -86,8 +89,8 @@ func Load(src Source) (*Config, error) {
 	var data []byte
 	if src.Path != "" {
 		var err error
-		if data, err = os.ReadFile(src.Path); err != nil {
-			return nil, fmt.Errorf("config: %w", err)
+		if data, err = readRegular(src.Path, maxConfigFile); err != nil {
+			return nil, fmt.Errorf("%s: %w", src.Path, err)
 		}
 	}
 	return load(src, data)

@@ -66,7 +66,7 @@ func (s *Secret) resolve(env func(string) (string, bool)) error {
 		s.value = v
 	case strings.HasPrefix(s.ref, "file:"):
 		path := strings.TrimPrefix(s.ref, "file:")
-		b, err := readSecretFile(path)
+		b, err := readRegular(path, maxSecretFile)
 		if err != nil {
 			// The error names the path, never the content.
 			return fmt.Errorf("cannot read %s: %v", path, err)
@@ -81,20 +81,20 @@ func (s *Secret) resolve(env func(string) (string, bool)) error {
 	return nil
 }
 
-// maxSecretFile bounds a secret file: no password or token is longer, and
-// a reference to a device such as /dev/zero must not hang start-up.
+// maxSecretFile bounds a secret file: no password or token is longer.
 const maxSecretFile = 64 << 10
 
-// readSecretFile reads a regular file of at most maxSecretFile bytes.
-func readSecretFile(path string) ([]byte, error) {
+// readRegular reads a regular file of at most limit bytes: a reference to
+// a device such as /dev/zero, or a FIFO, must not hang start-up.
+func readRegular(path string, limit int64) ([]byte, error) {
 	fi, err := os.Stat(path)
 	switch {
 	case err != nil:
 		return nil, errReason(err)
 	case !fi.Mode().IsRegular():
 		return nil, errors.New("not a regular file")
-	case fi.Size() > maxSecretFile:
-		return nil, fmt.Errorf("larger than %d bytes", maxSecretFile)
+	case fi.Size() > limit:
+		return nil, fmt.Errorf("larger than %d bytes", limit)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
