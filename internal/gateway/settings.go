@@ -31,7 +31,7 @@ func (g *Gateway) Update(routes []*route.Route, users map[string]User, targets *
 	old := g.current.Load()
 	next := &settings{exits: make(map[string]*exit, len(routes)), users: newAccounts(users), targets: targets, paces: targets.Paces()}
 	for _, r := range routes {
-		if _, ok := g.engine.Route(r.ID); !ok {
+		if _, ok := g.engine.RouteSpec(r.ID); !ok {
 			return fmt.Errorf("gateway: route %s is not known to the engine", r.ID)
 		}
 		if _, dup := next.exits[r.ID]; dup {
