@@ -3,6 +3,7 @@ package engine
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,10 +17,12 @@ import (
 // spreads instead of piling up.
 
 // targetPace is the pacing learned for one target's pairs. It is allocated
-// on the target's first 429: most sites never send one.
+// on the target's first 429: most sites never send one. Picks read the map
+// without a lock (copy-on-write): most pairs of even a paced target were
+// never limited, and a shared lock would be contended on every draw.
 type targetPace struct {
-	mu    sync.RWMutex
-	pairs map[int32]*pairPace // guarded by mu; by route slot; only pairs that had a 429
+	mu    sync.Mutex                          // serializes writers
+	pairs atomic.Pointer[map[int32]*pairPace] // by route slot; only pairs that had a 429
 }
 
 // pairPace is a token bucket (burst 1) at a learned rate.
@@ -49,10 +52,25 @@ func (p *pairPace) ready(c *Config, ns int64) bool {
 }
 
 // pair returns route slot's pacing toward the target, or nil.
-func (tp *targetPace) pair(slot int32) *pairPace {
-	tp.mu.RLock()
-	defer tp.mu.RUnlock()
-	return tp.pairs[slot]
+func (tp *targetPace) pair(slot int32) *pairPace { return (*tp.pairs.Load())[slot] }
+
+// newTargetPace returns an empty targetPace.
+func newTargetPace() *targetPace {
+	tp := &targetPace{}
+	empty := map[int32]*pairPace{}
+	tp.pairs.Store(&empty)
+	return tp
+}
+
+// edit replaces the pairs with a copy changed by fn. Caller holds mu.
+func (tp *targetPace) edit(fn func(map[int32]*pairPace)) {
+	old := *tp.pairs.Load()
+	next := make(map[int32]*pairPace, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	fn(next)
+	tp.pairs.Store(&next)
 }
 
 // learnPace cuts the rate of route slot toward t after a 429 at ns: to
@@ -63,15 +81,14 @@ func (e *Engine) learnPace(t *target, slot int32, ns int64) {
 	}
 	tp := t.pace.Load()
 	if tp == nil {
-		t.pace.CompareAndSwap(nil, &targetPace{pairs: make(map[int32]*pairPace)})
+		t.pace.CompareAndSwap(nil, newTargetPace())
 		tp = t.pace.Load()
 	}
 	p := tp.pair(slot)
 	if p == nil {
 		tp.mu.Lock()
-		if p = tp.pairs[slot]; p == nil {
-			p = &pairPace{rate: e.cfg.PaceStart, cut: ns, last: ns}
-			tp.pairs[slot] = p
+		if p = tp.pair(slot); p == nil {
+			tp.edit(func(m map[int32]*pairPace) { m[slot] = &pairPace{rate: e.cfg.PaceStart, cut: ns, last: ns} })
 			tp.mu.Unlock()
 			return
 		}
@@ -118,12 +135,19 @@ func (e *Engine) takePace(t *target, slot int32, ns int64) {
 func (tp *targetPace) evict(c *Config, ns int64) {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
-	for slot, p := range tp.pairs {
+	var grown []int32
+	for slot, p := range *tp.pairs.Load() {
 		p.mu.Lock()
-		grown := p.current(c, ns) >= c.PaceMax
-		p.mu.Unlock()
-		if grown {
-			delete(tp.pairs, slot)
+		if p.current(c, ns) >= c.PaceMax {
+			grown = append(grown, slot)
 		}
+		p.mu.Unlock()
+	}
+	if len(grown) > 0 {
+		tp.edit(func(m map[int32]*pairPace) {
+			for _, slot := range grown {
+				delete(m, slot)
+			}
+		})
 	}
 }

@@ -165,10 +165,7 @@ func TestPaceEviction(t *testing.T) {
 	e := newTestEngine(t, Config{MaxRemovedShare: -1}, 3)
 	lease429(t, e, start, "r0", "s.com", []string{"r1", "r2"}, time.Millisecond)
 	tracked := func() int {
-		tp := e.target("s.com").pace.Load()
-		tp.mu.RLock()
-		defer tp.mu.RUnlock()
-		return len(tp.pairs)
+		return len(*e.target("s.com").pace.Load().pairs.Load())
 	}
 	e.Sweep(start.Add(time.Minute)) // an eviction pass: r0 is still held
 	if tracked() != 1 {
