@@ -18,7 +18,7 @@ var builtinFiles embed.FS
 // one failure mode each to the pool at scale.
 var builtinNames = []string{
 	"mixed", "target-bans", "rate-limited", "outage", "flapping",
-	"soft-ban", "auth-mix", "site-down", "slow-vs-fast", "large",
+	"soft-ban", "flaky-403", "auth-mix", "site-down", "slow-vs-fast", "large",
 }
 
 // BuiltinNames lists the built-in scenarios in the order bench runs them.

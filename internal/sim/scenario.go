@@ -111,7 +111,7 @@ var kindSpecs = []kindSpec{
 	{kind: KindBlackhole, exit: true},
 	{kind: KindErrors, required: []string{"p"}},
 	{kind: KindAuth, exit: true},
-	{kind: KindBan},
+	{kind: KindBan, optional: []string{"p"}},
 	{kind: KindRatelimit, required: []string{"rps"}, optional: []string{"retry_after"}},
 	{kind: KindSoftban, optional: []string{"p"}},
 	{kind: KindSlow, required: []string{"factor"}, exit: true},
@@ -559,7 +559,7 @@ func (d *leafDecoder) behaviour(p string, bf *behaviourFile) Behaviour {
 		}
 	}
 	var defaultP float64
-	if kind == KindSoftban {
+	if kind == KindSoftban || kind == KindBan {
 		defaultP = 1
 	}
 	var retryAfter time.Duration

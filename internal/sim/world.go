@@ -266,7 +266,10 @@ func (w *scenarioWorld) Attempt(route, target int, now time.Duration, rng *rand.
 		}
 		switch r.Kind {
 		case KindBan:
-			return answer(engine.Blocked)
+			// A ban always answers; a flaky firewall (p < 1) now and then.
+			if r.P >= 1 || rng.Float64() < r.P {
+				return answer(engine.Blocked)
+			}
 		case KindRatelimit:
 			if retry, limited := r.buckets[route-g.first].take(r, now); limited {
 				res := answer(engine.RateLimited)
@@ -316,13 +319,11 @@ func (w *scenarioWorld) Bad(route, target int, now time.Duration) bool {
 			continue
 		}
 		switch r.Kind {
-		case KindBan:
-			return true
 		case KindRatelimit:
 			if now < r.buckets[route-g.first].penalty {
 				return true
 			}
-		case KindSoftban, KindErrors:
+		case KindBan, KindSoftban, KindErrors:
 			if r.P >= 0.5 {
 				return true
 			}
@@ -371,7 +372,7 @@ func (w *scenarioWorld) Faults() []Fault {
 						add(name, r.target, r.From, r.Until)
 					}
 				case KindRatelimit: // trips under load, not on a schedule
-				case KindSoftban, KindErrors:
+				case KindBan, KindSoftban, KindErrors:
 					if r.P >= 0.5 {
 						add(name, r.target, r.From, r.Until)
 					}
