@@ -35,8 +35,9 @@ func newGateways(t *testing.T, n int, routes ...string) []gateway {
 }
 
 // A failure burst reported through process A makes process B stop using
-// the route within the documented staleness (100 ms; the test allows more
-// for a loaded CI machine and logs what it measured).
+// the route within the documented staleness (100 ms; the test allows
+// seconds for a loaded CI machine and logs what it measured:
+// BenchmarkPropagation measures it).
 func TestPropagation(t *testing.T) {
 	gs := newGateways(t, 2, "r1", "r2", "r3")
 	a, b := gs[0], gs[1]
@@ -55,8 +56,8 @@ func TestPropagation(t *testing.T) {
 		if st, _ := b.e.Route("r1"); st.Health.State == engine.Cooling && st.Weight == 0 {
 			break
 		}
-		if time.Since(start) > time.Second {
-			t.Fatal("B still weighs r1 a second after A cooled it")
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("B still weighs r1 10 s after A cooled it")
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -197,10 +197,10 @@ func TestSharedMaxInflight(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for i, r := range results {
-		if r.Granted == 0 || r.Violations != 0 {
-			t.Errorf("process %d: %d leases granted, %d times over max_inflight=1", i, r.Granted, r.Violations)
-		}
+	// Fairness is not promised: on a loaded machine one process may hold
+	// the route for the other's whole run.
+	if granted := results[0].Granted + results[1].Granted; granted == 0 || results[0].Violations+results[1].Violations != 0 {
+		t.Errorf("two processes: %+v; want leases granted and never two held at once", results)
 	}
 }
 
@@ -345,13 +345,14 @@ func TestSharedUpdatesAcrossProcesses(t *testing.T) {
 	}
 }
 
-// waitFor polls cond for up to 2 s.
+// waitFor polls cond for up to 10 s: milliseconds when the machine is
+// idle, seconds when CI loads it.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 2s", what)
+			t.Fatalf("%s: not within 10s", what)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

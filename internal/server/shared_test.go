@@ -72,7 +72,7 @@ func TestSharedStateAcrossGateways(t *testing.T) {
 		if st, _ := a.Engine().Route("dead"); st.Health.State != engine.Cooling {
 			t.Fatalf("gateway A left the dead route %v", st.Health.State)
 		}
-		deadline := time.Now().Add(2 * time.Second)
+		deadline := time.Now().Add(10 * time.Second)
 		for st, _ := b.Engine().Route("dead"); st.Health.State != engine.Cooling; st, _ = b.Engine().Route("dead") {
 			if time.Now().After(deadline) {
 				t.Fatalf("gateway B still has the dead route %v", st.Health.State)
