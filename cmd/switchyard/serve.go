@@ -67,7 +67,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 	fs.Bool("block-private-networks", false, "refuse loopback, private, link-local, metadata and multicast destinations (default: on unless --listen is a loopback address)")
 	fs.String("allow-cidr", "", "destination ranges exempt from --block-private-networks (comma-separated)")
 	fs.String("log-format", "text", "format of the log on stderr, request lines included: text or json")
-	fs.String("state", "memory", "where health state lives: memory, or redis://host:port/db shared by several gateways (a password belongs in SWITCHYARD_STATE_URL)")
+	fs.String("state", "memory", "where health state lives: memory, or redis://host:port/db (redis-cluster://host:port?addr=… for a cluster) shared by several gateways (a password belongs in SWITCHYARD_STATE_URL)")
 	fs.String("state-prefix", "switchyard", "Redis key prefix, one per deployment")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -102,7 +102,8 @@ func (o Options) withDefaults() Options {
 // Store is an engine.Store on Redis. Start it with Run; Close stops it.
 type Store struct {
 	// immutable after New
-	rdb     *redis.Client
+	rdb     redis.UniversalClient // a *redis.Client or a *redis.ClusterClient
+	addr    string                // for logs: the server, or the cluster's first node
 	opts    Options
 	origin  string // this process's id in notifications: its own are skipped
 	channel string
@@ -137,12 +138,22 @@ var (
 	_ engine.Notifier = (*Store)(nil)
 )
 
-// New returns a store over the client's Redis. Nothing is sent until the
-// engine announces routes; call Run to receive other processes' changes.
-func New(rdb *redis.Client, opts Options) *Store {
+// New returns a store over the client's Redis: a single server
+// (*redis.Client) or a Redis Cluster (*redis.ClusterClient; each script
+// touches one slot). Nothing is sent until the engine announces routes;
+// call Run to receive other processes' changes.
+func New(rdb redis.UniversalClient, opts Options) *Store {
 	opts = opts.withDefaults()
+	addr := ""
+	switch c := rdb.(type) {
+	case *redis.Client:
+		addr = c.Options().Addr
+	case *redis.ClusterClient:
+		addr = "cluster " + strings.Join(c.Options().Addrs, ",")
+	}
 	s := &Store{
 		rdb:        rdb,
+		addr:       addr,
 		opts:       opts,
 		origin:     rand.Text()[:12],
 		channel:    opts.Prefix + ":changes",
@@ -160,27 +171,45 @@ func New(rdb *redis.Client, opts Options) *Store {
 	return s
 }
 
-// Open connects to the Redis at url (redis://[:password@]host:port/db, or
-// rediss:// for TLS) and returns a store over it. An unreachable server is
-// not an error: the store starts degraded and catches up when it answers.
+// Open connects to the Redis at url and returns a store over it:
+// redis://[:password@]host:port/db (rediss:// for TLS) for one server, or
+// redis-cluster://[:password@]host:port?addr=host2:port2&addr=… (and
+// rediss-cluster://) for a Redis Cluster, seeded by those nodes. An
+// unreachable server is not an error: the store starts degraded and
+// catches up when it answers.
 func Open(url string, opts Options) (*Store, error) {
+	opts = opts.withDefaults()
+	// A failed call degrades at once (MaxRetries -1) and the health loop
+	// retries. Waiting for a pooled connection is this process's own
+	// congestion, not Redis failing: it gets longer before it counts.
+	dial, pool := max(opts.Timeout, 500*time.Millisecond), max(10*opts.Timeout, time.Second)
+	// The parsers' errors quote the URL, password included: never pass them on.
+	if rest, ok := strings.CutPrefix(url, "redis-cluster://"); ok {
+		return openCluster("redis://"+rest, opts, dial, pool)
+	}
+	if rest, ok := strings.CutPrefix(url, "rediss-cluster://"); ok {
+		return openCluster("rediss://"+rest, opts, dial, pool)
+	}
 	o, err := redis.ParseURL(url)
 	if err != nil {
-		// ParseURL's errors quote the URL, password included.
-		return nil, errors.New("redisstore: not a redis:// URL (redis://[:password@]host:port/db)")
+		return nil, errors.New("redisstore: not a Redis URL (redis://[:password@]host:port/db, or redis-cluster://host:port?addr=host:port)")
 	}
-	opts = opts.withDefaults()
-	o.DialTimeout = max(opts.Timeout, 500*time.Millisecond)
-	o.ReadTimeout, o.WriteTimeout = opts.Timeout, opts.Timeout
-	// Waiting for a pooled connection is this process's own congestion,
-	// not Redis failing: give it longer before the call counts as failed.
-	o.PoolTimeout = max(10*opts.Timeout, time.Second)
-	o.MaxRetries = -1 // a failed call degrades at once; the health loop retries
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout, o.MaxRetries = dial, opts.Timeout, opts.Timeout, pool, -1
 	return New(redis.NewClient(o), opts), nil
 }
 
-// Addr is the server's address, for logs (never the password).
-func (s *Store) Addr() string { return s.rdb.Options().Addr }
+func openCluster(url string, opts Options, dial, pool time.Duration) (*Store, error) {
+	o, err := redis.ParseClusterURL(url)
+	if err != nil {
+		return nil, errors.New("redisstore: not a Redis Cluster URL (redis-cluster://[:password@]host:port?addr=host:port&addr=…)")
+	}
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout, o.MaxRetries = dial, opts.Timeout, opts.Timeout, pool, -1
+	return New(redis.NewClusterClient(o), opts), nil
+}
+
+// Addr is the server's address, or the cluster's seed nodes, for logs
+// (never the password).
+func (s *Store) Addr() string { return s.addr }
 
 // Close stops Run and closes the client.
 func (s *Store) Close() error {

@@ -318,15 +318,29 @@ func (s *Store) merge(k engine.Key) error {
 const resyncBatch = 512
 
 // resync reads every record of the deployment and takes those newer than
-// the local ones: it heals notifications lost to a disconnect.
+// the local ones: it heals notifications lost to a disconnect. A cluster
+// is scanned node by node.
 func (s *Store) resync(ctx context.Context) error {
+	var err error
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return s.scan(ctx, node)
+		})
+	} else {
+		err = s.scan(ctx, s.rdb)
+	}
+	if err != nil && ctx.Err() == nil {
+		s.failed(err)
+	}
+	return err
+}
+
+// scan reads the records c holds, resyncBatch keys a round trip.
+func (s *Store) scan(ctx context.Context, c redis.Cmdable) error {
 	var cursor uint64
 	for {
-		keys, next, err := s.rdb.Scan(ctx, cursor, s.opts.Prefix+":{*", resyncBatch).Result()
+		keys, next, err := c.Scan(ctx, cursor, s.opts.Prefix+":{*", resyncBatch).Result()
 		if err != nil {
-			if ctx.Err() == nil {
-				s.failed(err)
-			}
 			return err
 		}
 		if err := s.readRecords(ctx, keys); err != nil {
@@ -360,7 +374,6 @@ func (s *Store) readRecords(ctx context.Context, keys []string) error {
 		return nil
 	}
 	if _, err := pipe.Exec(ctx); err != nil && ctx.Err() == nil {
-		s.failed(err)
 		return err
 	}
 	for _, rd := range reads {

@@ -141,9 +141,10 @@ type Pacing struct {
 
 // State says where the engine's shared state lives (SPEC §3).
 type State struct {
-	// URL is "memory" (this process alone) or a Redis URL,
-	// redis://[:password@]host:port/db (rediss:// for TLS), shared by
-	// every gateway process pointed at it. Default "memory".
+	// URL is "memory" (this process alone) or a Redis URL shared by every
+	// gateway process pointed at it: redis://[:password@]host:port/db
+	// (rediss:// for TLS), or redis-cluster://host:port?addr=host:port&…
+	// for a Redis Cluster. Default "memory".
 	URL string `toml:"url"`
 	// Prefix starts every Redis key: one per deployment. Default
 	// "switchyard".

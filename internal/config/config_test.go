@@ -65,7 +65,7 @@ func TestLoadErrors(t *testing.T) {
 		{"admin token from a missing file", "[admin]\ntoken = \"file:/nonexistent/token\"\n", nil, nil, "admin.token: cannot read /nonexistent/token: no such file or directory"},
 		{"admin token from a device", "[admin]\ntoken = \"file:/dev/zero\"\n", nil, nil, "admin.token: cannot read /dev/zero: not a regular file"},
 		{"routes file a device", "[routes]\nfile = \"/dev/zero\"\n", nil, nil, "routes.file: /dev/zero: not a regular file"},
-		{"state url", "[state]\nurl = \"postgres://u:Sekr1tPw@h/db\"\n", nil, nil, `:4: state.url: want "memory" or redis://`},
+		{"state url", "[state]\nurl = \"postgres://u:Sekr1tPw@h/db\"\n", nil, nil, `:4: state.url: want "memory", redis://`},
 		{"state prefix", "[state]\nprefix = \"a b\"\n", nil, nil, `state.prefix: "a b": letters, digits`},
 		{"state timeout", "[state]\ntimeout = \"0s\"\n", nil, nil, "state.timeout: must be positive"},
 		{"pacing bound", "[pacing]\nmax_targets = 0\n", nil, nil, "pacing.max_targets: must be positive"},

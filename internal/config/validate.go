@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 
 	"golang.org/x/crypto/bcrypt"
@@ -170,9 +171,9 @@ func (l *loader) checkState() error {
 	st := l.c.State
 	if st.Shared() {
 		u, err := url.Parse(st.URL)
-		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+		if err != nil || !slices.Contains([]string{"redis", "rediss", "redis-cluster", "rediss-cluster"}, u.Scheme) || u.Host == "" {
 			// The URL may hold a password: never quote it.
-			return l.errAt("state.url", `want "memory" or redis://[:password@]host:port/db`)
+			return l.errAt("state.url", `want "memory", redis://[:password@]host:port/db or redis-cluster://host:port?addr=host:port`)
 		}
 	}
 	switch {
