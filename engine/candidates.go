@@ -1,6 +1,9 @@
 package engine
 
-import "math"
+import (
+	"math"
+	"time"
+)
 
 // Candidates is what a Picker chooses from: the routes matching a request's
 // hard constraints, weighted for its target. It lives on the caller's stack
@@ -20,8 +23,10 @@ type Candidates struct {
 	Panic    bool // exclusions lifted because too few routes are eligible
 	Fallback bool // nothing was eligible: drawing the least bad
 	// Paced is set when a draw passed over a route held to the rate it
-	// learned from the target's 429s.
-	Paced bool
+	// learned from the target's 429s; PacedWait is the shortest wait of
+	// those it passed over.
+	Paced     bool
+	PacedWait time.Duration
 }
 
 // candidates prepares c for req, choosing the index of the most selective
@@ -85,8 +90,10 @@ func (c *Candidates) Draw() (slot int32, weight float64, ok bool) {
 		}
 		// A pair at the rate it learned from 429s stays out even in panic
 		// and fallback: sending it more only earns another 429.
-		if !c.e.paceReady(c.t, s, c.ns) {
-			c.Paced = true
+		if wait := c.e.paceWait(c.t, s, c.ns); wait > 0 {
+			if !c.Paced || wait < c.PacedWait {
+				c.Paced, c.PacedWait = true, wait
+			}
 			continue
 		}
 		// Rejection sampling: accepting with probability f makes the draw

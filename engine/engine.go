@@ -350,14 +350,14 @@ func (e *Engine) Acquire(now time.Time, req Request) (Lease, error) {
 		if !ok {
 			if req.Strict {
 				if c.Paced {
-					return Lease{}, ErrPaced
+					return Lease{}, &PacedError{RetryAfter: c.PacedWait}
 				}
 				return Lease{}, ErrNoRoute
 			}
 			c.fallback()
 			if slot, ok = c.best(); !ok {
 				if c.Paced {
-					return Lease{}, ErrPaced
+					return Lease{}, &PacedError{RetryAfter: c.PacedWait}
 				}
 				return Lease{}, ErrNoRoute
 			}
@@ -399,8 +399,8 @@ func (e *Engine) acquireSession(ns int64, t *target, slot int32, req *Request) (
 	if r == nil || !r.config.Load().labels.Matches(req.Labels) || !e.usable(r, t) {
 		return Lease{}, ErrSessionRestartRequired
 	}
-	if !e.paceReady(t, slot, ns) {
-		return Lease{}, ErrPaced // the exit is fine, only not yet ready again
+	if wait := e.paceWait(t, slot, ns); wait > 0 {
+		return Lease{}, &PacedError{RetryAfter: wait} // the exit is fine, only not yet ready again
 	}
 	l, ok := e.lease(ns, r, t, req, false)
 	if !ok {

@@ -51,6 +51,28 @@ func (p *pairPace) ready(c *Config, ns int64) bool {
 	return p.tokens >= 1
 }
 
+// wait is how long after ns the bucket holds a token again. Caller holds
+// mu and has refilled it to ns (ready).
+func (p *pairPace) wait(c *Config, ns int64) time.Duration {
+	if p.tokens >= 1 {
+		return 0
+	}
+	return time.Duration((1 - p.tokens) / p.current(c, ns) * float64(time.Second))
+}
+
+// PacedError is ErrPaced with how long until the first of the target's
+// routes may take a request again.
+type PacedError struct {
+	RetryAfter time.Duration
+}
+
+func (e *PacedError) Error() string {
+	return ErrPaced.Error() + "; one is ready in " + e.RetryAfter.Round(time.Millisecond).String()
+}
+
+// Is makes errors.Is(err, ErrPaced) hold.
+func (e *PacedError) Is(target error) bool { return target == ErrPaced }
+
 // pair returns route slot's pacing toward the target, or nil.
 func (tp *targetPace) pair(slot int32) *pairPace { return (*tp.pairs.Load())[slot] }
 
@@ -100,19 +122,23 @@ func (e *Engine) learnPace(t *target, slot int32, ns int64) {
 	p.cut, p.tokens, p.last = ns, 0, ns
 }
 
-// paceReady reports whether route slot may take a request toward t at ns.
-func (e *Engine) paceReady(t *target, slot int32, ns int64) bool {
+// paceWait is how long route slot must wait before it may take a request
+// toward t at ns: 0 when it may now.
+func (e *Engine) paceWait(t *target, slot int32, ns int64) time.Duration {
 	tp := t.pace.Load()
 	if tp == nil {
-		return true
+		return 0
 	}
 	p := tp.pair(slot)
 	if p == nil {
-		return true
+		return 0
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.ready(&e.cfg, ns)
+	if p.ready(&e.cfg, ns) {
+		return 0
+	}
+	return max(p.wait(&e.cfg, ns), time.Nanosecond)
 }
 
 // takePace spends route slot's token toward t for a lease at ns.

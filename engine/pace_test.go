@@ -127,8 +127,10 @@ func TestPacedPairsArePassedOver(t *testing.T) {
 			}
 			e.Report(late, l, Outcome{Class: OK})
 		}
-		if _, err := e.Acquire(late, req); !errors.Is(err, ErrPaced) {
-			t.Errorf("%+v with every pair at its rate: %v, want ErrPaced", req, err)
+		_, err := e.Acquire(late, req)
+		pe, ok := errors.AsType[*PacedError](err)
+		if !errors.Is(err, ErrPaced) || !ok || pe.RetryAfter <= 0 || pe.RetryAfter > time.Second {
+			t.Errorf("%+v with every pair at its rate: %v, want ErrPaced with a wait under 1 s", req, err)
 		}
 	}
 }

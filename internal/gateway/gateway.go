@@ -525,7 +525,11 @@ func acquireError(w http.ResponseWriter, err error) {
 		return
 	case errors.Is(err, engine.ErrPaced):
 		// The exits are at the rates the target's own 429s taught.
-		tooSoon(w, &guard.PaceError{Reason: "learned", RetryAfter: time.Second})
+		wait := time.Second
+		if pe, ok := errors.AsType[*engine.PacedError](err); ok {
+			wait = pe.RetryAfter
+		}
+		tooSoon(w, &guard.PaceError{Reason: "learned", RetryAfter: wait})
 		return
 	}
 	fail(w, http.StatusServiceUnavailable, code, "switchyard: "+code)

@@ -168,6 +168,7 @@ func TestAcquireErrors(t *testing.T) {
 		{engine.ErrNoMatch, 503, "no_matching_route", ""},
 		{engine.ErrSessionRestartRequired, 503, "session_restart_required", ""},
 		{engine.ErrPaced, 429, "paced", "1"},
+		{&engine.PacedError{RetryAfter: 2300 * time.Millisecond}, 429, "paced", "3"},
 		{&guard.PaceError{Target: "s.com", Reason: "rate", RetryAfter: 2500 * time.Millisecond}, 429, "paced", "3"},
 	}
 	for _, tc := range tests {

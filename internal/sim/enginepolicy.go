@@ -26,6 +26,7 @@ type enginePolicy struct {
 	events *engine.Subscription
 	buf    []engine.Event
 
+	retryIn         time.Duration // after a Pick that offered nothing: when a route will be ready, if the engine knows
 	falseEjections  int
 	restarts        map[string]int // client session → restarts so far
 	sessionRestarts int
@@ -85,7 +86,11 @@ func (p *enginePolicy) Pick(now time.Time, target int, session string, avoid []i
 		req.Session = p.sessionID(session)
 		l, err = p.e.Acquire(now, req)
 	}
+	p.retryIn = 0
 	if err != nil {
+		if pe, ok := errors.AsType[*engine.PacedError](err); ok {
+			p.retryIn = pe.RetryAfter
+		}
 		return 0, 0, false
 	}
 	var ticket uint64
@@ -107,6 +112,9 @@ func (p *enginePolicy) sessionID(session string) string {
 	}
 	return session
 }
+
+// RetryIn implements retryHinter.
+func (p *enginePolicy) RetryIn() time.Duration { return p.retryIn }
 
 // SessionRestarts implements sessionCounter.
 func (p *enginePolicy) SessionRestarts() int { return p.sessionRestarts }

@@ -167,8 +167,15 @@ func (r *runner) startTask(i int) bool {
 }
 
 // noRouteWait is how long a client told that no route can carry its
-// request now waits before asking again.
+// request now waits before asking again, unless the policy says when one
+// will be ready (retryHinter).
 const noRouteWait = time.Second
+
+// retryHinter is a Policy that, after offering no route, can say when it
+// will have one.
+type retryHinter interface {
+	RetryIn() time.Duration
+}
 
 // attempt sends the worker's next attempt; when the policy offers nothing,
 // it asks again after noRouteWait, or fails the task past its deadline.
@@ -183,10 +190,15 @@ func (r *runner) attempt(i int) {
 	}
 	route, ticket, ok := r.p.Pick(Epoch.Add(r.now), wk.target, session, wk.avoid)
 	if !ok {
-		// No route can take it now (a gateway's 503): the client waits and
-		// asks again while the task's deadline allows.
-		if r.now-wk.started+noRouteWait < r.load.TaskDeadline {
-			r.queue.push(event{at: r.now + noRouteWait, worker: i, kind: evRetry})
+		// No route can take it now (a gateway's 503, or 429 with the
+		// Retry-After the policy knows): the client waits and asks again
+		// while the task's deadline allows.
+		wait := noRouteWait
+		if h, ok := r.p.(retryHinter); ok && h.RetryIn() > 0 {
+			wait = h.RetryIn()
+		}
+		if r.now-wk.started+wait < r.load.TaskDeadline {
+			r.queue.push(event{at: r.now + wait, worker: i, kind: evRetry})
 			return
 		}
 		r.endTask(i, false)
