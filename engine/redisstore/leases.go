@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -15,15 +16,17 @@ import (
 // does not hold capacity past its leases' TTL. KEYS[1]: the route's leases,
 // a sorted set of lease ids by expiry (ms). ARGV: the time the lease is
 // taken (ms, the engine's clock, as the expiries are), max_inflight,
-// expiry (ms), lease id.
+// expiry (ms), lease id, and how long the set must live for this lease (ms).
+// The set's own TTL is relative, so it does not depend on the engine's
+// clock agreeing with Redis's.
 var leaseScript = redis.NewScript(`
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1])
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
 	return 0
 end
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[4])
-if redis.call('PEXPIRETIME', KEYS[1]) < tonumber(ARGV[3]) then
-	redis.call('PEXPIREAT', KEYS[1], ARGV[3])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[5]) then
+	redis.call('PEXPIRE', KEYS[1], ARGV[5])
 end
 return 1
 `)
@@ -75,7 +78,7 @@ func (s *Store) Lease(rec engine.LeaseRecord, maxInflight int32) (engine.LeaseRe
 	default:
 		ctx, cancel := s.call()
 		ok, err := leaseScript.Run(ctx, s.rdb, []string{s.leaseKey(r.id)},
-			rec.Taken/1e6, maxInflight, rec.Expires/1e6, s.leaseMember(rec.ID)).Int()
+			rec.Taken/1e6, maxInflight, rec.Expires/1e6, s.leaseMember(rec.ID), leaseKeyTTL(rec).Milliseconds()).Int()
 		cancel()
 		switch {
 		case err != nil:
@@ -100,6 +103,12 @@ func (s *Store) Lease(rec engine.LeaseRecord, maxInflight int32) (engine.LeaseRe
 	s.leases.byID[rec.ID] = lease{rec: rec, shared: shared}
 	s.leases.mu.Unlock()
 	return rec, true
+}
+
+// leaseKeyTTL is how long a route's lease set must live for rec: its
+// lease's term and a minute's grace for clocks a little apart.
+func leaseKeyTTL(rec engine.LeaseRecord) time.Duration {
+	return max(time.Duration(rec.Expires-rec.Taken), 0) + time.Minute
 }
 
 // reserve takes one of max in-flight places on count, if one is free.
