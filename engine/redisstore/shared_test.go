@@ -414,3 +414,18 @@ func TestRouteAddedWhileRunning(t *testing.T) {
 		return h.State == engine.Cooling
 	})
 }
+
+// An engine whose clock is behind Redis's (a simulator's virtual time, a
+// replay) still gets max_inflight: the lease set's TTL does not come from
+// the engine's clock. Regression: it expired at once and lifted the limit.
+func TestLeasesOnAnEngineClockBehind(t *testing.T) {
+	a, _, _, _ := pair(t)
+	past := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	rec := engine.LeaseRecord{Route: 0, Taken: past, Expires: past + int64(time.Minute)}
+	if _, ok := a.Lease(rec, 1); !ok {
+		t.Fatal("first lease refused")
+	}
+	if _, ok := a.Lease(rec, 1); ok {
+		t.Fatal("max_inflight=1 let a second lease through on an engine clock in the past")
+	}
+}
