@@ -74,11 +74,7 @@ return {1, nv}
 // reload), with one started at once.
 func (s *Store) AddRoute(slot int32, id string) {
 	s.names.mu.Lock()
-	for len(s.names.routes) <= int(slot) {
-		s.names.routes = append(s.names.routes, "")
-	}
-	s.names.routes[slot] = id
-	s.names.slots[id] = slot
+	s.names.routes.set(slot, id)
 	s.names.mu.Unlock()
 	s.routesMu.Lock()
 	for len(s.routes) <= int(slot) {
@@ -96,11 +92,7 @@ func (s *Store) AddRoute(slot int32, id string) {
 // the target before this one knew it are moved into the local model.
 func (s *Store) AddTarget(n int32, name string) {
 	s.names.mu.Lock()
-	for len(s.names.targets) <= int(n) {
-		s.names.targets = append(s.names.targets, "")
-	}
-	s.names.targets[n] = name
-	s.names.numbers[name] = n
+	s.names.targets.set(n, name)
 	s.names.mu.Unlock()
 	s.pendMu.Lock()
 	waiting := s.pending[name]

@@ -267,47 +267,61 @@ func (s *Store) call() (context.Context, context.CancelFunc) {
 // are made of, and back.
 type names struct {
 	mu      sync.RWMutex
-	routes  []string         // guarded by mu: by slot
-	slots   map[string]int32 // guarded by mu
-	targets []string         // guarded by mu: by number
-	numbers map[string]int32 // guarded by mu
+	routes  nameTable // guarded by mu: by slot
+	targets nameTable // guarded by mu: by target number
 }
 
 func (n *names) init() {
-	n.slots = make(map[string]int32)
-	n.numbers = make(map[string]int32)
+	n.routes.numbers = make(map[string]int32)
+	n.targets.numbers = make(map[string]int32)
 }
 
 func (n *names) route(slot int32) string {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
-	if int(slot) < len(n.routes) {
-		return n.routes[slot]
-	}
-	return ""
+	return n.routes.name(slot)
 }
 
 func (n *names) target(num int32) string {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
-	if int(num) < len(n.targets) {
-		return n.targets[num]
-	}
-	return ""
+	return n.targets.name(num)
 }
 
 func (n *names) slot(id string) (int32, bool) {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
-	s, ok := n.slots[id]
-	return s, ok
+	slot, ok := n.routes.numbers[id]
+	return slot, ok
 }
 
 func (n *names) number(name string) (int32, bool) {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
-	num, ok := n.numbers[name]
+	num, ok := n.targets.numbers[name]
 	return num, ok
+}
+
+// nameTable numbers names both ways. The caller guards it.
+type nameTable struct {
+	byNumber []string
+	numbers  map[string]int32
+}
+
+func (t *nameTable) set(n int32, name string) {
+	for len(t.byNumber) <= int(n) {
+		t.byNumber = append(t.byNumber, "")
+	}
+	t.byNumber[n] = name
+	t.numbers[name] = n
+}
+
+// name is number n's name, or "".
+func (t *nameTable) name(n int32) string {
+	if n >= 0 && int(n) < len(t.byNumber) {
+		return t.byNumber[n]
+	}
+	return ""
 }
 
 // Keys. A route's records and leases share the hash tag of its id, so each
