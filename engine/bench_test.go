@@ -12,7 +12,7 @@ import (
 // targets, a third of them cooling.
 func benchPool(b *testing.B, routes int) (*Engine, []string) {
 	b.Helper()
-	e, err := New(Config{}, nil)
+	e, err := New(Config{UncheckedCandidates: true}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func BenchmarkAcquireReportParallel(b *testing.B) {
 // BenchmarkPairMemory reports the heap held per route×target record.
 func BenchmarkPairMemory(b *testing.B) {
 	const routes = 1000
-	e, err := New(Config{}, nil)
+	e, err := New(Config{UncheckedCandidates: true}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -115,8 +115,8 @@ func BenchmarkPairMemory(b *testing.B) {
 		route, target := ids[i%routes], targets[i/routes]
 		// Two successes per ban keep the target's failure share under the
 		// incident threshold, so every ban creates its pair record.
-		e.Feedback(start, route, target, Outcome{Class: OK})
-		e.Feedback(start, route, target, Outcome{Class: OK})
+		e.Feedback(start, route, target, okOutcome)
+		e.Feedback(start, route, target, okOutcome)
 		e.Feedback(start, route, target, Outcome{Class: Blocked})
 	}
 	b.StopTimer()
@@ -137,7 +137,7 @@ func BenchmarkPairMemory(b *testing.B) {
 // BenchmarkTargetMemory reports the heap held per interned target that has
 // only seen successes: a crawler meets millions of sites.
 func BenchmarkTargetMemory(b *testing.B) {
-	e, err := New(Config{}, nil)
+	e, err := New(Config{UncheckedCandidates: true}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func BenchmarkTargetMemory(b *testing.B) {
 	runtime.ReadMemStats(&before)
 	b.ResetTimer()
 	for _, name := range names {
-		e.Feedback(start, "r0", name, Outcome{Class: OK})
+		e.Feedback(start, "r0", name, okOutcome)
 	}
 	b.StopTimer()
 	runtime.GC()

@@ -53,10 +53,16 @@ func (e *Engine) candidates(c *Candidates, ns int64, t *target, req *Request) er
 	if all == 0 {
 		return ErrNoRoute
 	}
+	// Routes waiting for their first check are not judged yet: they count
+	// neither way, unless nothing else is left (a gateway just started).
+	judged := all - c.index.pendingCount()
+	if judged <= 0 {
+		judged = all
+	}
 	if p := e.cfg.PanicThreshold; p > 0 {
-		if float64(eligible) < p*float64(all) {
+		if float64(eligible) < p*float64(judged) {
 			c.Panic, c.all, c.ignorePairs = true, true, true
-		} else if float64(eligible-int(t.excluded.Load())) < p*float64(all) {
+		} else if float64(eligible-int(t.excluded.Load())) < p*float64(judged) {
 			c.Panic, c.ignorePairs = true, true
 		}
 	}
@@ -71,29 +77,18 @@ func (c *Candidates) fallback() {
 
 // Draw returns a route drawn with probability proportional to its weight
 // for this request's target, and that weight. It fails when maxDraws draws
-// found nothing acceptable.
+// found nothing acceptable and the pool is too large to scan.
 func (c *Candidates) Draw() (slot int32, weight float64, ok bool) {
 	for range maxDraws {
 		s, w, all, ok := c.index.sample(c.e.rng.Uint64(), c.all)
 		if !ok {
 			return 0, 0, false
 		}
-		if !c.matches(c.e.routes.get(s)) {
-			continue
-		}
 		if c.all {
 			w = all
 		}
-		f := c.e.targetFactor(s, c.t, c.ignorePairs, c.ns)
-		if f <= 0 {
-			continue
-		}
-		// A pair at the rate it learned from 429s stays out even in panic
-		// and fallback: sending it more only earns another 429.
-		if wait := c.e.paceWait(c.t, s, c.ns); wait > 0 {
-			if !c.Paced || wait < c.PacedWait {
-				c.Paced, c.PacedWait = true, wait
-			}
+		f, acceptable := c.factor(s)
+		if !acceptable {
 			continue
 		}
 		// Rejection sampling: accepting with probability f makes the draw
@@ -104,7 +99,63 @@ func (c *Candidates) Draw() (slot int32, weight float64, ok bool) {
 		}
 		return s, w * f, true
 	}
+	if c.e.routes.len() <= maxScan {
+		return c.scan()
+	}
 	return 0, 0, false
+}
+
+// maxScan is the largest pool whose draw falls back to a scan when
+// rejection sampling fails. Failing draws mean the acceptable routes carry
+// a tiny share of the weight: in a pool of three, the two fast exits the
+// request already tried. A large pool rarely has so few acceptable routes
+// left, and scanning it would cost more than the pick is worth.
+const maxScan = 1024
+
+// factor is what route slot's weight is multiplied by for this request:
+// its target factor, ok false when it may not carry the request at all
+// (its labels, avoided, excluded for the target, or paced).
+func (c *Candidates) factor(s int32) (f float64, ok bool) {
+	if !c.matches(c.e.routes.get(s)) {
+		return 0, false
+	}
+	if f = c.e.targetFactor(s, c.t, c.ignorePairs, c.ns); f <= 0 {
+		return 0, false
+	}
+	// A pair at the rate it learned from 429s stays out even in panic and
+	// fallback: sending it more only earns another 429.
+	if wait := c.e.paceWait(c.t, s, c.ns); wait > 0 {
+		if !c.Paced || wait < c.PacedWait {
+			c.Paced, c.PacedWait = true, wait
+		}
+		return 0, false
+	}
+	return f, true
+}
+
+// scan draws by weight × factor over every route in the index: exact, and
+// O(pool), for small pools only.
+func (c *Candidates) scan() (slot int32, weight float64, ok bool) {
+	total := 0.0
+	for s := range c.e.routes.len() {
+		w, all := c.index.weight(s)
+		if c.all {
+			w = all
+		}
+		if w <= 0 {
+			continue
+		}
+		f, acceptable := c.factor(s)
+		if !acceptable {
+			continue
+		}
+		// A one-slot weighted reservoir keeps the draw proportional.
+		total += w * f
+		if unitFloat(c.e.rng.Uint64())*total < w*f {
+			slot, weight, ok = s, w*f, true
+		}
+	}
+	return slot, weight, ok
 }
 
 // best draws a few routes and keeps the heaviest: the least-bad fallback.
@@ -165,15 +216,26 @@ func (c *Candidates) matches(r *route) bool {
 // exclusion a panic lifted.
 const liftedPairFactor = 0.05
 
-// targetFactor is route slot's weight factor for target t: 1 without a pair
-// record, 0 while the pair is excluded (unless ignorePairs), otherwise its
-// target score^γ with suspect and slow-start terms.
+// targetFactor is route slot's weight factor for target t: 1 without a
+// pair record, 0 while the pair is excluded (unless ignorePairs),
+// otherwise its success term^(Gamma·Sharpness) with suspect and slow-start
+// terms, and the ratio of the route's latency to the pair's when the pair
+// is slower than the route (docs/design/005-cost.md). A pair faster than
+// its route gets no bonus: rejection sampling cannot raise a weight.
 func (e *Engine) targetFactor(slot int32, t *target, ignorePairs bool, ns int64) float64 {
 	h, ok := e.store.Read(Key{Route: slot, Target: t.n})
 	if !ok {
 		return 1
 	}
-	f := math.Pow(h.targetFactor(&e.cfg), e.cfg.Gamma) * h.slowStart(&e.cfg, ns)
+	f := math.Pow(h.targetFactor(&e.cfg), e.cfg.Gamma*e.cfg.Sharpness) * h.slowStart(&e.cfg, ns)
+	if h.LatencyAt != 0 {
+		g, _ := e.store.Read(Key{Route: slot})
+		route := g.latencyEstimate(e.typical(), &e.cfg, ns)
+		// The pair's own estimate ages toward its route's, not the pool's.
+		if pair := h.latencyEstimate(route, &e.cfg, ns); pair > route && route > 0 {
+			f *= math.Pow(route/pair, e.cfg.Sharpness)
+		}
+	}
 	switch {
 	case !h.State.Usable():
 		if !ignorePairs || h.State == Cooling && h.Cause == RateLimited {

@@ -8,11 +8,11 @@ import (
 
 // healthCodecVersion is the first byte of an encoded Health; bump it when
 // the layout changes so a shared store never misreads an old record.
-const healthCodecVersion = 1
+const healthCodecVersion = 2
 
 // healthSize is the encoded size of a Health record.
 const healthSize = 1 + // version
-	8 + 8 + 4 + 2 + 2 + 8 + 8 + // evidence
+	8 + 8 + 8 + 4 + 4 + 4 + 2 + 2 + 8 + 8 + // evidence
 	8 + 4*windowBuckets + // window
 	1 + 4 + 8 + 8 + 1 + 5 // state machine
 
@@ -23,6 +23,9 @@ func (h *Health) MarshalBinary() ([]byte, error) {
 	b = append(b, healthCodecVersion)
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(h.Success))
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(h.Latency))
+	b = binary.LittleEndian.AppendUint64(b, uint64(h.LatencyAt))
+	b = binary.LittleEndian.AppendUint32(b, math.Float32bits(h.TTFB.Mean))
+	b = binary.LittleEndian.AppendUint32(b, math.Float32bits(h.TTFB.Var))
 	b = binary.LittleEndian.AppendUint32(b, h.Samples)
 	b = binary.LittleEndian.AppendUint16(b, h.ConsecFail)
 	b = binary.LittleEndian.AppendUint16(b, h.ConsecOK)
@@ -58,6 +61,9 @@ func (h *Health) UnmarshalBinary(b []byte) error {
 	var d Health
 	d.Success = math.Float64frombits(u64())
 	d.Latency = math.Float64frombits(u64())
+	d.LatencyAt = int64(u64())
+	d.TTFB.Mean = math.Float32frombits(u32())
+	d.TTFB.Var = math.Float32frombits(u32())
 	d.Samples = u32()
 	d.ConsecFail = u16()
 	d.ConsecOK = u16()
@@ -78,8 +84,9 @@ func (h *Health) UnmarshalBinary(b []byte) error {
 	if d.State >= numStates || d.Cause >= numClasses {
 		return fmt.Errorf("engine: health record: invalid state %d or class %d", d.State, d.Cause)
 	}
-	if !(d.Success >= 0 && d.Success <= 1) || !(d.Latency >= 0 && d.Latency <= math.MaxFloat64) {
-		return fmt.Errorf("engine: health record: success %v or latency %v out of range", d.Success, d.Latency)
+	if !(d.Success >= 0 && d.Success <= 1) || !(d.Latency >= 0 && d.Latency <= math.MaxFloat64) ||
+		!(d.TTFB.Var >= 0 && d.TTFB.Var <= math.MaxFloat32) || math.IsNaN(float64(d.TTFB.Mean)) || math.IsInf(float64(d.TTFB.Mean), 0) {
+		return fmt.Errorf("engine: health record: success %v, latency %v or time to answer %v out of range", d.Success, d.Latency, d.TTFB)
 	}
 	*h = d
 	return nil

@@ -12,11 +12,30 @@ type Config struct {
 
 	// Alpha is the EWMA weight of the newest sample. Default 0.3.
 	Alpha float64
-	// Gamma sharpens scores in the selection weight (score^Gamma). Default 2.
+	// Gamma sharpens the success probability in a route's cost: the
+	// expected time to a valid answer is latency × (in-flight + 1) ÷
+	// score^Gamma (docs/design/005-cost.md). Default 2.
 	Gamma float64
-	// LatencyRef is the success latency at which the latency term halves a
-	// score: term = LatencyRef / (LatencyRef + latency). Default 1s.
-	LatencyRef time.Duration
+	// Sharpness is how strongly selection prefers cheaper routes: a route
+	// is drawn with weight cost^-Sharpness. Default 2.
+	Sharpness float64
+	// LatencyDecay is how fast the peak-EWMA latency forgets a spike once
+	// faster samples come (as Finagle's decayTime). Default 10s.
+	LatencyDecay time.Duration
+	// LatencyForget is how fast a route's latency estimate, without new
+	// samples, returns to the pool's typical latency: a slow exit that lost
+	// its traffic is tried again in time. Default 1m.
+	LatencyForget time.Duration
+	// DeadlineFactor × the 99th percentile of a route's time to an answer
+	// (of its pair with the target when known, else the slower of the
+	// route's and the target's) is an attempt's deadline, clamped between
+	// DeadlineFloor and the Request's Timeout. Defaults 3 and 1s.
+	DeadlineFactor float64
+	DeadlineFloor  time.Duration
+	// UncheckedCandidates lets a new route take users' traffic before its
+	// first probe has passed. By default a candidate is probed first (a
+	// neutral probe) and ramps up by slow start after it passes.
+	UncheckedCandidates bool
 	// Prior is the score assumed before any evidence. Default 0.6.
 	Prior float64
 	// PriorSamples is how many samples weigh as much as the prior, so a
@@ -88,17 +107,22 @@ type Config struct {
 	IncidentShare  float64
 	IncidentWindow time.Duration
 
-	// After its first 429 a route×target pair is held to PaceStart
-	// requests/s; each further 429 halves its current rate, down to
-	// PaceFloor, and the rate grows by PaceGrowth a minute without one, up
-	// to PaceMax, where the pair is forgotten (pace.go). Negative PaceStart
-	// turns learned pacing off. Defaults 4, 0.05, 1.1 and 100.
+	// Learned pacing (pace.go): at a 429 a route×target pair is held to
+	// the rate the site admitted it at over the last PaceWindow, or, with
+	// too few requests counted, to PaceStart requests/s at its first 429
+	// and half its rate at each further one; a site that bans exits after
+	// bursts holds every pair under the tolerance its bans show. Rates are
+	// never under PaceFloor and grow by PaceGrowth a minute, up to
+	// PaceMax, where they are forgotten. Negative PaceStart turns learned
+	// pacing off. Defaults 4, 0.05, 1.1, 100 and 1m.
 	PaceStart  float64
 	PaceFloor  float64
 	PaceGrowth float64
 	PaceMax    float64
+	PaceWindow time.Duration
 
-	// Picker chooses among eligible routes. Default WeightedRandom.
+	// Picker chooses among eligible routes. Default PowerOfTwo (measured
+	// against WeightedRandom in docs/design/005-cost.md).
 	Picker Picker
 	// LeaseTTL is how long a lease lives before it is reaped as an
 	// ambiguous timeout. Default 2m.
@@ -158,7 +182,11 @@ func (c Config) normalize() (Config, error) {
 	}
 	setF(&c.Alpha, 0.3)
 	setF(&c.Gamma, 2)
-	setD(&c.LatencyRef, time.Second)
+	setF(&c.Sharpness, 2)
+	setD(&c.LatencyDecay, 10*time.Second)
+	setD(&c.LatencyForget, time.Minute)
+	setF(&c.DeadlineFactor, 3)
+	setD(&c.DeadlineFloor, time.Second)
 	setF(&c.Prior, 0.6)
 	setF(&c.PriorSamples, 5)
 	setD(&c.Window, time.Minute)
@@ -188,8 +216,9 @@ func (c Config) normalize() (Config, error) {
 	setF(&c.PaceFloor, 0.05)
 	setF(&c.PaceGrowth, 1.1)
 	setF(&c.PaceMax, 100)
+	setD(&c.PaceWindow, time.Minute)
 	if c.Picker == nil {
-		c.Picker = WeightedRandom{}
+		c.Picker = PowerOfTwo{}
 	}
 	setD(&c.LeaseTTL, 2*time.Minute)
 	setD(&c.SessionTTL, 10*time.Minute)
@@ -206,7 +235,11 @@ func (c *Config) validate() error {
 	}{
 		{"Alpha", c.Alpha > 0 && c.Alpha <= 1, "in (0, 1]"},
 		{"Gamma", c.Gamma > 0 && c.Gamma <= 16, "in (0, 16]"},
-		{"LatencyRef", c.LatencyRef > 0, "positive"},
+		{"Sharpness", c.Sharpness > 0 && c.Sharpness <= 16, "in (0, 16]"},
+		{"LatencyDecay", c.LatencyDecay > 0, "positive"},
+		{"LatencyForget", c.LatencyForget > 0, "positive"},
+		{"DeadlineFactor", c.DeadlineFactor >= 1, "at least 1"},
+		{"DeadlineFloor", c.DeadlineFloor > 0, "positive"},
 		{"Prior", c.Prior > 0 && c.Prior <= 1, "in (0, 1]"},
 		{"PriorSamples", c.PriorSamples > 0, "positive"},
 		{"Window", c.Window >= windowBuckets*time.Millisecond, "at least 6ms"},
@@ -234,6 +267,7 @@ func (c *Config) validate() error {
 		{"PaceFloor", c.PaceFloor > 0 && (c.PaceStart < 0 || c.PaceFloor <= c.PaceStart), "positive and at most PaceStart"},
 		{"PaceGrowth", c.PaceGrowth >= 1, "at least 1"},
 		{"PaceMax", c.PaceMax >= c.PaceStart, "at least PaceStart"},
+		{"PaceWindow", c.PaceWindow >= windowBuckets*time.Millisecond, "at least 6ms"},
 		{"LeaseTTL", c.LeaseTTL > 0, "positive"},
 		{"SessionTTL", c.SessionTTL > 0, "positive"},
 		{"PairTTL", c.PairTTL > 0, "positive"},

@@ -66,6 +66,13 @@ type Engine struct {
 	events    eventBus
 	slow      slowStarts
 	nextEvict atomic.Int64 // Unix ns of the next idle-pair eviction pass
+
+	// The pool's typical latency (float64 seconds, 0 until the first
+	// sample) and time to an answer: what a route without evidence of its
+	// own is assumed to take. Sweep keeps them (pool.go).
+	typicalLatency atomic.Uint64
+	typicalTTFB    atomicLogNormal
+	sweep          poolSweep
 }
 
 type route struct {
@@ -109,12 +116,19 @@ type target struct {
 	name string
 	n    int32
 
-	excluded atomic.Int32 // pairs of this target cooling or half-open
+	excluded atomic.Int32 // pairs of this target excluded by evidence (excludes)
 	// guard is allocated on the target's first incident-class failure: a
 	// crawler touches millions of sites and most never fail.
 	guard atomic.Pointer[incidentGuard]
 	// pace is allocated on the target's first 429 (pace.go).
 	pace atomic.Pointer[targetPace]
+	// ttfb is the target's time to an answer across routes: for the
+	// deadlines of routes without evidence of their own there, and its
+	// hedge delay.
+	ttfb atomicLogNormal
+	// leases counts the target's leases until it gets pacing state
+	// (pace.go's watchAfter).
+	leases atomic.Int32
 }
 
 // RouteSpec describes a route to the engine.
@@ -135,6 +149,9 @@ type Request struct {
 	// Strict refuses the least-bad fallback: when nothing is eligible,
 	// Acquire fails with ErrNoRoute instead.
 	Strict bool
+	// Timeout is the longest the caller lets one attempt run; it caps the
+	// lease's Deadline. 0: no deadline is computed.
+	Timeout time.Duration
 }
 
 // Lease is a route granted to one attempt. Report it exactly once.
@@ -147,6 +164,32 @@ type Lease struct {
 	Fallback bool // nothing was eligible: this is the least-bad route
 	Panic    bool // too few routes were eligible: exclusions were lifted
 	Incident bool // the target has an open incident
+	// Deadline is how long this attempt may wait for an answer before the
+	// silence is evidence (docs/design/005-cost.md): DeadlineFactor × the
+	// route's 99th percentile time to an answer for this target, clamped
+	// to [DeadlineFloor, Request.Timeout]; Request.Timeout when nothing is
+	// known yet, 0 when the request gave none.
+	Deadline time.Duration
+	// HedgeAfter is when an idempotent request still waiting on this
+	// attempt is worth a second one on another route: the later of the
+	// target's 95th percentile time to an answer across routes and this
+	// route's own 99th there, so a hedge goes out for an attempt late by
+	// what is known of both, not for every answer in the site's usual
+	// tail. 0 while nothing is known of the target, or without a Timeout.
+	HedgeAfter time.Duration
+}
+
+// Canceled is the class to report for this attempt when its caller gave
+// up after elapsed: Canceled, no evidence, before the lease's deadline;
+// after it, timeout, the class the caller would have reported had it cut
+// the attempt at the deadline (proxy_timeout when nothing came back): a
+// client whose own timeout is shorter than the gateway's must not hide a
+// silent exit.
+func (l Lease) Canceled(elapsed time.Duration, timeout Class) Class {
+	if l.Deadline > 0 && elapsed >= l.Deadline {
+		return timeout
+	}
+	return Canceled
 }
 
 // Outcome is the result of one attempt.
@@ -201,6 +244,10 @@ func (e *Engine) AddRoute(now time.Time, spec RouteSpec) error {
 	e.store.AddRoute(slot, spec.ID)
 	e.byID.loadOrStore(spec.ID, func() int32 { return slot })
 	e.refresh(r, now.UnixNano())
+	if h, _ := e.store.Read(Key{Route: slot}); h.State == Candidate && !e.cfg.UncheckedCandidates {
+		// Checked before users' traffic: a neutral probe first.
+		e.probes.push(ProbeJob{Route: r.id, Gen: h.Gen, Seq: h.ProbeOK, key: Key{Route: slot}})
+	}
 	return nil
 }
 
@@ -348,10 +395,14 @@ func (e *Engine) Acquire(now time.Time, req Request) (Lease, error) {
 		}
 		slot, ok := e.pick(&c)
 		if !ok {
+			// Routes that are fine but at the rates their target allows are
+			// worth a short wait; the least-bad fallback would send the
+			// request to the exits that had no rate to keep because they
+			// were excluded.
+			if c.Paced {
+				return Lease{}, &PacedError{RetryAfter: c.PacedWait}
+			}
 			if req.Strict {
-				if c.Paced {
-					return Lease{}, &PacedError{RetryAfter: c.PacedWait}
-				}
 				return Lease{}, ErrNoRoute
 			}
 			c.fallback()
@@ -426,12 +477,62 @@ func (e *Engine) lease(ns int64, r *route, t *target, req *Request, fallback boo
 		return Lease{}, false
 	}
 	e.refresh(r, ns)
+	if t.pace.Load() == nil && t.leases.Add(1) >= watchAfter {
+		e.watch(t)
+	}
 	e.takePace(t, r.slot, ns)
 	_, incident := e.store.Incident(t.n)
-	return Lease{
+	l := Lease{
 		ID: rec.ID, Route: r.id, Target: t.name, Session: req.Session,
 		Expires: time.Unix(0, rec.Expires), Fallback: fallback, Incident: incident,
-	}, true
+	}
+	l.Deadline, l.HedgeAfter = e.timing(r, t, req.Timeout)
+	return l, true
+}
+
+// timing is an attempt's deadline through r to t and its hedge delay (see
+// Lease). The route's time to an answer at t is its pair's when the pair
+// has one, else the slower of the route's and the target's, else the
+// pool's.
+func (e *Engine) timing(r *route, t *target, timeout time.Duration) (deadline, hedge time.Duration) {
+	if timeout <= 0 {
+		return 0, 0
+	}
+	site := t.ttfb.load()
+	var own time.Duration
+	if p, ok := e.store.Read(Key{Route: r.slot, Target: t.n}); ok && p.TTFB.Known() {
+		own = p.TTFB.Quantile(zP99)
+	} else {
+		g, _ := e.store.Read(Key{Route: r.slot})
+		own = max(g.TTFB.Quantile(zP99), site.Quantile(zP99))
+		if own == 0 {
+			own = e.typicalTTFB.load().Quantile(zP99)
+		}
+	}
+	if own == 0 {
+		return timeout, 0
+	}
+	deadline = min(max(time.Duration(e.cfg.DeadlineFactor*float64(own)), e.cfg.DeadlineFloor), timeout)
+	if site.Known() {
+		hedge = max(site.Quantile(zP95), own)
+	}
+	return deadline, hedge
+}
+
+// Retryable reports whether an attempt at target that failed with c is
+// worth another route: the rule table says so, and the target has no open
+// incident of that class — the site is failing everyone alike, and another
+// exit would only fail the same way.
+func (e *Engine) Retryable(target string, c Class) bool {
+	if !e.cfg.Rules.Rule(c).Retry {
+		return false
+	}
+	if t, ok := e.byName.load(target); ok {
+		if open, ok := e.store.Incident(t.n); ok && open == c {
+			return false
+		}
+	}
+	return true
 }
 
 // Report records the outcome of a leased attempt and frees its slot.
@@ -473,10 +574,44 @@ func (e *Engine) route(id string) *route {
 // observe applies one users'-traffic outcome. rec, when not nil, is the
 // lease it came from: its generations decide staleness.
 func (e *Engine) observe(ns int64, r *route, t *target, o Observation, rec *LeaseRecord) {
+	if o.Class == ProxyTimeout && rec != nil {
+		// Silence through an exit that answered other requests since this
+		// one left is not the exit's: it is alive, the target is not
+		// answering through it.
+		if g, _ := e.store.Read(Key{Route: r.slot}); g.LastSuccess > rec.Taken {
+			o.Class = TargetTimeout
+		}
+	}
 	rule := e.cfg.Rules.Rule(o.Class)
 	e.publishOutcome(ns, r, t, o, rec)
-	if o.Class == RateLimited {
-		e.learnPace(t, r.slot, ns)
+	switch o.Class {
+	case RateLimited:
+		taken := ns
+		if rec != nil {
+			taken = rec.Taken
+		}
+		e.learnRate(t, r.slot, ns, taken, o.RetryAfter)
+	case Blocked, ContentInvalid:
+		e.learnTolerance(t, r.slot, ns)
+	case OK:
+		e.served(t, r.slot, ns)
+		if rec != nil {
+			t.ttfb.observe(o.Latency.Seconds())
+		}
+		if o.Latency > 0 && e.typicalLatency.CompareAndSwap(0, math.Float64bits(o.Latency.Seconds())) {
+			// The first latency the pool has seen: the routes without
+			// evidence were weighed as if they took the unit and must be
+			// weighed again at the typical, once in the engine's life.
+			for slot := range e.routes.len() {
+				e.refresh(e.routes.get(slot), ns)
+			}
+		}
+	}
+	if o.Class == Canceled {
+		if rec != nil && o.Latency > 0 {
+			e.boundLatency(ns, r, t, o)
+		}
+		return
 	}
 	frozen := e.guardObserve(ns, r, t, o.Class, rule)
 	global := Op{Kind: OpObserve, Obs: o}
@@ -485,7 +620,7 @@ func (e *Engine) observe(ns int64, r *route, t *target, o Observation, rec *Leas
 		global.Gen, global.CheckGen = rec.RouteGen, true
 		pair.Gen, pair.CheckGen = rec.PairGen, true
 	}
-	if o.Class == OK || rule.Scope&ScopeRoute != 0 {
+	if (o.Class == OK || rule.Scope&ScopeRoute != 0) && !frozen {
 		if o.Class != OK {
 			global.Obs.Capped = e.capped()
 		}
@@ -502,12 +637,32 @@ func (e *Engine) observe(ns int64, r *route, t *target, o Observation, rec *Leas
 	}
 }
 
+// boundLatency records a canceled attempt's elapsed time as a lower bound
+// on its route's latency, and its pair's when there is one. Health.observe
+// only ever raises an estimate with it; most cancels are shorter than the
+// estimate and write nothing.
+func (e *Engine) boundLatency(ns int64, r *route, t *target, o Observation) {
+	for _, k := range []Key{{Route: r.slot}, {Route: r.slot, Target: t.n}} {
+		if h, ok := e.store.Read(k); ok && o.Latency.Seconds() > h.Latency {
+			if ch, ok := e.store.Update(&e.cfg, k, Op{Kind: OpObserve, Obs: o}, ns); ok {
+				if k.Global() {
+					e.handle(ns, r, nil, ch, o.Class)
+				} else {
+					e.handle(ns, r, t, ch, o.Class)
+				}
+			}
+		}
+	}
+}
+
 // capped reports whether one more removal would exceed MaxRemovedShare.
+// One route may always be removed, as Envoy ejects one host whatever its
+// max_ejection_percent: in a pool of three, one dead exit must go.
 func (e *Engine) capped() bool {
 	if e.cfg.MaxRemovedShare < 0 {
 		return false
 	}
-	return float64(e.removed.Load()+1) > e.cfg.MaxRemovedShare*float64(e.routes.len())
+	return float64(e.removed.Load()+1) > max(1, e.cfg.MaxRemovedShare*float64(e.routes.len()))
 }
 
 func (e *Engine) jitter() float64 { return unitFloat(e.rng.Uint64()) }
@@ -539,13 +694,7 @@ func (e *Engine) follow(ns int64, r *route, t *target, ch Change, cause Class) {
 	}
 	e.publishState(ns, r, t, ch, cause)
 	if t != nil {
-		if ch.From.Usable() != ch.To.Usable() {
-			if ch.To.Usable() {
-				t.excluded.Add(-1)
-			} else {
-				t.excluded.Add(1)
-			}
-		}
+		t.excluded.Add(excludes(ch.To, ch.Cause) - excludes(ch.From, ch.OldCause))
 	} else {
 		if removed(ch.From) != removed(ch.To) {
 			if removed(ch.To) {
@@ -578,6 +727,18 @@ func recordKey(r *route, t *target) Key {
 }
 
 func removed(s State) bool { return s == Cooling || s == HalfOpen || s == Ejected }
+
+// excludes is 1 when a pair in state s for cause c counts against its
+// target's share of usable routes (the target panic threshold), 0 if not.
+// A pair waiting out a 429's Retry-After is the site's pacing, not a
+// verdict on the exit: a site that rate-limits every exit must not put
+// its target in panic and lift its bans.
+func excludes(s State, c Class) int32 {
+	if s.Usable() || s == Cooling && c == RateLimited {
+		return 0
+	}
+	return 1
+}
 
 func targetName(t *target) string {
 	if t == nil {
@@ -613,24 +774,31 @@ func (e *Engine) refresh(r *route, ns int64) {
 
 // refreshLocked is refresh; the caller must hold r.wmu. The config is read
 // under wmu so the weights go to the indexes the route belongs to now.
+//
+// A route's weight is its speed, cost^-Sharpness, times its static weight
+// and slow-start ramp (docs/design/005-cost.md).
 func (e *Engine) refreshLocked(r *route, ns int64) {
 	rc := r.config.Load()
 	h, _ := e.store.Read(Key{Route: r.slot})
 	inflight := e.store.Inflight(r.slot)
 	full := rc.limit > 0 && inflight >= rc.limit
-	base := math.Pow(h.Score(&e.cfg), e.cfg.Gamma) * rc.static * h.slowStart(&e.cfg, ns) / float64(1+inflight)
+	cost := e.cost(&h, inflight, ns)
+	base := rc.static * h.slowStart(&e.cfg, ns) * math.Pow(cost, -e.cfg.Sharpness)
 	w, all := base, max(base, minWeight)
 	switch {
 	case full || h.State == Draining || (h.State == Ejected && h.Until == math.MaxInt64):
 		w, all = 0, 0
-	case !h.State.Usable():
+	case !h.State.Usable(), h.State == Candidate && !e.cfg.UncheckedCandidates:
 		w = 0
 	case h.State == Suspect:
 		w *= e.cfg.SuspectWeight
 	}
+	unchecked := h.State == Candidate && !e.cfg.UncheckedCandidates
 	e.pool.set(r.slot, w, all)
+	e.pool.markPending(r.slot, unchecked)
 	for _, x := range rc.indexes {
 		x.set(r.slot, w, all)
+		x.markPending(r.slot, unchecked)
 	}
 }
 

@@ -1,6 +1,9 @@
 package engine
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // windowBuckets is the number of buckets in the sliding failure window: the
 // window forgets a sixth of its span at a time (as grpc-go's outlier
@@ -10,11 +13,21 @@ const windowBuckets = 6
 // Evidence is what the engine has observed of one scope: a route globally, or
 // a route against one target. Times are Unix nanoseconds, 0 meaning never.
 type Evidence struct {
-	Success     float64 // EWMA of success, in [0, 1]
-	Latency     float64 // EWMA of success latency in seconds; failures never feed it
-	Samples     uint32  // outcomes observed (saturating)
-	ConsecFail  uint16  // failures since the last success (saturating)
-	ConsecOK    uint16  // successes since the last failure (saturating)
+	Success float64 // EWMA of success, in [0, 1]
+	// Latency is the peak-EWMA of the time attempts took, in seconds
+	// (docs/design/005-cost.md): it jumps to any slower sample and decays
+	// toward faster ones over Config.LatencyDecay. Successes feed it, and so
+	// do timeouts, whose elapsed time is a lower bound on what the exit
+	// would have taken; fast failures never do, so a 403 in 5ms never
+	// makes an exit look fast.
+	Latency   float64
+	LatencyAt int64 // when Latency last took a sample
+	// TTFB is the distribution of successes' time to the response, for
+	// attempt deadlines.
+	TTFB        LogNormal
+	Samples     uint32 // outcomes observed (saturating)
+	ConsecFail  uint16 // failures since the last success (saturating)
+	ConsecOK    uint16 // successes since the last failure (saturating)
 	LastSuccess int64
 	LastFailure int64
 	window      failWindow
@@ -27,9 +40,11 @@ type failWindow struct {
 	ok, fail [windowBuckets]uint16
 }
 
-// observe records one outcome at now. Only successes feed the latency EWMA:
-// a 403 answered in 5ms must not make an exit look fast.
-func (e *Evidence) observe(success bool, latency time.Duration, c *Config, now int64) {
+// observe records one outcome at now. timed says latency is a sample of
+// the scope's time to an answer: a success of users' traffic, or a
+// timeout, whose elapsed time is a lower bound. Other failures, and probes
+// (a TCP check takes nothing like a request), never feed latency.
+func (e *Evidence) observe(success, timed bool, latency time.Duration, c *Config, now int64) {
 	x := 0.0
 	if success {
 		x = 1
@@ -39,13 +54,13 @@ func (e *Evidence) observe(success bool, latency time.Duration, c *Config, now i
 	} else {
 		e.Success += c.Alpha * (x - e.Success)
 	}
-	if success {
-		s := latency.Seconds()
-		if e.LastSuccess == 0 {
-			e.Latency = s
-		} else {
-			e.Latency += c.Alpha * (s - e.Latency)
+	if timed {
+		e.observeLatency(latency.Seconds(), c, now)
+		if success {
+			e.TTFB.observe(latency.Seconds())
 		}
+	}
+	if success {
 		e.LastSuccess = now
 		e.ConsecFail = 0
 		e.ConsecOK = satInc16(e.ConsecOK)
@@ -60,21 +75,48 @@ func (e *Evidence) observe(success bool, latency time.Duration, c *Config, now i
 	e.window.add(success, now, bucketWidth(c))
 }
 
-// Score is the route-global score in [0, 1]: success × latency term, shrunk
-// toward the prior until PriorSamples outcomes make the evidence count.
-func (e *Evidence) Score(c *Config) float64 {
-	raw := e.Success
-	if e.LastSuccess != 0 {
-		ref := c.LatencyRef.Seconds()
-		raw *= ref / (ref + e.Latency)
+// observeLatency feeds one sample (seconds) to the peak-EWMA, as Finagle's
+// PeakEwma: a slower sample is taken at once, a faster one is mixed in with
+// a weight that grows with the time since the last sample, so the estimate
+// decays over LatencyDecay whatever the request rate.
+func (e *Evidence) observeLatency(s float64, c *Config, now int64) {
+	s = max(s, 1e-6) // a measured time of 0 is a clock too coarse, not an instant exit
+	if e.LatencyAt == 0 || s >= e.Latency {
+		e.Latency = s
+	} else {
+		w := math.Exp(-float64(max(now-e.LatencyAt, 0)) / float64(c.LatencyDecay))
+		e.Latency = e.Latency*w + s*(1-w)
 	}
-	return shrink(raw, float64(e.Samples), c.Prior, c.PriorSamples)
+	e.LatencyAt = max(e.LatencyAt, now)
 }
 
-// targetFactor is the route×target term of the selection weight: success
-// only (latency is already in the global score), shrunk toward 1 because a
-// pair record exists only after negative evidence and no record means no
-// complaint.
+// latencyEstimate is the latency estimate at now: Latency shrunk toward
+// prior (seconds, the pool's typical latency) as it ages over
+// LatencyForget, so that an exit that lost its traffic for being slow is
+// tried again in time and can win it back. Without latency evidence it is
+// prior.
+func (e *Evidence) latencyEstimate(prior float64, c *Config, now int64) float64 {
+	if e.LatencyAt == 0 {
+		return prior
+	}
+	if prior <= 0 {
+		return e.Latency
+	}
+	age := float64(max(now-e.LatencyAt, 0)) / float64(c.LatencyForget)
+	return prior + (e.Latency-prior)*math.Exp(-age)
+}
+
+// Score is the probability that an attempt through this scope gives a
+// valid answer: the success EWMA shrunk toward the prior until
+// PriorSamples outcomes make the evidence count, so a route that succeeded
+// once is not a veteran.
+func (e *Evidence) Score(c *Config) float64 {
+	return shrink(e.Success, float64(e.Samples), c.Prior, c.PriorSamples)
+}
+
+// targetFactor is the route×target success term of the selection weight,
+// shrunk toward 1 because a pair record exists only after negative
+// evidence (or a session) and no record means no complaint.
 func (e *Evidence) targetFactor(c *Config) float64 {
 	return shrink(e.Success, float64(e.Samples), 1, c.PriorSamples)
 }
@@ -116,6 +158,24 @@ func (w *failWindow) add(success bool, now, width int64) {
 	} else {
 		w.fail[idx] = satInc16(w.fail[idx])
 	}
+}
+
+// peak returns the highest rate, per second, of the ok side of one
+// bucket still inside the window at now, the busiest sixth of it: each
+// bucket's count over the part of it after since and before now, taken as
+// at least a second.
+func (w *failWindow) peak(now, width, since int64) float64 {
+	b, most := now/width, 0.0
+	for i := range int64(windowBuckets) {
+		bucket := w.head - i
+		if bucket <= b-windowBuckets || bucket < 0 {
+			break
+		}
+		from, to := max(bucket*width, since), min((bucket+1)*width, now)
+		span := max(float64(to-from), float64(time.Second)) / float64(time.Second)
+		most = max(most, float64(w.ok[bucket%windowBuckets])/span)
+	}
+	return most
 }
 
 // counts sums the buckets still inside the window at now, without mutating.

@@ -7,9 +7,10 @@ import (
 	"github.com/switchyard/switchyard/engine"
 )
 
-// A dead exit is found, cooled, probed and finally ejected, while traffic
-// flows through the others; time is passed in, so the example runs on a
-// virtual clock.
+// A dead exit fails the check every new route gets before users'
+// traffic, is probed again as its cooldowns expire and finally ejected,
+// while traffic flows through the others; time is passed in, so the
+// example runs on a virtual clock.
 func Example() {
 	e, err := engine.New(engine.Config{Seed: 1, MaxRemovedShare: -1}, nil)
 	if err != nil {
@@ -23,8 +24,12 @@ func Example() {
 	for range 600 {
 		now = now.Add(100 * time.Millisecond)
 		e.Sweep(now)
-		for _, job := range e.ProbeJobs(nil) {
-			e.ReportProbe(now, job, engine.Outcome{Class: engine.ProxyConnectFailed})
+		for _, job := range e.ProbeJobs(nil) { // the prober's work
+			probe := engine.Outcome{Class: engine.OK, Latency: 20 * time.Millisecond}
+			if job.Route == "exit-c" {
+				probe = engine.Outcome{Class: engine.ProxyConnectFailed}
+			}
+			e.ReportProbe(now, job, probe)
 		}
 		l, err := e.Acquire(now, engine.Request{Target: "example.com"})
 		if err != nil {
@@ -42,9 +47,7 @@ func Example() {
 		}
 	}
 	// Output:
-	// candidate → cooling   failure threshold
-	// cooling   → half_open cooldown expired
-	// half_open → cooling   probe failed
+	// candidate → cooling   probe failed
 	// cooling   → half_open cooldown expired
 	// half_open → cooling   probe failed
 	// cooling   → half_open cooldown expired

@@ -46,6 +46,7 @@ type Observation struct {
 // Change is what one call did to a record.
 type Change struct {
 	From, To           State
+	OldCause           Class // the cause of From
 	OldScore, NewScore float64
 	Gen                uint32
 	Reason             string // why the state changed; "" when it did not
@@ -67,12 +68,19 @@ func (h *Health) observe(o Observation, scope Scope, c *Config, now int64) Chang
 	success := o.Class == OK
 	failure := !success && (rule.Breaker || rule.AtOnce)
 	if !success && !failure && rule.Scope == ScopeNone {
-		if o.Probe && !o.Stale && h.State == HalfOpen {
+		if o.Probe && !o.Stale && (h.State == HalfOpen || h.State == Candidate) {
 			ch.Probe = true // a probe without evidence (canceled): ask again
+		}
+		if o.Class == Canceled && !o.Probe && o.Latency.Seconds() > h.Latency {
+			// An attempt given up on after it had run longer than the
+			// estimate (a hedge that lost, a client out of patience) says
+			// nothing of success but bounds the exit's time from below.
+			h.observeLatency(o.Latency.Seconds(), c, now)
 		}
 		return h.end(ch, c, scope)
 	}
-	h.Evidence.observe(success, o.Latency, c, now)
+	timed := !o.Probe && (success || rule.Timeout && o.Latency > 0)
+	h.Evidence.observe(success, timed, o.Latency, c, now)
 	if o.Stale {
 		return h.end(ch, c, scope)
 	}
@@ -113,16 +121,21 @@ func (h *Health) observe(o Observation, scope Scope, c *Config, now int64) Chang
 }
 
 func (h *Health) probeResult(success, failure bool, o Observation, scope Scope, c *Config, now int64, ch *Change) {
-	if h.State != HalfOpen {
+	// A half-open record is tested before it gets work again, and so is a
+	// new route before its first users' traffic (Config.UncheckedCandidates).
+	if h.State != HalfOpen && h.State != Candidate {
 		return // a late probe: the record has moved on
+	}
+	// A candidate has no failure to recover from: one check will do.
+	need, reason := c.ProbeSuccesses, "probes succeeded"
+	if h.State == Candidate {
+		need, reason = 1, "checked by a probe"
 	}
 	switch {
 	case success:
 		h.ProbeOK++
-		if int(h.ProbeOK) >= c.ProbeSuccesses {
-			h.FailedRecoveries = 0
-			h.move(Healthy, o.Class, now, "probes succeeded", ch)
-			h.SlowStart = true
+		if int(h.ProbeOK) >= need {
+			h.recover(o.Class, now, reason, ch)
 		} else {
 			ch.Probe = true // the next probe of this half-open period
 		}
@@ -141,7 +154,15 @@ func (h *Health) probeResult(success, failure bool, o Observation, scope Scope, 
 // no reports.
 func (h *Health) wake(c *Config, scope Scope, now int64) Change {
 	ch := h.begin(c, scope)
-	if (h.State == Cooling || h.State == Ejected) && now >= h.Until {
+	switch {
+	case h.State != Cooling && h.State != Ejected || now < h.Until:
+	case h.State == Cooling && h.Cause == RateLimited && scope == ScopeTarget:
+		// The site said when to come back, and a probe would only spend
+		// the request the pair's learned pace allows (pace.go): the pair
+		// returns, ramping up by slow start.
+		h.move(Healthy, h.Cause, now, "retry-after passed", &ch)
+		h.SlowStart = true
+	default:
 		h.move(HalfOpen, h.Cause, now, "cooldown expired", &ch)
 		h.ProbeOK = 0
 		ch.Probe = true
@@ -183,9 +204,7 @@ func (h *Health) apply(a action, cause Class, c *Config, scope Scope, now int64)
 		}
 	case actRestore:
 		if h.State != Healthy {
-			h.FailedRecoveries = 0
-			h.move(Healthy, h.Cause, now, "restored by operator", &ch)
-			h.SlowStart = true
+			h.recover(h.Cause, now, "restored by operator", &ch)
 		}
 	}
 	return h.end(ch, c, scope)
@@ -231,6 +250,18 @@ func cooldown(base time.Duration, level uint8, jitter float64, limit time.Durati
 	return exp - half + time.Duration(jitter*float64(half))
 }
 
+// recover returns the record to healthy, ramping up by slow start. The
+// failures behind the exclusion are over, as its probes (or an operator)
+// just showed: its success average starts afresh, or the record would
+// stay too cheap to draw for long after it has recovered; its latency
+// stays, and the slow start guards against a relapse.
+func (h *Health) recover(cause Class, now int64, reason string, ch *Change) {
+	h.FailedRecoveries = 0
+	h.Success, h.ConsecFail = 1, 0
+	h.move(Healthy, cause, now, reason, ch)
+	h.SlowStart = true
+}
+
 func (h *Health) eject(c *Config, cause Class, now int64, reason string, ch *Change) {
 	d := c.EjectCap
 	if h.Ejections < 40 && c.EjectTime<<h.Ejections < c.EjectCap {
@@ -254,7 +285,7 @@ func (h *Health) move(to State, cause Class, now int64, reason string, ch *Chang
 
 func (h *Health) begin(c *Config, scope Scope) Change {
 	s := h.score(c, scope)
-	return Change{From: h.State, OldScore: s}
+	return Change{From: h.State, OldCause: h.Cause, OldScore: s}
 }
 
 func (h *Health) end(ch Change, c *Config, scope Scope) Change {

@@ -35,6 +35,7 @@ type weightIndex struct {
 	eligible atomic.Int64 // slots with a positive eligible weight
 	all      atomic.Int64 // slots with a positive fallback weight
 	slots    atomic.Int64 // slots set and not removed since: the index's members
+	pending  atomic.Int64 // members marked pending: not yet judged, so not counted for panic
 
 	shards [numShards]indexShard
 }
@@ -45,6 +46,7 @@ type indexShard struct {
 
 	mu       sync.Mutex
 	seen     []bool    // guarded by mu; member positions (set, not removed since), len(seen) == eligible.sums.size()
+	pending  []bool    // guarded by mu; positions marked pending, len(pending) == len(seen)
 	eligible shardTree // guarded by mu, except its atomic total
 	all      shardTree // guarded by mu, except its atomic total
 }
@@ -76,6 +78,7 @@ func (x *weightIndex) set(slot int32, w, all float64) {
 		s.eligible.grow(i + 1)
 		s.all.grow(i + 1)
 		s.seen = append(s.seen, make([]bool, s.eligible.sums.size()-len(s.seen))...)
+		s.pending = append(s.pending, make([]bool, len(s.seen)-len(s.pending))...)
 	}
 	fresh := !s.seen[i]
 	s.seen[i] = true
@@ -108,16 +111,43 @@ func (x *weightIndex) remove(slot int32) {
 		return
 	}
 	s.seen[i] = false
+	wasPending := s.pending[i]
+	s.pending[i] = false
 	de := s.eligible.set(i, 0)
 	da := s.all.set(i, 0)
 	s.mu.Unlock()
 
 	x.slots.Add(-1)
+	if wasPending {
+		x.pending.Add(-1)
+	}
 	if de != 0 {
 		x.eligible.Add(de)
 	}
 	if da != 0 {
 		x.all.Add(da)
+	}
+}
+
+// markPending marks member slot as pending (a route not yet checked) or
+// not. A pending slot keeps the weights set gives it, but candidates leaves
+// it out of the share of eligible routes that decides panic: a hundred new
+// routes waiting for their first probe are no sign that the pool is
+// failing. Marking a slot that is not a member does nothing.
+func (x *weightIndex) markPending(slot int32, pending bool) {
+	s := &x.shards[slot%numShards]
+	i := int(slot / numShards)
+	s.mu.Lock()
+	if i >= len(s.seen) || !s.seen[i] || s.pending[i] == pending {
+		s.mu.Unlock()
+		return
+	}
+	s.pending[i] = pending
+	s.mu.Unlock()
+	if pending {
+		x.pending.Add(1)
+	} else {
+		x.pending.Add(-1)
 	}
 }
 
@@ -165,6 +195,9 @@ func (x *weightIndex) sample(r uint64, all bool) (slot int32, w, wAll float64, o
 func (x *weightIndex) counts() (eligible, all, slots int) {
 	return int(x.eligible.Load()), int(x.all.Load()), int(x.slots.Load())
 }
+
+// pendingCount returns the members marked pending.
+func (x *weightIndex) pendingCount() int { return int(x.pending.Load()) }
 
 // weight returns slot's current weights, (0, 0) for unknown slots.
 func (x *weightIndex) weight(slot int32) (w, all float64) {

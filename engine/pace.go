@@ -2,63 +2,186 @@ package engine
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Pacing learned from 429s. A site that rate-limits each exit answers 429
-// when one gets more than its share; cooling the pair for the Retry-After
-// is right, but the traffic it sheds lands on the other exits, which then
-// trip their limits too. So the engine also learns a rate per route×target
-// from its 429s — PaceStart at the first, halved at each one after, grown
-// back slowly while none comes — and passes over a pair that has used its
-// rate, as it does a route at max_inflight: the load spreads instead of
-// piling up (the rate-limited scenario: 77% → 100% completion). The rates
-// are this process's own, not shared through a store.
+// Pacing learned from the sites (docs/design/005-cost.md). Two kinds of
+// site punish an exit for sending too much, and cooling the pair is not
+// enough for either: the load it sheds lands on the other exits, which
+// trip in turn.
+//
+//   - A site that answers 429 when an exit goes over its rate. The pair is
+//     held to a rate: after a 429 while it was held, rateMargin of the rate
+//     it was held to, which its own pacing kept it under, so the limit is
+//     under it; after its first 429, rateMargin of the rate it was sending
+//     at, a guess from below (the 429 may have come of a burst). The rate
+//     grows by PaceGrowth a minute while it holds traffic back, and only
+//     drifts toward a rate that has tripped before.
+//   - A site that bans an exit for a while once it sends more than the site
+//     tolerates in a window (a 403 or captcha wave after a burst, no 429).
+//     A ban that comes to the exit that sent the most, while every exit
+//     that sent less is still served, says the site's tolerance lies
+//     between the two; a wave of such bans of toleranceBans exits within a
+//     sixth of a PaceWindow (one ban could be noise that happened to land
+//     there) holds every exit under it: at most that many requests a
+//     PaceWindow, spaced evenly. Once liftVolume requests went out under
+//     the hold, bans at more than liftShare of them say the bans were not
+//     about the count: the hold is lifted, and not learned again for
+//     PairTTL; rarer bans near the hold cut it.
+//
+// A pick passes over a pair that must wait as over a route at
+// max_inflight, even in panic and fallback. A target gets pacing state at
+// its first 429 or ban, or once it has taken watchAfter requests, so that
+// what each exit sent is counted before a wave of bans: most sites never
+// get one. The state is this process's: with shared state, each gateway
+// paces on its own.
 
-// targetPace is the pacing learned for one target's pairs. It is allocated
-// on the target's first 429: most sites never send one. Picks read the map
+// Constants of learned pacing.
+const (
+	// paceMinCount requests make a count worth reading.
+	paceMinCount = 3
+	// A pair is held to rateMargin of the rate its 429 showed, and every
+	// pair to toleranceMargin of a site's tolerance.
+	rateMargin      = 0.9
+	toleranceMargin = 0.8
+	// ceilingDrift is how long a rate held under one that tripped takes to
+	// grow by PaceGrowth toward it.
+	ceilingDrift = 10 * time.Minute
+	// pressGap is the longest gap between two times a pair's rate held a
+	// request back that still counts as one spell of pressure.
+	pressGap = 5 * time.Second
+	// A tolerance is lifted when, a PaceWindow after it was learned, more
+	// than liftShare of the requests sent under it still end in a ban,
+	// once liftVolume were sent.
+	liftShare  = 0.02
+	liftVolume = 50
+	// toleranceBans bans of the exit that sent the most make a wave.
+	toleranceBans = 3
+	// watchAfter requests to a target start counting what each exit sends.
+	watchAfter = 60
+	// freezeAfter exits with a 429 at one target freeze the others.
+	freezeAfter = 2
+)
+
+// targetPace is the pacing learned for one target. Picks read its pairs
 // without a lock (copy-on-write): most pairs of even a paced target were
 // never limited, and a shared lock would be contended on every draw.
 type targetPace struct {
 	mu    sync.Mutex                          // serializes writers
-	pairs atomic.Pointer[map[int32]*pairPace] // by route slot; only pairs that had a 429
+	pairs atomic.Pointer[map[int32]*pairPace] // by route slot: every pair leased since the target was paced
+
+	// tolerance is the requests per PaceWindow one exit may send, as
+	// float64 bits (0: none learned), tolAt when it was learned, and
+	// tolCeiling the fewest requests a window a ban came after, which the
+	// tolerance grows toward only by a slow drift (ceilingDrift). All are
+	// written under mu and read without it.
+	tolerance  atomic.Uint64
+	tolAt      atomic.Int64
+	tolCeiling atomic.Int64
+	sent       int   // guarded by mu: requests sent since tolAt + PaceWindow
+	bans       int   // guarded by mu: bans since tolAt + PaceWindow
+	holdOff    int64 // guarded by mu: no tolerance is learned before then
+	// tripped counts the exits that had a first 429 here.
+	tripped atomic.Int32
+	// wave holds the last bans that showed a tolerance, oldest first.
+	wave []waveBan // guarded by mu
 }
 
-// pairPace is a token bucket (burst 1) at a learned rate.
+// waveBan is a ban of the exit that sent the most: route slot had sent
+// sent requests in the window, while no exit still served had sent more
+// than most.
+type waveBan struct {
+	at         int64
+	slot       int32
+	sent, most int
+}
+
+// pairPace is one pair's pacing: the count of what it sent, and a token
+// bucket (burst 1) at the rate its 429s taught.
 type pairPace struct {
 	mu     sync.Mutex
-	rate   float64 // guarded by mu: requests/s allowed right after the last 429
+	rate   float64 // guarded by mu: requests/s its last 429 allowed; 0 when it had none
 	cut    int64   // guarded by mu: when that 429 came, Unix ns
 	tokens float64 // guarded by mu
 	last   int64   // guarded by mu: when tokens was last refilled
+	// pressed is how long, in minutes, the rate has held requests back
+	// since the cut, and pressedAt when it last did: the rate grows under
+	// pressure only, as a pair that takes all it is offered has no reason
+	// to go nearer the limit.
+	pressed   float64 // guarded by mu
+	pressedAt int64   // guarded by mu
+	// ceiling is the held rate the last 429 came at (0: none): the limit
+	// is under it, so the rate grows toward it only by a slow drift, in
+	// case the site allows more in time.
+	ceiling float64 // guarded by mu
+	// sent counts the requests leased over PaceWindow (the ok side of the
+	// window); since is when the count began (the end of the last 429's
+	// Retry-After), so a young count is not read as a whole window's.
+	sent   failWindow // guarded by mu
+	since  int64      // guarded by mu
+	banned int64      // guarded by mu: its last ban at the target, Unix ns
+	okAt   int64      // guarded by mu: its last success there, Unix ns
 }
 
-// current is the rate allowed at ns: the rate after the last 429, grown by
-// PaceGrowth a minute since, capped at PaceMax. Caller holds mu.
-func (p *pairPace) current(c *Config, ns int64) float64 {
-	minutes := float64(ns-p.cut) / float64(time.Minute)
-	return min(p.rate*math.Pow(c.PaceGrowth, max(minutes, 0)), c.PaceMax)
-}
+// served reports whether the pair is served: not banned since its last
+// success. Caller holds p.mu.
+func (p *pairPace) served() bool { return p.banned == 0 || p.okAt > p.banned }
 
-// ready refills the bucket to ns and reports whether the pair may take a
-// request. Caller holds mu.
-func (p *pairPace) ready(c *Config, ns int64) bool {
-	if ns > p.last {
-		p.tokens = min(1, p.tokens+p.current(c, ns)*float64(ns-p.last)/float64(time.Second))
-		p.last = ns
-	}
-	return p.tokens >= 1
-}
-
-// wait is how long after ns the bucket holds a token again. Caller holds
-// mu and has refilled it to ns (ready).
-func (p *pairPace) wait(c *Config, ns int64) time.Duration {
-	if p.tokens >= 1 {
+// rateAt is the pair's rate in force at ns, 0 when none holds it. Caller
+// holds p.mu.
+func (p *pairPace) rateAt(c *Config, ns int64) float64 {
+	if p.rate == 0 {
 		return 0
 	}
-	return time.Duration((1 - p.tokens) / p.current(c, ns) * float64(time.Second))
+	rate := min(p.rate*math.Pow(c.PaceGrowth, p.pressed), c.PaceMax)
+	if p.ceiling > 0 {
+		rate = min(rate, rateMargin*p.ceiling*math.Pow(c.PaceGrowth, float64(ns-p.cut)/float64(ceilingDrift)))
+	}
+	return rate
+}
+
+// count returns the requests the pair sent in the window at ns and the
+// span they were counted over. Caller holds p.mu.
+func (p *pairPace) count(c *Config, ns int64) (n int, span time.Duration) {
+	n, _ = p.sent.counts(ns, int64(c.PaceWindow)/windowBuckets)
+	return n, max(min(time.Duration(ns-p.since), c.PaceWindow), time.Second)
+}
+
+// press notes that the pair's rate held a request back at ns. Caller
+// holds p.mu.
+func (p *pairPace) press(ns int64) {
+	if gap := ns - p.pressedAt; p.pressedAt != 0 && gap > 0 && gap <= int64(pressGap) {
+		p.pressed += float64(gap) / float64(time.Minute)
+	}
+	p.pressedAt = max(p.pressedAt, ns)
+}
+
+// rateIn is the rate a pair's token bucket runs at: the lower of its own
+// (own, 0 for none) and the target's tolerance (requests a window, 0 for
+// none) spread evenly over the window; 0 when neither holds it.
+func (tp *targetPace) rateIn(own, tol float64, c *Config) float64 {
+	if tol > 0 {
+		if spread := tol / c.PaceWindow.Seconds(); own == 0 || spread < own {
+			return spread
+		}
+	}
+	return own
+}
+
+// toleranceAt is the requests per PaceWindow one exit may send to the
+// target at ns, grown by PaceGrowth a minute since it was learned; 0 when
+// none is learned.
+func (tp *targetPace) toleranceAt(c *Config, ns int64) float64 {
+	tol := math.Float64frombits(tp.tolerance.Load())
+	if tol == 0 {
+		return 0
+	}
+	since := float64(max(ns-tp.tolAt.Load(), 0))
+	tol *= math.Pow(c.PaceGrowth, since/float64(time.Minute))
+	return min(tol, toleranceMargin*float64(tp.tolCeiling.Load())*math.Pow(c.PaceGrowth, since/float64(ceilingDrift)))
 }
 
 // PacedError is ErrPaced with how long until the first of the target's
@@ -74,15 +197,29 @@ func (e *PacedError) Error() string {
 // Is makes errors.Is(err, ErrPaced) hold.
 func (e *PacedError) Is(target error) bool { return target == ErrPaced }
 
+// RetryAfterSeconds is a wait as an HTTP Retry-After says it: whole
+// seconds, rounded up, at least one (RFC 9110 §10.2.3).
+func RetryAfterSeconds(wait time.Duration) int {
+	return max(1, int(math.Ceil(wait.Seconds())))
+}
+
 // pair returns route slot's pacing toward the target, or nil.
 func (tp *targetPace) pair(slot int32) *pairPace { return (*tp.pairs.Load())[slot] }
 
-// newTargetPace returns an empty targetPace.
-func newTargetPace() *targetPace {
-	tp := &targetPace{}
-	empty := map[int32]*pairPace{}
-	tp.pairs.Store(&empty)
-	return tp
+// pairAt returns route slot's pacing, creating it, counting from ns, when
+// there is none.
+func (tp *targetPace) pairAt(slot int32, ns int64) *pairPace {
+	if p := tp.pair(slot); p != nil {
+		return p
+	}
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	if p := tp.pair(slot); p != nil {
+		return p
+	}
+	p := &pairPace{tokens: 1, last: ns, since: ns}
+	tp.edit(func(m map[int32]*pairPace) { m[slot] = p })
+	return p
 }
 
 // edit replaces the pairs with a copy changed by fn. Caller holds mu.
@@ -96,31 +233,179 @@ func (tp *targetPace) edit(fn func(map[int32]*pairPace)) {
 	tp.pairs.Store(&next)
 }
 
-// learnPace cuts the rate of route slot toward t after a 429 at ns: to
-// PaceStart the first time, by half each time after, down to PaceFloor.
-func (e *Engine) learnPace(t *target, slot int32, ns int64) {
+// watch returns t's pacing, allocating it: t has sent its first 429 or
+// ban. Nil when learned pacing is off.
+func (e *Engine) watch(t *target) *targetPace {
 	if e.cfg.PaceStart < 0 {
+		return nil
+	}
+	if tp := t.pace.Load(); tp != nil {
+		return tp
+	}
+	tp := &targetPace{}
+	empty := map[int32]*pairPace{}
+	tp.pairs.Store(&empty)
+	t.pace.CompareAndSwap(nil, tp)
+	return t.pace.Load()
+}
+
+// learnRate holds route slot toward t after a 429 at ns, which came with
+// the site's Retry-After, to an attempt leased at taken. A pair held to a
+// rate is held to rateMargin of it, or to half of it when it tripped
+// before it had sent much since its last 429, far over the limit. A pair
+// not held is held to rateMargin of the rate it was sending at, or
+// PaceStart without a count. Never under PaceFloor. A 429 to an attempt
+// leased before the last one came is the same penalty, not news. The
+// count starts again when the Retry-After has passed.
+func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter time.Duration) {
+	tp := e.watch(t)
+	if tp == nil {
 		return
 	}
-	tp := t.pace.Load()
-	if tp == nil {
-		t.pace.CompareAndSwap(nil, newTargetPace())
-		tp = t.pace.Load()
-	}
-	p := tp.pair(slot)
-	if p == nil {
-		tp.mu.Lock()
-		if p = tp.pair(slot); p == nil {
-			tp.edit(func(m map[int32]*pairPace) { m[slot] = &pairPace{rate: e.cfg.PaceStart, cut: ns, last: ns} })
-			tp.mu.Unlock()
-			return
-		}
-		tp.mu.Unlock()
-	}
+	p := tp.pairAt(slot, ns)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.rate = max(p.current(&e.cfg, ns)/2, e.cfg.PaceFloor)
+	if p.cut != 0 && taken < p.cut {
+		return
+	}
+	n, span := p.count(&e.cfg, ns)
+	n-- // the request that tripped
+	held := p.rateAt(&e.cfg, ns)
+	switch width := int64(e.cfg.PaceWindow) / windowBuckets; {
+	case held > 0 && n < paceMinCount:
+		p.rate = held / 2
+	case held > 0:
+		p.rate = rateMargin * held
+	case n >= paceMinCount:
+		// The 429 came at a burst, not at the average: the busiest sixth
+		// of the window is nearer the rate that tripped.
+		p.rate = rateMargin * max(float64(n)/span.Seconds(), p.sent.peak(ns, width, p.since))
+	default:
+		p.rate = e.cfg.PaceStart
+	}
+	p.rate = min(max(p.rate, e.cfg.PaceFloor), e.cfg.PaceMax)
+	p.ceiling = held
 	p.cut, p.tokens, p.last = ns, 0, ns
+	p.pressed, p.pressedAt = 0, 0
+	p.sent, p.since = failWindow{}, ns+int64(retryAfter)
+	if held == 0 && tp.tripped.Add(1) >= freezeAfter {
+		tp.freeze(&e.cfg, slot, ns)
+	}
+}
+
+// freeze holds every other pair of the target not held yet to twice the
+// rate it was sending at (its busiest sixth of the window; PaceFloor at
+// least), once freezeAfter exits have had their first 429 there: the site
+// limits exits broadly, and the load the limited ones shed must not pile
+// onto the others until they trip in turn. Each grows from there under
+// pressure, finding its own limit without a cascade.
+func (tp *targetPace) freeze(c *Config, tripped int32, ns int64) {
+	width := int64(c.PaceWindow) / windowBuckets
+	for slot, q := range *tp.pairs.Load() {
+		if slot == tripped {
+			continue
+		}
+		q.mu.Lock()
+		if q.rate == 0 {
+			q.rate = min(max(2*q.sent.peak(ns, width, q.since), c.PaceFloor), c.PaceMax)
+			q.cut, q.tokens, q.last = ns, 1, ns
+			q.pressed, q.pressedAt = 0, 0
+		}
+		q.mu.Unlock()
+	}
+}
+
+// learnTolerance weighs a ban of route slot at t at ns (a 403 or a captcha
+// page): evidence of the site's tolerance when slot had sent more than any
+// pair still served, evidence against a tolerance already learned when
+// bans go on under it.
+func (e *Engine) learnTolerance(t *target, slot int32, ns int64) {
+	tp := e.watch(t)
+	if tp == nil {
+		return
+	}
+	window := int64(e.cfg.PaceWindow)
+	p := tp.pairAt(slot, ns)
+	p.mu.Lock()
+	n, _ := p.count(&e.cfg, ns)
+	recent := p.banned != 0 && ns-p.banned < window
+	p.banned = ns
+	p.mu.Unlock()
+
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	if tol := tp.toleranceAt(&e.cfg, ns); tol > 0 {
+		if ns-tp.tolAt.Load() <= window {
+			return // a ban of what was sent before the hold
+		}
+		tp.bans++
+		switch {
+		case tp.sent+tp.bans < liftVolume:
+		case float64(tp.bans) > liftShare*float64(tp.sent+tp.bans):
+			// Bans the hold did not stop: not the site counting.
+			tp.tolerance.Store(0)
+			tp.holdOff = ns + int64(e.cfg.PairTTL)
+		case float64(n) >= tol/2 && !recent:
+			// A rare ban near the hold: it has grown past the site's
+			// tolerance, which is under what this exit sent.
+			tp.hold(ns, n, n)
+		}
+		return
+	}
+	// A pair banned again soon after its last ban, or before it sent
+	// much, says nothing of what the site tolerates.
+	if recent || n <= paceMinCount || ns < tp.holdOff {
+		return
+	}
+	most := 0 // the most a pair still served sent in the window
+	for s, q := range *tp.pairs.Load() {
+		if s == slot {
+			continue
+		}
+		q.mu.Lock()
+		if q.served() {
+			m, _ := q.count(&e.cfg, ns)
+			most = max(most, m)
+		}
+		q.mu.Unlock()
+	}
+	if most >= n {
+		return // others sent as much and are served: not the count
+	}
+	tp.wave = slices.DeleteFunc(tp.wave, func(b waveBan) bool { return b.slot == slot || ns-b.at > window/windowBuckets })
+	tp.wave = append(tp.wave, waveBan{at: ns, slot: slot, sent: n, most: most})
+	if len(tp.wave) < toleranceBans {
+		return
+	}
+	// The site tolerates at least what any served exit sent and less than
+	// any banned one: hold every exit under what the evidence allows, and
+	// let growth probe up.
+	tolerated, banned := 0, math.MaxInt
+	for _, b := range tp.wave {
+		tolerated, banned = max(tolerated, b.most), min(banned, b.sent)
+	}
+	tp.hold(ns, max(tolerated, banned/2), banned)
+	tp.wave = tp.wave[:0]
+}
+
+// hold holds every exit of the target under toleranceMargin of tolerated
+// requests a window, a ban having come after banned. Caller holds tp.mu.
+func (tp *targetPace) hold(ns int64, tolerated, banned int) {
+	tp.tolAt.Store(ns)
+	tp.tolCeiling.Store(int64(banned))
+	tp.tolerance.Store(math.Float64bits(max(toleranceMargin*float64(tolerated), 1)))
+	tp.sent, tp.bans = 0, 0
+}
+
+// served notes a success of route slot at t at ns, for learnTolerance.
+func (e *Engine) served(t *target, slot int32, ns int64) {
+	if tp := t.pace.Load(); tp != nil {
+		if p := tp.pair(slot); p != nil {
+			p.mu.Lock()
+			p.okAt = max(p.okAt, ns)
+			p.mu.Unlock()
+		}
+	}
 }
 
 // paceWait is how long route slot must wait before it may take a request
@@ -132,47 +417,82 @@ func (e *Engine) paceWait(t *target, slot int32, ns int64) time.Duration {
 	}
 	p := tp.pair(slot)
 	if p == nil {
-		return 0
+		return 0 // a pair not leased since the target was paced owes nothing
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.ready(&e.cfg, ns) {
-		return 0
+	var wait time.Duration
+	own, tol := p.rateAt(&e.cfg, ns), tp.toleranceAt(&e.cfg, ns)
+	if rate := tp.rateIn(own, tol, &e.cfg); rate > 0 {
+		if ns > p.last {
+			p.tokens = min(1, p.tokens+rate*float64(ns-p.last)/float64(time.Second))
+			p.last = ns
+		}
+		if p.tokens < 1 {
+			if own > 0 {
+				p.press(ns)
+			}
+			wait = time.Duration((1 - p.tokens) / rate * float64(time.Second))
+		}
 	}
-	return max(p.wait(&e.cfg, ns), time.Nanosecond)
+	if tol > 0 {
+		if n, _ := p.count(&e.cfg, ns); float64(n) >= tol {
+			// Full for this window (it sent more before the tolerance was
+			// learned): wait for its oldest bucket to pass.
+			width := int64(e.cfg.PaceWindow) / windowBuckets
+			wait = max(wait, time.Duration(width-ns%width))
+		}
+	}
+	if wait > 0 {
+		return max(wait, time.Nanosecond)
+	}
+	return 0
 }
 
-// takePace spends route slot's token toward t for a lease at ns.
+// takePace counts a lease of route slot toward t at ns and spends its
+// token.
 func (e *Engine) takePace(t *target, slot int32, ns int64) {
 	tp := t.pace.Load()
 	if tp == nil {
 		return
 	}
-	if p := tp.pair(slot); p != nil {
-		p.mu.Lock()
-		p.ready(&e.cfg, ns)
-		p.tokens--
-		p.mu.Unlock()
+	p := tp.pairAt(slot, ns)
+	p.mu.Lock()
+	if rate := tp.rateIn(p.rateAt(&e.cfg, ns), tp.toleranceAt(&e.cfg, ns), &e.cfg); rate > 0 {
+		p.tokens = min(1, p.tokens+rate*float64(max(ns-p.last, 0))/float64(time.Second)) - 1
+		p.last = max(p.last, ns)
+	}
+	p.sent.add(true, ns, int64(e.cfg.PaceWindow)/windowBuckets)
+	p.mu.Unlock()
+	if tp.toleranceAt(&e.cfg, ns) > 0 && ns-tp.tolAt.Load() > int64(e.cfg.PaceWindow) {
+		tp.mu.Lock()
+		tp.sent++
+		tp.mu.Unlock()
 	}
 }
 
-// evict forgets the pairs whose rate has grown back to PaceMax, at Sweep's
-// eviction pass, so a site's record of exits it once limited does not grow
-// for ever.
+// evict forgets, at Sweep's eviction pass, the pairs that sent nothing for
+// a window and are held by no rate of their own (or were not pressed for
+// PairTTL), and a tolerance grown past PaceMax requests a window, so a
+// site's record of exits it once limited does not grow for ever.
 func (tp *targetPace) evict(c *Config, ns int64) {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
-	var grown []int32
+	if tp.toleranceAt(c, ns) >= c.PaceMax*c.PaceWindow.Seconds() {
+		tp.tolerance.Store(0)
+	}
+	var idle []int32
 	for slot, p := range *tp.pairs.Load() {
 		p.mu.Lock()
-		if p.current(c, ns) >= c.PaceMax {
-			grown = append(grown, slot)
+		held := p.rate > 0 && p.rateAt(c, ns) < c.PaceMax && ns-max(p.pressedAt, p.cut) < int64(c.PairTTL)
+		if n, _ := p.count(c, ns); !held && n == 0 {
+			idle = append(idle, slot)
 		}
 		p.mu.Unlock()
 	}
-	if len(grown) > 0 {
+	if len(idle) > 0 {
 		tp.edit(func(m map[int32]*pairPace) {
-			for _, slot := range grown {
+			for _, slot := range idle {
 				delete(m, slot)
 			}
 		})

@@ -8,22 +8,28 @@ import (
 	"time"
 )
 
-// lease429 leases a route for target at now, avoiding the others, and
-// reports a 429 with a Retry-After of ra.
-func lease429(t *testing.T, e *Engine, now time.Time, route, target string, avoid []string, ra time.Duration) {
+// attemptAt leases route for target at now, avoiding every other route of
+// e's n, and reports o.
+func attemptAt(t *testing.T, e *Engine, now time.Time, route, target string, n int, o Outcome) {
 	t.Helper()
+	var avoid []string
+	for i := range n {
+		if id := fmt.Sprintf("r%d", i); id != route {
+			avoid = append(avoid, id)
+		}
+	}
 	l, err := e.Acquire(now, Request{Target: target, Avoid: avoid})
 	if err != nil || l.Route != route {
 		t.Fatalf("lease %+v, %v; want %s", l, err, route)
 	}
-	if err := e.Report(now, l, Outcome{Class: RateLimited, RetryAfter: ra}); err != nil {
+	if err := e.Report(now, l, o); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// pairRate is the learned rate of route slot toward target at now (0: not
-// held).
-func pairRate(e *Engine, slot int32, target string, now time.Time) float64 {
+// heldRate is the rate route slot toward target is held to at now (0:
+// none).
+func heldRate(e *Engine, slot int32, target string, now time.Time) float64 {
 	tp := e.target(target).pace.Load()
 	if tp == nil {
 		return 0
@@ -34,69 +40,131 @@ func pairRate(e *Engine, slot int32, target string, now time.Time) float64 {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.current(&e.cfg, now.UnixNano())
+	return p.rateAt(&e.cfg, now.UnixNano())
 }
 
+var rateLimited = Outcome{Class: RateLimited, RetryAfter: time.Millisecond}
+
+// TestPaceLearnedFrom429s lays out timelines (seconds from start) of what
+// a pair sent before its 429s and checks the rate it is held to.
 func TestPaceLearnedFrom429s(t *testing.T) {
 	t.Parallel()
-	e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1, PaceFloor: 0.3}, 2)
-	now := start
-	lease429(t, e, now, "r0", "s.com", []string{"r1"}, time.Second)
-	if got := pairRate(e, 0, "s.com", now); got != 4 {
-		t.Fatalf("rate after the first 429: %v, want PaceStart 4", got)
+	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
+	tests := []struct {
+		desc string
+		sent int     // successes r0 sends, evenly over the first 20 s, before its first 429 at 20 s
+		then float64 // when its second 429 comes, 0 for none
+		want float64 // the rate it is held to after the last 429
+	}{
+		{desc: "first 429 without a count: PaceStart", sent: 0, want: 4},
+		{desc: "first 429: rateMargin of what it was sending", sent: 40, want: rateMargin * 2},
+		{desc: "a 429 while held: rateMargin of the held rate", sent: 40, then: 40, want: rateMargin * rateMargin * 2},
+		{desc: "a 429 right after the last: half the held rate", sent: 40, then: 20.5, want: rateMargin * 2 / 2},
 	}
-	if got := pairRate(e, 1, "s.com", now); got != 0 {
-		t.Fatalf("a route that had no 429 is held to %v", got)
-	}
-	// Each further 429 halves the current rate, grown since the last.
-	now = now.Add(30 * time.Second)
-	e.learnPace(e.target("s.com"), 0, now.UnixNano())
-	if got, want := pairRate(e, 0, "s.com", now), 4*math.Pow(1.1, 0.5)/2; math.Abs(got-want) > 1e-9 {
-		t.Fatalf("rate after a second 429: %v, want %v", got, want)
-	}
-	for range 5 {
-		e.learnPace(e.target("s.com"), 0, now.UnixNano())
-	}
-	if got := pairRate(e, 0, "s.com", now); got != 0.3 {
-		t.Fatalf("rate after many 429s: %v, want the floor 0.3", got)
-	}
-	// It grows back by PaceGrowth a minute, up to PaceMax.
-	if got, want := pairRate(e, 0, "s.com", now.Add(10*time.Minute)), 0.3*math.Pow(1.1, 10); math.Abs(got-want) > 1e-9 {
-		t.Fatalf("rate 10 minutes on: %v, want %v", got, want)
-	}
-	if got := pairRate(e, 0, "s.com", now.Add(24*time.Hour)); got != 100 {
-		t.Fatalf("rate a day on: %v, want PaceMax", got)
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 2)
+			e.watch(e.target("s.com"))
+			for i := range tt.sent {
+				attemptAt(t, e, at(20*float64(i)/float64(tt.sent)), "r0", "s.com", 2, okOutcome)
+			}
+			attemptAt(t, e, at(20), "r0", "s.com", 2, rateLimited)
+			if tt.then > 0 {
+				// Sent at its held rate until then, none of it tripping.
+				for s := 21.0; s < tt.then; s += 1 / heldRate(e, 0, "s.com", at(s)) {
+					e.Feedback(at(s), "r0", "s.com", okOutcome)
+					e.takePace(e.target("s.com"), 0, at(s).UnixNano())
+				}
+				e.learnRate(e.target("s.com"), 0, at(tt.then).UnixNano(), at(tt.then).UnixNano(), time.Millisecond)
+			}
+			if got := heldRate(e, 0, "s.com", at(max(20, tt.then))); math.Abs(got-tt.want) > 0.05*tt.want {
+				t.Errorf("held to %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
 
-// A pair held to its rate is passed over, even in fallback, so requests go
-// to the other routes or wait: never to a pair that will answer 429.
+// TestPaceGrowsUnderPressureOnly: a held rate grows by PaceGrowth a minute
+// only while it holds requests back, and only drifts toward a rate that
+// tripped before.
+func TestPaceGrowsUnderPressureOnly(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1, PaceStart: 1}, 2)
+	tg := e.target("s.com")
+	e.watch(tg)
+	e.learnRate(tg, 0, start.UnixNano(), start.UnixNano(), 0)
+	idle := start.Add(10 * time.Minute)
+	if got := heldRate(e, 0, "s.com", idle); got != 1 {
+		t.Fatalf("held to %v after 10 idle minutes, want 1: no pressure, no growth", got)
+	}
+	// A minute of asking it every second while it has no token.
+	for s := range 61 {
+		now := idle.Add(time.Duration(s) * time.Second)
+		if e.paceWait(tg, 0, now.UnixNano()) == 0 {
+			e.takePace(tg, 0, now.UnixNano())
+		}
+		e.paceWait(tg, 0, now.Add(500*time.Millisecond).UnixNano()) // held back
+	}
+	pressed := idle.Add(time.Minute)
+	if got := heldRate(e, 0, "s.com", pressed); math.Abs(got-1.1) > 0.02 {
+		t.Errorf("held to %v after a minute of pressure, want about PaceGrowth, 1.1", got)
+	}
+	// A 429 while held at 1.1: the limit is under it, and the rate never
+	// grows back past rateMargin of it but by a slow drift.
+	e.learnRate(tg, 0, pressed.UnixNano(), pressed.UnixNano(), 0)
+	p := tg.pace.Load().pair(0)
+	p.mu.Lock()
+	p.pressed = 100 // as if pressed for a long while
+	p.mu.Unlock()
+	if got, want := heldRate(e, 0, "s.com", pressed), rateMargin*1.1; math.Abs(got-want) > 0.01 {
+		t.Errorf("held to %v under long pressure, want the ceiling's %v", got, want)
+	}
+}
+
+// TestStale429sAreNoNews: the 429s to attempts leased before the last 429
+// came are the same penalty.
+func TestStale429sAreNoNews(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1, PaceStart: 4}, 1)
+	var inFlight []Lease
+	for range 3 {
+		inFlight = append(inFlight, mustAcquire(t, e, start, Request{Target: "s.com"}))
+	}
+	now := start.Add(time.Second)
+	for _, l := range inFlight {
+		e.Report(now, l, rateLimited)
+	}
+	if got := heldRate(e, 0, "s.com", now); got != 4 {
+		t.Errorf("three 429s of attempts in flight together held the pair to %v, want PaceStart 4, once", got)
+	}
+}
+
+// TestPacedPairsArePassedOver: a pair held to its rate is passed over,
+// even in fallback, so requests go to the other routes or wait.
 func TestPacedPairsArePassedOver(t *testing.T) {
 	t.Parallel()
 	e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1, PaceStart: 1}, 2)
-	lease429(t, e, start, "r0", "s.com", []string{"r1"}, time.Millisecond)
-	now := start.Add(time.Second)
-	e.Sweep(now) // the Retry-After is over: r0 is half-open for s.com
-	for _, job := range e.ProbeJobs(nil) {
-		e.ReportProbe(now, job, Outcome{Class: OK})
-	}
-	for _, job := range e.ProbeJobs(nil) {
-		e.ReportProbe(now, job, Outcome{Class: OK})
-	}
-	// r0 may take one request a second toward s.com: its token is spent by
-	// the next lease of it, then it is passed over until refilled.
-	counts := map[string]int{}
+	attemptAt(t, e, start, "r0", "s.com", 2, rateLimited)
+	now := start.Add(time.Second) // the Retry-After is over: r0 is back for s.com
+	e.Sweep(now)
+	// Requests that may only take r0 get it at its rate and are told to
+	// wait the rest of the time: never the fallback past its rate.
+	leased := 0
 	for i := range 40 {
 		at := now.Add(time.Duration(i) * 50 * time.Millisecond) // 2 s
-		l, err := e.Acquire(at, Request{Target: "s.com"})
-		if err != nil {
-			t.Fatal(err)
+		l, err := e.Acquire(at, Request{Target: "s.com", Avoid: []string{"r1"}})
+		if errors.Is(err, ErrPaced) {
+			continue
 		}
-		counts[l.Route]++
-		e.Report(at, l, Outcome{Class: OK, Latency: time.Millisecond})
+		if err != nil || l.Route != "r0" {
+			t.Fatalf("lease %+v, %v", l, err)
+		}
+		leased++
+		e.Report(at, l, okOutcome)
 	}
-	if counts["r0"] > 3 || counts["r0"] == 0 || counts["r1"] < 37 {
-		t.Errorf("picks over 2 s: %v; want r0 at most about its 1 request/s", counts)
+	if leased == 0 || leased > 3 {
+		t.Errorf("r0 leased %d times in 2 s, want about its 1 request/s", leased)
 	}
 	// Other targets are not paced.
 	for range 20 {
@@ -104,18 +172,13 @@ func TestPacedPairsArePassedOver(t *testing.T) {
 		if err != nil || l.Route != "r0" {
 			t.Fatalf("other.com: %+v %v", l, err)
 		}
-		e.Report(now, l, Outcome{Class: OK})
+		e.Report(now, l, okOutcome)
 	}
 	// With every route of the target held, Acquire says so instead of
-	// falling back to one of them; strict or not, and for a session.
-	lease429(t, e, now, "r1", "s.com", []string{"r0"}, time.Millisecond)
+	// falling back to one of them; strict or not.
+	attemptAt(t, e, now, "r1", "s.com", 2, rateLimited)
 	late := now.Add(time.Second)
 	e.Sweep(late)
-	for range 2 {
-		for _, job := range e.ProbeJobs(nil) {
-			e.ReportProbe(late, job, Outcome{Class: OK})
-		}
-	}
 	for _, req := range []Request{{Target: "s.com"}, {Target: "s.com", Strict: true}} {
 		for range 4 {
 			l, err := e.Acquire(late, req)
@@ -125,13 +188,87 @@ func TestPacedPairsArePassedOver(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e.Report(late, l, Outcome{Class: OK})
+			e.Report(late, l, okOutcome)
 		}
 		_, err := e.Acquire(late, req)
 		pe, ok := errors.AsType[*PacedError](err)
-		if !errors.Is(err, ErrPaced) || !ok || pe.RetryAfter <= 0 || pe.RetryAfter > time.Second {
-			t.Errorf("%+v with every pair at its rate: %v, want ErrPaced with a wait under 1 s", req, err)
+		if !errors.Is(err, ErrPaced) || !ok || pe.RetryAfter <= 0 || pe.RetryAfter > 2*time.Second {
+			t.Errorf("%+v with every pair at its rate: %v, want ErrPaced with a wait under 2 s", req, err)
 		}
+	}
+}
+
+// TestFreezeAfterTwoExits: once two exits had a 429 at a site, the others
+// are held to twice what they were sending, so the load the first shed
+// cannot trip them in turn; one exit's 429 freezes nobody.
+func TestFreezeAfterTwoExits(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 4)
+	e.watch(e.target("s.com"))
+	now := start
+	for i := range 40 { // 10 s of each route sending 1 request/s
+		now = start.Add(time.Duration(i) * 250 * time.Millisecond)
+		attemptAt(t, e, now, fmt.Sprintf("r%d", i%4), "s.com", 4, okOutcome)
+	}
+	attemptAt(t, e, now, "r0", "s.com", 4, rateLimited)
+	if got := heldRate(e, 2, "s.com", now); got != 0 {
+		t.Fatalf("one exit's 429 held r2 to %v", got)
+	}
+	attemptAt(t, e, now, "r1", "s.com", 4, rateLimited)
+	for _, slot := range []int32{2, 3} {
+		if got := heldRate(e, slot, "s.com", now); math.Abs(got-2) > 0.3 {
+			t.Errorf("r%d held to %v after two exits' 429s, want about twice its 1 request/s", slot, got)
+		}
+	}
+}
+
+// TestToleranceFromBurstBans: a site that bans each exit once it sent more
+// than 20 requests a window is learned from the wave of its bans, and
+// every exit is held under it; bans that are noise teach nothing.
+func TestToleranceFromBurstBans(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc   string
+		banned func(i int, sent []int) bool // whether route i's request after sent[i] is banned
+		want   bool                         // a tolerance is learned
+	}{
+		{desc: "bans after 20 requests", banned: func(i int, sent []int) bool { return sent[i] >= 20 }, want: true},
+		{desc: "noise: a ban every 40th request", banned: func(i int, sent []int) bool { return (i*7+sent[i])%40 == 0 && sent[i] > 0 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			const routes = 10
+			e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, routes)
+			tg := e.target("s.com")
+			e.watch(tg)
+			sent := make([]int, routes)
+			banned := make([]bool, routes)
+			// Each route sends 1 request a second, the routes staggered.
+			for tick := range 40 * routes {
+				i := tick % routes
+				now := start.Add(time.Duration(tick) * time.Second / routes)
+				if banned[i] || e.paceWait(tg, int32(i), now.UnixNano()) > 0 {
+					continue
+				}
+				e.takePace(tg, int32(i), now.UnixNano())
+				id := fmt.Sprintf("r%d", i)
+				if tt.banned(i, sent) {
+					banned[i] = true
+					e.Feedback(now, id, "s.com", Outcome{Class: Blocked})
+					continue
+				}
+				sent[i]++
+				e.Feedback(now, id, "s.com", okOutcome)
+			}
+			tol := tg.pace.Load().toleranceAt(&e.cfg, start.Add(40*time.Second).UnixNano())
+			switch {
+			case tt.want && (tol <= 0 || tol > 20):
+				t.Errorf("tolerance %v, want one under the site's 20", tol)
+			case !tt.want && tol != 0:
+				t.Errorf("noise taught a tolerance of %v", tol)
+			}
+		})
 	}
 }
 
@@ -156,16 +293,33 @@ func TestRateLimitsAreNoIncident(t *testing.T) {
 func TestPaceDisabled(t *testing.T) {
 	t.Parallel()
 	e := newTestEngine(t, Config{PaceStart: -1, MaxRemovedShare: -1}, 2)
-	lease429(t, e, start, "r0", "s.com", []string{"r1"}, time.Millisecond)
+	attemptAt(t, e, start, "r0", "s.com", 2, rateLimited)
 	if e.target("s.com").pace.Load() != nil {
 		t.Fatal("PaceStart < 0 still learned a rate")
+	}
+}
+
+// TestPaceWatchesBusyTargets: a target that took watchAfter requests
+// counts what each exit sends, before any 429 or ban.
+func TestPaceWatchesBusyTargets(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{}, 2)
+	for range watchAfter - 1 {
+		e.Report(start, mustAcquire(t, e, start, Request{Target: "s.com"}), okOutcome)
+	}
+	if e.target("s.com").pace.Load() != nil {
+		t.Fatal("watched before watchAfter requests")
+	}
+	e.Report(start, mustAcquire(t, e, start, Request{Target: "s.com"}), okOutcome)
+	if e.target("s.com").pace.Load() == nil {
+		t.Fatal("not watched after watchAfter requests")
 	}
 }
 
 func TestPaceEviction(t *testing.T) {
 	t.Parallel()
 	e := newTestEngine(t, Config{MaxRemovedShare: -1}, 3)
-	lease429(t, e, start, "r0", "s.com", []string{"r1", "r2"}, time.Millisecond)
+	attemptAt(t, e, start, "r0", "s.com", 3, rateLimited)
 	tracked := func() int {
 		return len(*e.target("s.com").pace.Load().pairs.Load())
 	}
@@ -173,7 +327,7 @@ func TestPaceEviction(t *testing.T) {
 	if tracked() != 1 {
 		t.Fatalf("%d pairs tracked a minute on, want r0", tracked())
 	}
-	e.Sweep(start.Add(24 * time.Hour)) // r0's rate has long grown to PaceMax
+	e.Sweep(start.Add(24 * time.Hour)) // r0 has not been pressed for PairTTL
 	if tracked() != 0 {
 		t.Fatalf("%d pairs tracked a day on", tracked())
 	}

@@ -18,8 +18,8 @@ var (
 )
 
 // WeightedRandom draws one route with probability proportional to its
-// weight: (global × target score)^γ / (1 + in-flight), with slow start,
-// suspect and cost terms.
+// weight for the target: cost^-Sharpness with slow start, suspect and
+// static terms (docs/design/005-cost.md).
 type WeightedRandom struct{}
 
 // Pick implements Picker.
@@ -28,9 +28,12 @@ func (WeightedRandom) Pick(c *Candidates) (int32, bool) {
 	return slot, ok
 }
 
-// PowerOfTwo draws two routes by weight and keeps the less loaded (fewer
-// leases in flight; the heavier on a tie): Mitzenmacher's power of two
-// choices on load, with health deciding which two are drawn.
+// PowerOfTwo draws two routes by weight and keeps the cheaper, the one
+// with the higher weight for the target: Mitzenmacher's power of two
+// choices on the expected time to a valid answer, in-flight load included,
+// as Finagle's and Envoy's peak-EWMA balancers, but with the two drawn by
+// weight rather than uniformly, so a pool half of slow exits rarely offers
+// two slow ones.
 type PowerOfTwo struct{}
 
 // Pick implements Picker.
@@ -40,11 +43,7 @@ func (PowerOfTwo) Pick(c *Candidates) (int32, bool) {
 		return 0, false
 	}
 	b, wb, ok := c.Draw()
-	if !ok {
-		return a, true
-	}
-	la, lb := c.Inflight(a), c.Inflight(b)
-	if lb < la || (lb == la && wb > wa) {
+	if ok && wb > wa {
 		return b, true
 	}
 	return a, true

@@ -129,7 +129,7 @@ func TestUpdateRouteLabels(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
 			t.Parallel()
-			e, err := New(Config{Seed: 7}, nil)
+			e, err := New(Config{Seed: 7, UncheckedCandidates: true}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -168,7 +168,7 @@ func TestUpdateRouteLabels(t *testing.T) {
 
 func TestUpdateRouteKeepsEvidence(t *testing.T) {
 	t.Parallel()
-	e, err := New(Config{Seed: 3, MaxRemovedShare: -1}, nil)
+	e, err := New(Config{Seed: 3, MaxRemovedShare: -1, UncheckedCandidates: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func TestUpdateRouteKeepsEvidence(t *testing.T) {
 		t.Fatalf("session on a route that lost the label: %v, want ErrSessionRestartRequired", err)
 	}
 	// The lease granted before the update is still reported normally.
-	if err := e.Report(start, held, Outcome{Class: OK}); err != nil {
+	if err := e.Report(start, held, okOutcome); err != nil {
 		t.Fatalf("lease from before the update: %v", err)
 	}
 	// Operator state survives too.
@@ -256,7 +256,7 @@ func TestUpdateRouteKeepsEvidence(t *testing.T) {
 
 func TestUpdateRouteMaxInflight(t *testing.T) {
 	t.Parallel()
-	e, err := New(Config{Seed: 5}, nil)
+	e, err := New(Config{Seed: 5, UncheckedCandidates: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestUpdateRouteMaxInflight(t *testing.T) {
 		if _, err := e.Acquire(start, Request{Target: "a.com"}); !errors.Is(err, ErrNoRoute) {
 			t.Fatalf("%d in flight over max_inflight=1: %v, want ErrNoRoute", len(held)-i, err)
 		}
-		if err := e.Report(start, l, Outcome{Class: OK}); err != nil {
+		if err := e.Report(start, l, okOutcome); err != nil {
 			t.Fatalf("lease granted under the old limit: %v", err)
 		}
 	}
@@ -292,7 +292,7 @@ func TestUpdateRouteMaxInflight(t *testing.T) {
 	}
 	m := mustAcquire(t, e, start, Request{Target: "a.com"})
 	for _, l := range []Lease{l, m} {
-		if err := e.Report(start, l, Outcome{Class: OK}); err != nil {
+		if err := e.Report(start, l, okOutcome); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -390,7 +390,7 @@ func TestRouteSpecIsACopy(t *testing.T) {
 // hold exactly the weights a refresh computes now.
 func TestUpdateRouteConcurrent(t *testing.T) {
 	t.Parallel()
-	e, err := New(Config{Seed: 11, MaxRemovedShare: -1}, nil)
+	e, err := New(Config{Seed: 11, MaxRemovedShare: -1, UncheckedCandidates: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

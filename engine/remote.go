@@ -30,7 +30,7 @@ func (e *Engine) remoteChange(k Key, old Health, _ bool, now Health) {
 	// until Sweep refreshes it at this process's time.
 	ns := max(old.lastTouched(), now.lastTouched())
 	ch := Change{
-		From: old.State, To: now.State,
+		From: old.State, To: now.State, OldCause: old.Cause,
 		OldScore: old.score(&e.cfg, scope), NewScore: now.score(&e.cfg, scope),
 		Gen: now.Gen, ProbeSeq: now.ProbeOK, Until: now.Until, Cause: now.Cause, SlowStart: now.SlowStart,
 	}

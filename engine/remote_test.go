@@ -100,6 +100,7 @@ func twoProcesses(t *testing.T, cfg Config, n int, targets ...string) (a, b *Eng
 	engines := make([]*Engine, 2)
 	for i := range engines {
 		cfg.Seed = uint64(i + 1)
+		cfg.UncheckedCandidates = true
 		e, err := New(cfg, s.view())
 		if err != nil {
 			t.Fatal(err)
@@ -150,7 +151,7 @@ func probeUntilDone(t *testing.T, e *Engine, now time.Time) int {
 	n := 0
 	for jobs := e.ProbeJobs(nil); len(jobs) > 0; jobs = e.ProbeJobs(nil) {
 		for _, j := range jobs {
-			if err := e.ReportProbe(now, j, Outcome{Class: OK}); err != nil {
+			if err := e.ReportProbe(now, j, okOutcome); err != nil {
 				t.Fatal(err)
 			}
 			n++
@@ -174,9 +175,7 @@ func checkCounters(t *testing.T, e *Engine) {
 			t.Errorf("route %d is %v with weight %v", slot, h.State, w)
 		}
 		e.store.Pairs(slot, func(n int32, p Health) {
-			if !p.State.Usable() {
-				excluded[n]++
-			}
+			excluded[n] += excludes(p.State, p.Cause)
 		})
 	}
 	if got := e.removed.Load(); got != removedRoutes {
@@ -327,7 +326,7 @@ func TestPairCooledElsewhereStaysOnItsTarget(t *testing.T) {
 func TestPairEvictedElsewhereLeavesTheCounters(t *testing.T) {
 	t.Parallel()
 	a, b := twoProcesses(t, Config{}, 5, "a.com")
-	report(t, a, start, "r1", "a.com", RateLimited, 1)
+	report(t, a, start, "r1", "a.com", Blocked, 1)
 	ttl := a.Config().PairTTL
 	a.Sweep(start)
 	a.Sweep(start.Add(ttl / 2)) // wakes the pair: half-open, its probe never answered

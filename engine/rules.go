@@ -23,6 +23,10 @@ type Rule struct {
 	// CoolAfter, when nonzero, replaces Config.CoolAfter for this class:
 	// consecutive failures ending in this class that cool the scope.
 	CoolAfter int
+	// Timeout marks a class where the attempt waited for an answer that
+	// never came: its latency is a lower bound on the exit's, and feeds the
+	// latency estimate.
+	Timeout bool
 }
 
 // Rules is the outcome rule table. Changing routing behaviour for a class is
@@ -38,7 +42,7 @@ type Rules struct {
 // one site says nothing about the exit's other sites. Only OK feeds latency
 // (see Evidence.observe), so fast rejections never look like fast successes.
 var DefaultRules = Rules{
-	Version: "rules/2026-11-30.5",
+	Version: "rules/2026-12-01.1",
 	Class: [numClasses]Rule{
 		OK: {Scope: ScopeRoute | ScopeTarget},
 		// A refused connection is the exit saying it is down, not noise:
@@ -47,14 +51,24 @@ var DefaultRules = Rules{
 		// still caps how many can cool at once, in case it is the gateway's
 		// own network failing.
 		ProxyConnectFailed: {Scope: ScopeRoute, Breaker: true, Retry: true, Cooldown: 10 * time.Second, CoolAfter: 2},
-		ProxyTimeout:       {Scope: ScopeRoute, Breaker: true, Retry: true, Cooldown: 10 * time.Second},
+		// The exit took the request and said nothing until the attempt's
+		// deadline. Its time feeds the latency estimate, so one timeout
+		// already takes most of the exit's traffic away (its cost jumps);
+		// the thresholds then cool it. A timeout through a route that
+		// answered other requests meanwhile is the target's and is scored
+		// as target_timeout instead (Engine.observe).
+		ProxyTimeout: {Scope: ScopeRoute, Breaker: true, Retry: true, Timeout: true, Cooldown: 10 * time.Second},
 		// 407 is misconfiguration: every request will fail until an operator
 		// fixes the credentials, so cool at once and for long.
-		ProxyAuth:     {Scope: ScopeRoute, Breaker: true, Retry: true, AtOnce: true, Cooldown: 5 * time.Minute},
-		TunnelFailed:  {Scope: ScopeRoute, Breaker: true, Retry: true, Cooldown: 10 * time.Second},
+		ProxyAuth: {Scope: ScopeRoute, Breaker: true, Retry: true, AtOnce: true, Cooldown: 5 * time.Minute},
+		// The exit answered but would not carry this target (a CONNECT
+		// refused with 5xx, a SOCKS5 "host unreachable"): the exit is alive,
+		// the way to this site is not, and many exits failing it is the
+		// site being down.
+		TunnelFailed:  {Scope: ScopeTarget, Breaker: true, Retry: true, Incident: true, Cooldown: 10 * time.Second},
 		DNSFailed:     {Scope: ScopeTarget, Breaker: true, Retry: true, Incident: true, Cooldown: 30 * time.Second},
 		TLSFailed:     {Scope: ScopeTarget, Breaker: true, Retry: true, Incident: true, Cooldown: 30 * time.Second},
-		TargetTimeout: {Scope: ScopeTarget, Breaker: true, Retry: true, Incident: true, Cooldown: 10 * time.Second},
+		TargetTimeout: {Scope: ScopeTarget, Breaker: true, Retry: true, Incident: true, Timeout: true, Cooldown: 10 * time.Second},
 		TargetReset:   {Scope: ScopeTarget, Breaker: true, Retry: true, Incident: true, Cooldown: 10 * time.Second},
 		// A 429 is the site telling this exit to slow down, for the
 		// Retry-After: never a sign the site is down, so no incident, which

@@ -159,6 +159,7 @@ func (s *slowStarts) add(slot int32) {
 // Sweep does the engine's timed work; call it about once a second (the
 // simulator calls it on its virtual clock). It wakes expired cooldowns,
 // reaps expired leases as ambiguous timeouts, ramps slow-starting routes,
+// refreshes a slice of the pool and measures its typical latency (pool.go),
 // expires sessions and evicts idle route×target records.
 func (e *Engine) Sweep(now time.Time) {
 	ns := now.UnixNano()
@@ -180,15 +181,14 @@ func (e *Engine) Sweep(now time.Time) {
 		}
 	}
 	e.slow.mu.Unlock()
+	e.sweepPool(ns)
 	e.store.ExpireSessions(ns)
 	if ns >= e.nextEvict.Load() {
 		e.nextEvict.Store(ns + int64(e.cfg.PairTTL/4))
 		before := ns - int64(e.cfg.PairTTL)
 		for slot := range e.routes.len() {
 			e.store.EvictPairs(slot, before, func(n int32, h *Health) {
-				if !h.State.Usable() {
-					e.targets.get(n).excluded.Add(-1)
-				}
+				e.targets.get(n).excluded.Add(-excludes(h.State, h.Cause))
 			})
 		}
 		for n := range e.targets.len() {

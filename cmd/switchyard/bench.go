@@ -33,6 +33,7 @@ func bench(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON object per policy and scenario instead of a table")
 	plot := fs.String("plot", "", "write an SVG plot per scenario to this file (scenario name added when several)")
 	tasks := fs.Int("tasks", 0, "override each scenario's task count")
+	duration := fs.Duration("duration", 0, "override each scenario's simulated duration, e.g. 2m")
 	list := fs.Bool("list", false, "list built-in scenarios and policies")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -54,8 +55,8 @@ func bench(args []string, stdout, stderr io.Writer) int {
 		}
 		opts.Sweep = sw
 	}
-	if *tasks < 0 {
-		fmt.Fprintln(stderr, "switchyard bench: -tasks must not be negative")
+	if *tasks < 0 || *duration < 0 {
+		fmt.Fprintln(stderr, "switchyard bench: -tasks and -duration must not be negative")
 		return 2
 	}
 	scs, err := loadScenarios(*scenarios)
@@ -67,8 +68,11 @@ func bench(args []string, stdout, stderr io.Writer) int {
 		if *tasks > 0 {
 			sc.Tasks = *tasks
 		}
+		if *duration > 0 {
+			sc.Duration = *duration
+		}
 		label := "bench " + sc.Name
-		progress := sim.NewProgress(stderr, label, sc.Tasks*countPolicies(opts), nil)
+		progress := sim.NewProgress(stderr, label, sc.ProgressSteps()*countPolicies(opts), nil)
 		opts.Progress = progress.Add
 		summaries, err := sim.Bench(sc, opts)
 		progress.Finish()

@@ -30,9 +30,13 @@ func RunEngine(t *testing.T, newStore func(t *testing.T) engine.Store) {
 				t.Parallel()
 				cfg := engine.Config{MaxRemovedShare: -1}
 				if tt.poolCap {
-					cfg.MaxRemovedShare = 0 // the default, 20%: with 4 routes it caps every removal
+					cfg.MaxRemovedShare = 0 // the default, 20%: with 4 routes, one removal
 				}
+				cfg.UncheckedCandidates = true
 				r := newRig(t, newStore, cfg, routes(4))
+				if tt.poolCap {
+					r.cool("r3") // the one removal the cap allows
+				}
 				for _, o := range tt.steps {
 					r.advance(time.Second)
 					r.attempt("r0", "a.example", o)
@@ -53,9 +57,16 @@ func RunEngine(t *testing.T, newStore func(t *testing.T) engine.Store) {
 	for _, sc := range scenarios {
 		t.Run(sc.desc, func(t *testing.T) {
 			t.Parallel()
+			// The scenarios test other things than the check of new
+			// routes: theirs serve at once.
+			sc.cfg.UncheckedCandidates = true
 			sc.run(newRig(t, newStore, sc.cfg, sc.routes))
 		})
 	}
+	t.Run("a new route is checked by a probe before users' traffic", func(t *testing.T) {
+		t.Parallel()
+		candidatesChecked(newRig(t, newStore, engine.Config{}, routes(3)))
+	})
 }
 
 // success is an attempt that worked; fail one that ended in class c.
@@ -137,7 +148,7 @@ var scenarios = []struct {
 		engine.Config{MaxRemovedShare: -1}, routes(4), probesRestore},
 	{"a canceled probe is asked again",
 		engine.Config{MaxRemovedShare: -1}, routes(2), canceledProbe},
-	{"a 429 with Retry-After cools only its route and target, for the Retry-After",
+	{"a 429 with Retry-After cools only its route and target, for the Retry-After, and then it returns",
 		engine.Config{MaxRemovedShare: -1}, routes(3), retryAfter},
 	{"a 403 never lowers the route's global score",
 		engine.Config{MaxRemovedShare: -1}, routes(3), blockedStaysOnTarget},
@@ -454,10 +465,14 @@ func retryAfter(r *rig) {
 	r.now = deadline.Add(-time.Nanosecond)
 	r.sweep()
 	r.wantPair("r0", "shop.example", engine.Cooling)
+	// The site said when to come back: the pair returns then, without a
+	// probe that would spend the request its learned pace allows.
 	r.now = deadline
 	r.sweep()
-	r.wantPair("r0", "shop.example", engine.HalfOpen)
-	r.nextProbe("r0", "shop.example")
+	if p := r.wantPair("r0", "shop.example", engine.Healthy); !p.SlowStart {
+		r.t.Fatal("the pair returned from its Retry-After without slow start")
+	}
+	r.noProbes()
 }
 
 func blockedStaysOnTarget(r *rig) {
@@ -770,7 +785,7 @@ func ejectAcrossTargets(r *rig) {
 	cfg := r.e.Config()
 	for i := range cfg.EjectTargets {
 		target := fmt.Sprintf("t%d.example", i)
-		r.attempt("r0", target, fail(engine.RateLimited))
+		r.attempt("r0", target, fail(engine.Blocked))
 		r.now = endOf(r.wantPair("r0", target, engine.Cooling))
 		r.sweep()
 		r.probe(r.nextProbe("r0", target), fail(engine.Blocked))
@@ -781,5 +796,39 @@ func ejectAcrossTargets(r *rig) {
 	}
 	if h := r.wantState("r0", engine.Ejected); h.UntilTime().Sub(r.now) != cfg.EjectTime {
 		r.t.Fatalf("ejected until %v, want %v from now", h.UntilTime(), cfg.EjectTime)
+	}
+}
+
+// candidatesChecked: new routes get no users' traffic until their neutral
+// probe passes; then they serve with slow start. A route whose check fails
+// cools instead.
+func candidatesChecked(r *rig) {
+	jobs := r.e.ProbeJobs(nil)
+	if len(jobs) != len(r.ids) {
+		r.t.Fatalf("probe jobs %+v, want one per new route", jobs)
+	}
+	for _, id := range r.ids {
+		r.wantState(id, engine.Candidate)
+	}
+	r.noProbes()
+	for _, job := range jobs {
+		switch job.Route {
+		case "r0":
+			r.probe(job, success)
+		case "r1":
+			r.probe(job, fail(engine.ProxyConnectFailed))
+		}
+	}
+	if h := r.wantState("r0", engine.Healthy); !h.SlowStart {
+		r.t.Fatal("a checked route serves without slow start")
+	}
+	r.wantState("r1", engine.Cooling)
+	r.wantState("r2", engine.Candidate) // its probe has not answered
+	for range 50 {
+		if l := r.acquire(engine.Request{Target: "a.example"}); l.Route != "r0" || l.Fallback {
+			r.t.Fatalf("leased %s (fallback %v) while only r0 is checked", l.Route, l.Fallback)
+		} else {
+			r.report(l, success)
+		}
 	}
 }

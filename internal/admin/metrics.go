@@ -24,6 +24,7 @@ type Metrics struct {
 	requests       *prometheus.CounterVec
 	attempts       *prometheus.CounterVec
 	retries        prometheus.Counter
+	hedges         prometheus.Counter
 	attemptSeconds *prometheus.HistogramVec
 
 	perRoute sync.Map // route id → *routeCounts, for /api/routes
@@ -48,7 +49,11 @@ func NewMetrics(e *engine.Engine) *Metrics {
 		}, []string{"route", "class"}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_retries_total",
-			Help: "Attempts beyond each request's first.",
+			Help: "Attempts beyond each request's first that followed a failure or a deadline.",
+		}),
+		hedges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_hedges_total",
+			Help: "Attempts started beside one still waiting for its answer, the first answer winning.",
 		}),
 		attemptSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "switchyard_attempt_seconds",
@@ -56,16 +61,19 @@ func NewMetrics(e *engine.Engine) *Metrics {
 			Buckets: prometheus.DefBuckets,
 		}, []string{"class"}),
 	}
-	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.attemptSeconds, engineCollector{e})
+	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.hedges, m.attemptSeconds, engineCollector{e})
 	return m
 }
 
-// ObserveRequest counts a finished request: class is its final outcome, and
-// retries the attempts it made after the first.
-func (m *Metrics) ObserveRequest(method string, class engine.Class, retries int) {
+// ObserveRequest counts a finished request: class is its final outcome;
+// retries and hedges are the attempts it made after the first.
+func (m *Metrics) ObserveRequest(method string, class engine.Class, retries, hedges int) {
 	m.requests.WithLabelValues(methodLabel(method), class.String()).Inc()
 	if retries > 0 {
 		m.retries.Add(float64(retries))
+	}
+	if hedges > 0 {
+		m.hedges.Add(float64(hedges))
 	}
 }
 

@@ -31,6 +31,7 @@ func TestMetrics(t *testing.T) {
 				`switchyard_route_score{route="direct"} 0.6`,
 				`switchyard_route_inflight{route="socks5://bob@10.0.0.2:1080"} 0`,
 				`switchyard_retries_total 0`,
+				`switchyard_hedges_total 0`,
 			},
 		},
 		{
@@ -72,10 +73,10 @@ func TestMetrics(t *testing.T) {
 			},
 		},
 		{
-			desc: "requests, attempts and retries",
+			desc: "requests, attempts, retries and hedges",
 			setup: func(_ *testing.T, f *fixture) {
-				f.m.ObserveRequest(http.MethodGet, engine.OK, 2)
-				f.m.ObserveRequest("BREW", engine.Blocked, 0)
+				f.m.ObserveRequest(http.MethodGet, engine.OK, 2, 1)
+				f.m.ObserveRequest("BREW", engine.Blocked, 0, 0)
 				f.m.ObserveAttempt(alice, engine.ProxyTimeout, 1500*time.Millisecond)
 				f.m.ObserveAttempt(bob, engine.OK, 200*time.Millisecond)
 				f.m.ObserveAttempt(bob, engine.OK, 300*time.Millisecond)
@@ -84,6 +85,7 @@ func TestMetrics(t *testing.T) {
 				`switchyard_requests_total{method="GET",result="ok"} 1`,
 				`switchyard_requests_total{method="other",result="blocked"} 1`,
 				`switchyard_retries_total 2`,
+				`switchyard_hedges_total 1`,
 				`switchyard_attempts_total{class="proxy_timeout",route="http://alice@10.0.0.1:8080"} 1`,
 				`switchyard_attempts_total{class="ok",route="socks5://bob@10.0.0.2:1080"} 2`,
 				`switchyard_attempt_seconds_count{class="ok"} 2`,

@@ -515,7 +515,7 @@ func TestUnknownPaths(t *testing.T) {
 func TestNoPasswordInAnyResponse(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, Options{Token: token, Ready: func() error { return errors.New("warming up") }})
-	f.m.ObserveRequest(http.MethodGet, engine.OK, 1)
+	f.m.ObserveRequest(http.MethodGet, engine.OK, 1, 0)
 	f.m.ObserveAttempt(alice, engine.ProxyTimeout, time.Second)
 	typedWithPassword := "http://alice:s3cr3t-Pa55@10.0.0.1:8080"
 	requests := []struct{ method, path, auth string }{

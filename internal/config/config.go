@@ -8,6 +8,7 @@ package config
 import (
 	"time"
 
+	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/guard"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/target"
@@ -57,43 +58,49 @@ type Routes struct {
 // the same name (see its documentation); Default fills them with the
 // engine's defaults so the effective config shows the values in force.
 type Engine struct {
-	Alpha             float64       `toml:"alpha"`
-	Gamma             float64       `toml:"gamma"`
-	LatencyRef        time.Duration `toml:"latency_ref"`
-	Prior             float64       `toml:"prior"`
-	PriorSamples      float64       `toml:"prior_samples"`
-	Window            time.Duration `toml:"window"`
-	MinVolume         int           `toml:"min_volume"`
-	SuspectAfter      int           `toml:"suspect_after"`
-	SuspectRate       float64       `toml:"suspect_rate"`
-	CoolAfter         int           `toml:"cool_after"`
-	CoolRate          float64       `toml:"cool_rate"`
-	RecoverAfter      int           `toml:"recover_after"`
-	SuspectWeight     float64       `toml:"suspect_weight"`
-	CooldownCap       time.Duration `toml:"cooldown_cap"`
-	RetryAfterCap     time.Duration `toml:"retry_after_cap"`
-	ProbeSuccesses    int           `toml:"probe_successes"`
-	SlowStart         time.Duration `toml:"slow_start"`
-	SlowStartFloor    float64       `toml:"slow_start_floor"`
-	EjectAfter        int           `toml:"eject_after"`
-	EjectTargets      int           `toml:"eject_targets"`
-	EjectTime         time.Duration `toml:"eject_time"`
-	EjectCap          time.Duration `toml:"eject_cap"`
-	MaxRemovedShare   float64       `toml:"max_removed_share"`
-	OverwhelmingAfter int           `toml:"overwhelming_after"`
-	PanicThreshold    float64       `toml:"panic_threshold"`
-	IncidentRoutes    int           `toml:"incident_routes"`
-	IncidentShare     float64       `toml:"incident_share"`
-	IncidentWindow    time.Duration `toml:"incident_window"`
-	LeaseTTL          time.Duration `toml:"lease_ttl"`
-	SessionTTL        time.Duration `toml:"session_ttl"`
-	PairTTL           time.Duration `toml:"pair_ttl"`
-	PaceStart         float64       `toml:"pace_start"`
-	PaceFloor         float64       `toml:"pace_floor"`
-	PaceGrowth        float64       `toml:"pace_growth"`
-	PaceMax           float64       `toml:"pace_max"`
+	Alpha               float64       `toml:"alpha"`
+	Gamma               float64       `toml:"gamma"`
+	Sharpness           float64       `toml:"sharpness"`
+	LatencyDecay        time.Duration `toml:"latency_decay"`
+	LatencyForget       time.Duration `toml:"latency_forget"`
+	DeadlineFactor      float64       `toml:"deadline_factor"`
+	DeadlineFloor       time.Duration `toml:"deadline_floor"`
+	UncheckedCandidates bool          `toml:"unchecked_candidates"`
+	Prior               float64       `toml:"prior"`
+	PriorSamples        float64       `toml:"prior_samples"`
+	Window              time.Duration `toml:"window"`
+	MinVolume           int           `toml:"min_volume"`
+	SuspectAfter        int           `toml:"suspect_after"`
+	SuspectRate         float64       `toml:"suspect_rate"`
+	CoolAfter           int           `toml:"cool_after"`
+	CoolRate            float64       `toml:"cool_rate"`
+	RecoverAfter        int           `toml:"recover_after"`
+	SuspectWeight       float64       `toml:"suspect_weight"`
+	CooldownCap         time.Duration `toml:"cooldown_cap"`
+	RetryAfterCap       time.Duration `toml:"retry_after_cap"`
+	ProbeSuccesses      int           `toml:"probe_successes"`
+	SlowStart           time.Duration `toml:"slow_start"`
+	SlowStartFloor      float64       `toml:"slow_start_floor"`
+	EjectAfter          int           `toml:"eject_after"`
+	EjectTargets        int           `toml:"eject_targets"`
+	EjectTime           time.Duration `toml:"eject_time"`
+	EjectCap            time.Duration `toml:"eject_cap"`
+	MaxRemovedShare     float64       `toml:"max_removed_share"`
+	OverwhelmingAfter   int           `toml:"overwhelming_after"`
+	PanicThreshold      float64       `toml:"panic_threshold"`
+	IncidentRoutes      int           `toml:"incident_routes"`
+	IncidentShare       float64       `toml:"incident_share"`
+	IncidentWindow      time.Duration `toml:"incident_window"`
+	LeaseTTL            time.Duration `toml:"lease_ttl"`
+	SessionTTL          time.Duration `toml:"session_ttl"`
+	PairTTL             time.Duration `toml:"pair_ttl"`
+	PaceStart           float64       `toml:"pace_start"`
+	PaceFloor           float64       `toml:"pace_floor"`
+	PaceGrowth          float64       `toml:"pace_growth"`
+	PaceMax             float64       `toml:"pace_max"`
+	PaceWindow          time.Duration `toml:"pace_window"`
 
-	// Picker is "weighted_random" (default) or "power_of_two".
+	// Picker is "power_of_two" (default) or "weighted_random".
 	Picker string `toml:"picker"`
 	// Cooldowns overrides the base cooldown of outcome classes, by class
 	// name ("blocked", "proxy_connect_failed", …).
@@ -104,7 +111,8 @@ type Engine struct {
 type Retry struct {
 	MaxAttempts    int           `toml:"max_attempts"`    // attempts per request, the first included; default 3
 	AttemptTimeout time.Duration `toml:"attempt_timeout"` // dial to response headers; default 30s
-	BudgetRatio    float64       `toml:"budget_ratio"`    // pool-wide retries per request; default 0.2
+	BudgetRatio    float64       `toml:"budget_ratio"`    // pool-wide retries and hedges per request; default 0.2
+	HedgeRatio     float64       `toml:"hedge_ratio"`     // pool-wide hedges per request, within budget_ratio; 0 turns hedging off; default 0.05
 	MaxBodyBytes   int64         `toml:"max_body_bytes"`  // largest request body buffered for a retry; default 1 MiB
 }
 
@@ -184,6 +192,10 @@ type Target struct {
 	MaxQueue      int           `toml:"max_queue"`      // waiting requests; default 100
 	PairRate      float64       `toml:"pair_rate"`      // politeness: requests/s per route to this target
 	PairBurst     int           `toml:"pair_burst"`     // default ceil(pair_rate)
+
+	// Hedge, when false, never hedges requests to the target, as for a
+	// site where a duplicate GET costs (a counter, a quota); default true.
+	Hedge *bool `toml:"hedge"`
 }
 
 // User is a client allowed through the proxy (SPEC §1.1).
@@ -203,10 +215,11 @@ type User struct {
 // Default is the configuration in force before the file, the environment
 // and flags: every default in one place.
 func Default() Config {
+	budget := engine.DefaultBudget()
 	c := Config{
 		Listen: Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9090"},
 		Log:    Log{Format: "text"},
-		Retry:  Retry{MaxAttempts: 3, AttemptTimeout: 30 * time.Second, BudgetRatio: 0.2, MaxBodyBytes: 1 << 20},
+		Retry:  Retry{MaxAttempts: 3, AttemptTimeout: 30 * time.Second, BudgetRatio: budget.BudgetRatio, HedgeRatio: budget.HedgeRatio, MaxBodyBytes: 1 << 20},
 		Pacing: Pacing{MaxTargets: 10000},
 		State:  State{URL: "memory", Prefix: "switchyard", Timeout: 100 * time.Millisecond, Resync: 10 * time.Second},
 	}
@@ -218,7 +231,9 @@ func Default() Config {
 func (c *Config) TargetRules() *target.Rules {
 	rules := make([]target.Rule, len(c.Targets))
 	for i, t := range c.Targets {
-		rules[i] = target.Rule{Hosts: t.Hosts, Key: t.Key, Policy: target.Policy{ProbePath: t.ProbePath, BlockSignatures: t.BlockSignatures, Pace: t.Limits()}}
+		rules[i] = target.Rule{Hosts: t.Hosts, Key: t.Key, Policy: target.Policy{
+			ProbePath: t.ProbePath, BlockSignatures: t.BlockSignatures, Pace: t.Limits(), NoHedge: t.Hedge != nil && !*t.Hedge,
+		}}
 	}
 	return target.New(rules)
 }

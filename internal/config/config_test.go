@@ -47,7 +47,7 @@ func TestLoadErrors(t *testing.T) {
 		{"syntax error", "[engine\n", nil, nil, "switchyard.toml:4: routes: expected '.' or ']'"},
 		{"engine range", "[engine]\n\nalpha = 1.5\n", nil, nil, ":5: engine.alpha: must be in (0, 1]"},
 		{"engine relation in config names", "[engine]\nsuspect_after = 5\ncool_after = 3\n", nil, nil, "engine.cool_after: must be at least suspect_after"},
-		{"picker", "[engine]\npicker = \"best\"\n", nil, nil, `:4: engine.picker: "best": want weighted_random or power_of_two`},
+		{"picker", "[engine]\npicker = \"best\"\n", nil, nil, `:4: engine.picker: "best": want power_of_two or weighted_random`},
 		{"cooldown class", "[engine.cooldowns]\nbanned = \"1m\"\n", nil, nil, ":4: engine.cooldowns.banned: not an outcome class"},
 		{"cooldown negative", "[engine.cooldowns]\nblocked = \"-1m\"\n", nil, nil, ":4: engine.cooldowns.blocked: must be positive"},
 		{"listen address", "[listen]\nproxy = \"8080\"\n", nil, nil, `:4: listen.proxy: "8080": want host:port`},

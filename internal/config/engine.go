@@ -30,7 +30,11 @@ func engineDefaults() Engine {
 	var s Engine
 	d := engine.DefaultConfig()
 	copyEngine(reflect.ValueOf(&s).Elem(), reflect.ValueOf(d))
-	s.Picker = "weighted_random"
+	for name, newPicker := range pickers {
+		if reflect.TypeOf(newPicker()) == reflect.TypeOf(d.Picker) {
+			s.Picker = name
+		}
+	}
 	return s
 }
 
@@ -48,7 +52,7 @@ func (s Engine) EngineConfig() (engine.Config, error) {
 	copyEngine(reflect.ValueOf(&c).Elem(), reflect.ValueOf(s))
 	newPicker, ok := pickers[s.Picker]
 	if !ok {
-		return c, &Error{Key: "engine.picker", Msg: fmt.Sprintf("%q: want weighted_random or power_of_two", s.Picker)}
+		return c, &Error{Key: "engine.picker", Msg: fmt.Sprintf("%q: want power_of_two or weighted_random", s.Picker)}
 	}
 	c.Picker = newPicker()
 	if len(s.Cooldowns) > 0 {

@@ -85,6 +85,8 @@ func (l *loader) checkRetry() error {
 		return l.errAt("retry.attempt_timeout", "must be positive")
 	case !(r.BudgetRatio > 0 && r.BudgetRatio <= 1):
 		return l.errAt("retry.budget_ratio", "must be in (0, 1]")
+	case !(r.HedgeRatio >= 0 && r.HedgeRatio <= r.BudgetRatio):
+		return l.errAt("retry.hedge_ratio", "must be in [0, budget_ratio]")
 	case r.MaxBodyBytes < 0:
 		return l.errAt("retry.max_body_bytes", "must not be negative")
 	}

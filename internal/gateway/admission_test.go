@@ -136,27 +136,25 @@ func TestAdmissionAtConnect(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var res result
+				var o *outcome
 				if tc.connect {
-					conn, _, class, blocked := v.g.dialTunnel(context.Background(), l, x, addr)
-					if conn != nil {
-						conn.Close()
-					}
-					res = result{route: l.Route, class: class, blocked: blocked, done: func() {}}
+					o = v.g.dialTunnel(context.Background(), l, x, addr)
 				} else {
 					req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
-					res = v.g.attempt(req, l, x, &reqBody{}, nil)
+					o = v.g.forward(context.Background(), req, l, x, &reqBody{}, nil)
 				}
+				o.done = func() {}
 				var ge *guard.Error
-				if res.blocked == nil || !errors.As(res.blocked, &ge) || res.class != engine.Canceled {
-					t.Fatalf("blocked %v, class %v: want a refusal reported canceled", res.blocked, res.class)
+				if o.blocked == nil || !errors.As(o.blocked, &ge) || o.class != engine.Canceled || o.conn != nil || o.resp != nil {
+					t.Fatalf("blocked %v, class %v: want a refusal, canceled, and nothing to pass on", o.blocked, o.class)
 				}
+				v.g.report(l, o.evidence())
 				v.waitOutcome(t, 0, engine.Canceled)
 				if reached.Load() {
 					t.Error("the target was connected to")
 				}
 				rec := httptest.NewRecorder()
-				v.g.answer(rec, "GET", &res, 1)
+				v.g.answer(rec, "GET", o, 1, 0)
 				if rec.Code != http.StatusForbidden || rec.Header().Get(headerError) != "blocked_destination" {
 					t.Errorf("answered %d %q, want 403 blocked_destination", rec.Code, rec.Header().Get(headerError))
 				}

@@ -64,29 +64,6 @@ func TestParseControl(t *testing.T) {
 	}
 }
 
-// The budget allows the floor plus the ratio of recent requests, and
-// forgets requests older than its window.
-func TestRetryBudget(t *testing.T) {
-	t.Parallel()
-	b := newRetryBudget(0.2)
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for range 100 {
-		b.request(t0)
-	}
-	allowed := 0
-	for range 100 {
-		if b.allow(t0.Add(time.Second)) {
-			allowed++
-		}
-	}
-	if allowed != budgetFloor+20 {
-		t.Errorf("%d retries allowed, want %d", allowed, budgetFloor+20)
-	}
-	if !b.allow(t0.Add(11 * time.Second)) {
-		t.Error("no retry allowed once the window moved on")
-	}
-}
-
 // What the client sends for the gateway, and what travels for one hop
 // only, never reaches the target; what the target sends for one hop, or
 // passing for the gateway, never reaches the client.

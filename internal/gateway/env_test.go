@@ -32,21 +32,19 @@ type env struct {
 // is known in advance.
 func newEnv(t *testing.T, cfg Config, lines ...string) *env {
 	t.Helper()
-	list, err := route.ParseList("test", []byte(strings.Join(lines, "\n")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(engine.Config{Picker: &engine.RoundRobin{}, Seed: 1, MaxRemovedShare: -1}, nil)
+	return newEnvEngine(t, engine.Config{Picker: &engine.RoundRobin{}, Seed: 1, MaxRemovedShare: -1}, cfg, lines...)
+}
+
+// newEnvEngine is newEnv over an engine configured with ecfg.
+func newEnvEngine(t *testing.T, ecfg engine.Config, cfg Config, lines ...string) *env {
+	t.Helper()
+	e, err := engine.New(ecfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	v := &env{e: e, events: e.Subscribe(4096)}
-	for i := range list {
-		r := &list[i]
-		if err := e.AddRoute(time.Now(), r.Spec()); err != nil {
-			t.Fatal(err)
-		}
-		v.routes = append(v.routes, r)
+	for _, line := range lines {
+		v.addRoute(t, line)
 	}
 	if v.g, err = New(cfg, e, v.routes); err != nil {
 		t.Fatal(err)
@@ -56,6 +54,26 @@ func newEnv(t *testing.T, cfg Config, lines ...string) *env {
 	t.Cleanup(srv.Close)
 	v.url, _ = url.Parse(srv.URL)
 	return v
+}
+
+// addRoute adds the route of a list line to the engine and, once the
+// gateway runs, to the gateway.
+func (v *env) addRoute(t *testing.T, line string) {
+	t.Helper()
+	list, err := route.ParseList("test", []byte(line))
+	if err != nil || len(list) != 1 {
+		t.Fatalf("route line %q: %v", line, err)
+	}
+	r := &list[0]
+	if err := v.e.AddRoute(time.Now(), r.Spec()); err != nil {
+		t.Fatal(err)
+	}
+	v.routes = append(v.routes, r)
+	if v.g != nil {
+		if err := v.g.Update(v.routes, v.g.cfg.Users, v.g.cfg.Targets); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // proxyLine is the list line of a fake proxy, with optional labels.

@@ -3,49 +3,19 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"mime"
-	"net"
 	"net/http"
-	"net/http/httptrace"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/guard"
 	"github.com/switchyard/switchyard/internal/route"
 )
 
 // signatureWindow is how much of a 2xx body is searched for block
 // signatures: captcha and ban pages say so early.
 const signatureWindow = 16 << 10
-
-// errAttemptTimeout is the cause of an attempt's context when
-// Config.AttemptTimeout ran out, told apart from the client going away.
-var errAttemptTimeout = errors.New("attempt timed out")
-
-// result is one attempt's end as the loop sees it.
-type result struct {
-	route   string
-	class   engine.Class
-	resp    *http.Response // the upstream's answer; nil when there was none
-	reached bool           // bytes of the request may have reached the target
-	blocked *guard.Error   // admission refused the address dialled; the class is then Canceled
-	// done ends the attempt's context, once resp's body is consumed or
-	// dropped.
-	done func()
-}
-
-// discard drops the attempt's answer.
-func (res *result) discard() {
-	if res.resp != nil {
-		res.resp.Body.Close()
-	}
-	res.done()
-}
 
 // reqBody is the request body as each attempt sends it.
 type reqBody struct {
@@ -73,8 +43,8 @@ func (g *Gateway) readBody(r *http.Request) (*reqBody, error) {
 	return &reqBody{buf: buf}, nil
 }
 
-// serveForward performs an absolute-form request, trying up to MaxAttempts
-// routes, and answers with the last attempt's result.
+// serveForward performs an absolute-form request through the attempt loop
+// and answers with its winner or, failing that, its last failure.
 func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settings, ctl control, rec *record) {
 	if !g.admit(r.Context(), w, r.URL.Hostname()) {
 		return
@@ -85,7 +55,6 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 		return
 	}
 	defer release()
-	g.budget.request(g.cfg.Now())
 	body, err := g.readBody(r)
 	if err != nil {
 		badRequest(w, "reading the request body: "+err.Error())
@@ -93,47 +62,31 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 	}
 	g.noteOrigin(target, r.URL.Host)
 	var signatures []string
+	hedge := true
 	if policy != nil {
-		signatures = policy.BlockSignatures
+		signatures, hedge = policy.BlockSignatures, !policy.NoHedge
 	}
-	var tried []string
-	var last *result // the failed attempt to answer with if no route takes the retry
-	for {
-		l, x, err := g.lease(r.Context(), s, ctl, target, tried)
-		if err != nil {
-			if last != nil {
-				g.respond(w, rec, last, len(tried))
-				return
-			}
-			acquireError(w, err)
-			return
-		}
-		if last != nil {
-			last.discard()
-		}
-		tried = append(tried, l.Route)
-		res := g.attempt(r, l, x, body, signatures)
-		if !g.retry(r.Method, ctl, body, &res, len(tried)) {
-			g.respond(w, rec, &res, len(tried))
-			return
-		}
-		last = &res
+	// A session's exit never changes silently, and a body streamed once
+	// cannot be sent again.
+	another := ctl.session == "" && body.replayable()
+	win, last, attempts, hedges, err := g.run(r.Context(), s, &job{
+		target: target,
+		ctl:    ctl,
+		try: func(ctx context.Context, l engine.Lease, x *route.Exit) *outcome {
+			return g.forward(ctx, r, l, x, body, signatures)
+		},
+		retryable: func(o *outcome) bool { return another && (!o.reached || idempotent(r.Method)) },
+		hedge:     hedge && another && idempotent(r.Method),
+		reportWin: true,
+	})
+	switch {
+	case win != nil:
+		g.respond(w, rec, win, attempts, hedges)
+	case last != nil:
+		g.respond(w, rec, last, attempts, hedges)
+	default:
+		acquireError(w, err)
 	}
-}
-
-// retry decides whether a failed attempt is tried again on another route
-// (SPEC §2.4), in this order: the rule table says the class is worth
-// another route; attempts are left; the request has no session (a
-// session's exit never changes silently); the body can be sent again; the
-// request is idempotent (RFC 9110 §9.2.2) or nothing of it can have reached
-// the target; and the pool-wide budget has room.
-func (g *Gateway) retry(method string, ctl control, body *reqBody, res *result, attempts int) bool {
-	return g.engine.Config().Rules.Rule(res.class).Retry &&
-		attempts < g.cfg.MaxAttempts &&
-		ctl.session == "" &&
-		body.replayable() &&
-		(!res.reached || idempotent(method)) &&
-		g.budget.allow(g.cfg.Now())
 }
 
 // idempotent reports whether method may be sent twice with the effect of
@@ -146,56 +99,41 @@ func idempotent(method string) bool {
 	return false
 }
 
-// attempt carries r through the leased route and reports the outcome. The
-// report is deferred so that it happens on every path, a panic included
-// (then as Canceled: no evidence either way).
-//
-// Whether bytes may have reached the target is read from the connection:
-// until the transport got a connection to the proxy (or, for SOCKS5 and
-// Direct, the finished tunnel to the target), nothing of the request was
-// written; failures there are *route.Error, which never left. Once it has
-// one, any failure may have come after the request went out, so only an
-// idempotent request is retried. A 407 answer is the proxy refusing before
-// forwarding, so it never left either.
-func (g *Gateway) attempt(r *http.Request, l engine.Lease, x *exit, body *reqBody, signatures []string) (res result) {
-	outcome := engine.Outcome{Class: engine.Canceled}
-	defer func() { g.report(l, outcome) }()
-
-	ctx, cancel := context.WithCancelCause(r.Context())
-	timer := time.AfterFunc(g.cfg.AttemptTimeout, func() { cancel(errAttemptTimeout) })
-	res = result{route: l.Route, done: func() { timer.Stop(); cancel(nil) }}
-	var gotConn atomic.Bool
-	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { gotConn.Store(true) }}
-	out := outbound(httptrace.WithClientTrace(ctx, trace), r, body)
-
+// forward carries r through the leased route. The outcome of an answer is
+// its status's (a 2xx with a block signature is content_invalid); of a
+// failure, route.Classify's, from how far the Exit got and the cause of
+// ctx's end, which also says whether bytes may have reached the target, so
+// that only an idempotent request is retried then.
+func (g *Gateway) forward(ctx context.Context, r *http.Request, l engine.Lease, x *route.Exit, body *reqBody, signatures []string) *outcome {
+	o := &outcome{lease: l}
+	var progress route.Progress
 	start := g.cfg.Now()
-	resp, err := x.transport.RoundTrip(out)
-	outcome.Latency = g.cfg.Now().Sub(start)
+	resp, err := x.RoundTrip(outbound(ctx, r, body), &progress)
+	o.latency = g.cfg.Now().Sub(start)
 	if err == nil {
-		res.resp = resp
-		res.class, outcome.RetryAfter = route.ClassifyStatus(resp.StatusCode, resp.Header, g.cfg.Now())
-		res.reached = resp.StatusCode != http.StatusProxyAuthRequired
-		if res.class == engine.OK {
-			err = checkSignatures(resp, signatures, &res.class)
+		o.resp, o.reached = resp, true
+		o.class, o.retryAfter = route.ClassifyStatus(resp.StatusCode, resp.Header, g.cfg.Now())
+		if o.class == engine.OK {
+			err = checkSignatures(resp, signatures, &o.class)
 		}
 	}
-	// A timer that already fired cut the attempt, whatever came back.
-	if !timer.Stop() && err == nil {
-		err = errAttemptTimeout
+	if ctx.Err() != nil {
+		// The attempt was ended, whatever came back: its body is cut.
+		err = context.Cause(ctx)
 	}
 	if err != nil {
-		if res.resp != nil {
-			res.resp.Body.Close()
-			res.resp = nil
+		if o.resp != nil {
+			o.resp.Body.Close()
+			o.resp = nil
 		}
-		res.class, res.reached = classifyError(r.Context(), ctx, err, gotConn.Load(), x.route)
-		if res.blocked = refusal(err); res.blocked != nil {
+		o.class, o.reached = route.Classify(err, &progress)
+		if o.blocked = refusal(err); o.blocked != nil {
 			// Admission's verdict, not the route's: no evidence, no retry.
-			res.class, res.reached = engine.Canceled, false
+			o.class, o.reached = engine.Canceled, false
 		}
 	}
-	outcome.Class = res.class
-	return res
+	o.timeout, _ = route.Classify(context.DeadlineExceeded, &progress)
+	return o
 }
 
 // outbound is the request as it leaves through a route: hop-by-hop and
@@ -261,62 +199,33 @@ func textual(h http.Header) bool {
 	return err == nil && (strings.HasPrefix(mt, "text/") || mt == "application/xhtml+xml")
 }
 
-// classifyError maps a failed round trip to its class, and says whether
-// bytes of the request may have reached the target (see attempt).
-func classifyError(client, attempt context.Context, err error, gotConn bool, r *route.Route) (engine.Class, bool) {
-	var re *route.Error
-	switch {
-	case client.Err() != nil:
-		return engine.Canceled, gotConn
-	case errors.Is(err, errAttemptTimeout) || context.Cause(attempt) == errAttemptTimeout:
-		// Once the proxy link is up, the wait is the target's (a Direct
-		// route has no proxy to blame).
-		if gotConn || r.Scheme == route.Direct {
-			return engine.TargetTimeout, gotConn
-		}
-		return engine.ProxyTimeout, false
-	case errors.As(err, &re):
-		return re.Class(), !re.NeverLeft()
-	case !gotConn:
-		return engine.ProxyConnectFailed, false
-	case isTimeout(err):
-		return engine.TargetTimeout, true
-	}
-	return engine.TargetReset, true
+// respond notes the attempt's outcome in rec, for the log, and answers.
+func (g *Gateway) respond(w http.ResponseWriter, rec *record, o *outcome, attempts, hedges int) {
+	rec.route, rec.class, rec.attempts, rec.hedges = o.lease.Route, o.class, attempts, hedges
+	g.answer(w, rec.method, o, attempts, hedges)
 }
 
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
-}
-
-// respond notes the attempt's result in rec, for the log, and answers.
-func (g *Gateway) respond(w http.ResponseWriter, rec *record, res *result, attempts int) {
-	rec.route, rec.class, rec.attempts = res.route, res.class, attempts
-	g.answer(w, rec.method, res, attempts)
-}
-
-// answer sends the client the attempt's result: the upstream's answer, or
+// answer sends the client the attempt's outcome: the upstream's answer, or
 // a 502 naming the class when there is none to pass on. A proxy's 407 is
 // about the route's credentials, not the client's, so it is never passed
 // on as such.
-func (g *Gateway) answer(w http.ResponseWriter, method string, res *result, attempts int) {
-	defer res.done()
-	g.observeRequest(method, res.class, attempts)
+func (g *Gateway) answer(w http.ResponseWriter, method string, o *outcome, attempts, hedges int) {
+	defer o.done()
+	g.observeRequest(method, o.class, attempts, hedges)
 	h := w.Header()
-	h.Set(headerRoute, res.route)
+	h.Set(headerRoute, o.lease.Route)
 	h.Set(headerAttempts, strconv.Itoa(attempts))
-	if res.blocked != nil {
-		blockedDestination(w, res.blocked)
+	if o.blocked != nil {
+		blockedDestination(w, o.blocked)
 		return
 	}
-	resp := res.resp
+	resp := o.resp
 	if resp == nil || resp.StatusCode == http.StatusProxyAuthRequired {
 		if resp != nil {
 			resp.Body.Close()
 		}
-		fail(w, http.StatusBadGateway, res.class.String(),
-			"switchyard: "+res.class.String()+" through route "+res.route+" after "+strconv.Itoa(attempts)+" attempt(s)")
+		fail(w, http.StatusBadGateway, o.class.String(),
+			"switchyard: "+o.class.String()+" through route "+o.lease.Route+" after "+strconv.Itoa(attempts)+" attempt(s)")
 		return
 	}
 	defer resp.Body.Close()

@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"testing"
 	"time"
@@ -213,6 +215,73 @@ func TestBlockIsPerTarget(t *testing.T) {
 		}
 		if st, _ := v.e.Route(v.id(0)); st.Health.ConsecFail != 0 {
 			t.Errorf("blocker's own record counts %d failures, want none", st.Health.ConsecFail)
+		}
+	})
+}
+
+// An attempt ends at AttemptTimeout if the answer's headers have not come
+// (a timeout, retried on the next route) or when the client goes away
+// (canceled); a body that streams on past AttemptTimeout is not cut.
+func TestAttemptEnds(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	routetest.NoLeaks(t, func(t *testing.T) {
+		tests := []struct {
+			desc         string
+			first        routetest.Behavior // the first route; the second is healthy
+			slowBody     bool               // the target sends its body's end after 3 × AttemptTimeout
+			clientLeaves bool               // the client gives up once its request is out
+			wantStatus   int                // 0: the client got no answer
+			wantAttempts string
+			wantFirst    engine.Class
+		}{
+			{desc: "silent exit times out", first: routetest.Behavior{Silent: true}, wantStatus: 200, wantAttempts: "2", wantFirst: engine.ProxyTimeout},
+			{desc: "client leaves", first: routetest.Behavior{Silent: true}, clientLeaves: true, wantFirst: engine.Canceled},
+			{desc: "slow body is not cut", slowBody: true, wantStatus: 200, wantAttempts: "1", wantFirst: engine.OK},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				tg := newTarget(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+					io.WriteString(w, "start ")
+					if tc.slowBody {
+						http.NewResponseController(w).Flush()
+						wait := time.NewTimer(3 * timeout)
+						defer wait.Stop()
+						select {
+						case <-wait.C:
+						case <-r.Context().Done():
+							return
+						}
+					}
+					io.WriteString(w, "end")
+				})
+				p0, p1 := routetest.NewProxy(t, tc.first), routetest.NewProxy(t, routetest.Behavior{})
+				v := newEnv(t, Config{AttemptTimeout: timeout}, proxyLine(p0, ""), proxyLine(p1, ""))
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if tc.clientLeaves {
+					ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { cancel() }})
+				}
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, tg.URL, nil)
+				resp, err := v.client(t, "").Do(req)
+				switch {
+				case tc.wantStatus == 0 && err == nil:
+					resp.Body.Close()
+					t.Fatalf("got %s, want the client's request canceled", resp.Status)
+				case tc.wantStatus != 0 && err != nil:
+					t.Fatal(err)
+				case tc.wantStatus != 0:
+					body, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err != nil || resp.StatusCode != tc.wantStatus || string(body) != "start end" {
+						t.Errorf("got %d %q, %v; want %d with the whole body", resp.StatusCode, body, err, tc.wantStatus)
+					}
+					if got := resp.Header.Get(headerAttempts); got != tc.wantAttempts {
+						t.Errorf("attempts %s, want %s", got, tc.wantAttempts)
+					}
+				}
+				v.waitOutcome(t, 0, tc.wantFirst)
+			})
 		}
 	})
 }

@@ -1,8 +1,9 @@
 // Package gateway is Switchyard's forward proxy (SPEC §1.1): it takes
 // absolute-form HTTP requests and CONNECT tunnels from unmodified clients
-// and runs each through the attempt loop — lease a route from the engine,
-// carry the attempt through it, classify the outcome, report it, and retry
-// on another route when the rules, the budget and the method allow.
+// and runs each through the attempt loop (loop.go) — lease a route from
+// the engine, carry the attempt through it within the lease's deadline,
+// classify the outcome, report it, and retry or hedge on another route when
+// the rules, the budget and the method allow.
 //
 // Traffic only ever leaves through a leased route: when the engine has none
 // to give, the client gets a 503, never a direct connection.
@@ -32,7 +33,8 @@ type Config struct {
 	// Default 3.
 	MaxAttempts int
 	// AttemptTimeout bounds one attempt from the dial to the end of the
-	// response headers (for CONNECT: until the tunnel is built). Default 30s.
+	// response headers (for CONNECT: until the tunnel is built), and caps
+	// the deadline the engine gives each lease. Default 30s.
 	AttemptTimeout time.Duration
 	// Timeouts bounds the phases of reaching a target through a route; zero
 	// fields get route's defaults.
@@ -41,10 +43,10 @@ type Config struct {
 	// resend it. Larger bodies stream once and are never retried.
 	// Default 1 MiB.
 	RetryBody int64
-	// RetryRatio is the pool-wide retry budget: retries may be at most
-	// RetryRatio × the requests of the last ~10s, plus a floor of 10, so a
-	// failing pool cannot turn into a retry storm (SPEC §2.4). Default 0.2.
-	RetryRatio float64
+	// Budget caps retries and hedges pool-wide, so that a failing pool
+	// cannot turn into a retry storm (SPEC §2.4). The zero value means
+	// engine.DefaultBudget.
+	Budget engine.BudgetConfig
 	// ProxyTLS holds the roots that HTTPS proxies are verified against; nil
 	// means the system's. Tests set it to trust fake proxies.
 	ProxyTLS *tls.Config
@@ -88,7 +90,7 @@ type Config struct {
 // Observer receives what the gateway did; admin.Metrics implements it.
 type Observer interface {
 	ObserveAttempt(route string, class engine.Class, latency time.Duration)
-	ObserveRequest(method string, class engine.Class, retries int)
+	ObserveRequest(method string, class engine.Class, retries, hedges int)
 }
 
 // Defaults applied by New to zero fields.
@@ -96,7 +98,6 @@ const (
 	defaultMaxAttempts    = 3
 	defaultAttemptTimeout = 30 * time.Second
 	defaultRetryBody      = 1 << 20
-	defaultRetryRatio     = 0.2
 )
 
 func (c Config) withDefaults() Config {
@@ -109,8 +110,8 @@ func (c Config) withDefaults() Config {
 	if c.RetryBody <= 0 {
 		c.RetryBody = defaultRetryBody
 	}
-	if c.RetryRatio <= 0 {
-		c.RetryRatio = defaultRetryRatio
+	if c.Budget == (engine.BudgetConfig{}) {
+		c.Budget = engine.DefaultBudget()
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -127,7 +128,7 @@ type Gateway struct {
 	// Immutable after New.
 	cfg    Config
 	engine *engine.Engine
-	budget *retryBudget
+	budget *engine.Budget
 	pacer  *guard.Pacer
 
 	// current is what Update may change, swapped whole: a request reads it
@@ -138,18 +139,11 @@ type Gateway struct {
 	origins sync.Map // target key → the host (with port) last requested for it, for probes
 }
 
-// exit is one route with the transport that carries absolute-form
-// requests through it, built once so connections to the route are reused.
-type exit struct {
-	route     *route.Route
-	transport *http.Transport
-}
-
 // New returns a gateway over routes, which must already have been added to
 // e (with r.Spec()): the engine picks among them, the gateway dials them.
 func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) {
 	cfg = cfg.withDefaults()
-	g := &Gateway{cfg: cfg, engine: e, budget: newRetryBudget(cfg.RetryRatio)}
+	g := &Gateway{cfg: cfg, engine: e, budget: engine.NewBudget(cfg.Budget)}
 	// Pacing waits on real timers, so it reads the real clock too.
 	g.pacer = guard.NewPacer(guard.PacerConfig{Limits: g.paceOf, MaxTargets: cfg.MaxPacedTargets})
 	if err := g.Update(routes, cfg.Users, cfg.Targets); err != nil {
@@ -158,48 +152,22 @@ func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) 
 	return g, nil
 }
 
-// transport builds the http.Transport of route r. HTTP and HTTPS proxies
-// get absolute-form requests (Go adds the route's Proxy-Authorization);
-// SOCKS5 and Direct routes dial the target through route.DialTarget. Every
-// dial of a proxy fails with a *route.Error, so attempts classify alike
-// whatever the scheme.
-func (g *Gateway) transport(r *route.Route) (*http.Transport, error) {
-	t := &http.Transport{
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     90 * time.Second,
-		// The client's Accept-Encoding goes through untouched; the answer
-		// must reach it as the target sent it.
-		DisableCompression: true,
-	}
-	switch r.Scheme {
-	case route.HTTP, route.HTTPS:
-		if r.URL == nil {
-			return nil, fmt.Errorf("gateway: route %s has no proxy address", r.ID)
-		}
-		t.Proxy = http.ProxyURL(r.URL)
-		t.DialContext = g.dialProxy(r)
-		// With an https:// proxy, Go dials the proxy through DialTLSContext.
-		t.DialTLSContext = g.dialProxyTLS(r)
-	case route.SOCKS5, route.Direct:
-		t.DialContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
-			return g.dialer(addr).DialTarget(ctx, r, addr)
-		}
-	default:
-		return nil, fmt.Errorf("gateway: route %s: unsupported scheme %q", r.ID, r.Scheme)
-	}
-	return t, nil
-}
-
-// dialer dials addr ("host:port") through a route, checking the addresses
-// a Direct route connects to unless the host is allow-listed by name.
-func (g *Gateway) dialer(addr string) route.Dialer {
+// dialer is how every route's Exit dials: the configured timeouts and
+// proxy roots, and admission's connect-time check on Direct routes, skipped
+// for hosts allow-listed by name.
+func (g *Gateway) dialer() route.Dialer {
 	d := route.Dialer{Timeouts: g.cfg.Timeouts, TLS: g.cfg.ProxyTLS}
 	if a := g.cfg.Admission; a != nil {
-		if host, _, _ := net.SplitHostPort(addr); !a.AllowsHost(host) {
-			d.Control = a.Control()
-		}
+		d.Control = a.DialControl
 	}
 	return d
+}
+
+// Exit is the way out of route id as the gateway carries it, or nil when
+// the gateway has no such route: probes go out the same way, admission
+// included.
+func (g *Gateway) Exit(id string) *route.Exit {
+	return g.current.Load().exits[id]
 }
 
 // admit checks the target host as the client wrote it (and, with
@@ -237,68 +205,11 @@ func refusal(err error) *guard.Error {
 	return nil
 }
 
-// dialProxy connects to r's proxy, naming failures as DialTarget would.
-func (g *Gateway) dialProxy(r *route.Route) func(context.Context, string, string) (net.Conn, error) {
-	dial := g.cfg.Timeouts.Dial
-	if dial <= 0 {
-		dial = 5 * time.Second
-	}
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		d := net.Dialer{Timeout: dial}
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			if ctx.Err() != nil {
-				err = ctx.Err()
-			}
-			phase := route.PhaseDial
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
-				phase = route.PhaseDialTimeout
-			}
-			return nil, &route.Error{Phase: phase, Route: r.ID, Err: err}
-		}
-		return c, nil
-	}
-}
-
-// dialProxyTLS connects to an HTTPS proxy and completes TLS with it,
-// verifying the proxy's name from the route's URL.
-func (g *Gateway) dialProxyTLS(r *route.Route) func(context.Context, string, string) (net.Conn, error) {
-	dial := g.dialProxy(r)
-	handshake := g.cfg.Timeouts.Handshake
-	if handshake <= 0 {
-		handshake = 5 * time.Second
-	}
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		cfg := &tls.Config{}
-		if g.cfg.ProxyTLS != nil {
-			cfg = g.cfg.ProxyTLS.Clone()
-		}
-		cfg.ServerName = r.URL.Hostname()
-		cfg.NextProtos = nil // absolute-form requests are HTTP/1.1
-		tc := tls.Client(c, cfg)
-		hctx, cancel := context.WithTimeout(ctx, handshake)
-		defer cancel()
-		if err := tc.HandshakeContext(hctx); err != nil {
-			c.Close()
-			if ctx.Err() != nil {
-				err = ctx.Err()
-			}
-			return nil, &route.Error{Phase: route.PhaseHandshake, Route: r.ID, Err: err}
-		}
-		return tc, nil
-	}
-}
-
 // Close closes the idle upstream connections of every route. Requests and
 // tunnels in progress are not cut.
 func (g *Gateway) Close() {
 	for _, x := range g.current.Load().exits {
-		x.transport.CloseIdleConnections()
+		x.CloseIdleConnections()
 	}
 }
 
@@ -362,7 +273,7 @@ type record struct {
 	start               time.Time
 	route               string // "" until a route was leased
 	class               engine.Class
-	attempts            int
+	attempts, hedges    int
 	status              int           // set when the answer bypasses w (a hijacked CONNECT)
 	w                   *statusWriter // nil without Config.Log
 	logged              bool
@@ -401,6 +312,9 @@ func (g *Gateway) logRequest(ctx context.Context, rec *record) {
 		slog.Int("attempts", rec.attempts),
 		slog.Int64("ms", g.cfg.Now().Sub(rec.start).Milliseconds()),
 	}
+	if rec.hedges > 0 {
+		attrs = append(attrs, slog.Int("hedges", rec.hedges))
+	}
 	if rec.route != "" {
 		attrs = append(attrs, slog.String("route", rec.route), slog.String("class", rec.class.String()))
 	}
@@ -437,9 +351,11 @@ func (s *statusWriter) Write(p []byte) (int, error) {
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // acquire leases a route for an attempt; the error is what the client is
-// told when there is none.
-func (g *Gateway) acquire(s *settings, ctl control, target string, avoid []string) (engine.Lease, *exit, error) {
-	l, err := g.engine.Acquire(g.cfg.Now(), engine.Request{Target: target, Session: ctl.session, Labels: ctl.labels, Avoid: avoid})
+// told when there is none. The attempt timeout caps the lease's deadline.
+func (g *Gateway) acquire(s *settings, ctl control, target string, avoid []string) (engine.Lease, *route.Exit, error) {
+	l, err := g.engine.Acquire(g.cfg.Now(), engine.Request{
+		Target: target, Session: ctl.session, Labels: ctl.labels, Avoid: avoid, Timeout: g.cfg.AttemptTimeout,
+	})
 	if err != nil {
 		return engine.Lease{}, nil, err
 	}
@@ -500,10 +416,12 @@ func (g *Gateway) noteOrigin(target, host string) {
 	}
 }
 
-// observeRequest tells the Observer how a request that got a route ended.
-func (g *Gateway) observeRequest(method string, class engine.Class, attempts int) {
+// observeRequest tells the Observer how a request that got a route ended:
+// of its attempts after the first, hedges were started beside one in
+// flight, the others after a failure or a deadline.
+func (g *Gateway) observeRequest(method string, class engine.Class, attempts, hedges int) {
 	if g.cfg.Observer != nil {
-		g.cfg.Observer.ObserveRequest(method, class, attempts-1)
+		g.cfg.Observer.ObserveRequest(method, class, attempts-1-hedges, hedges)
 	}
 }
 

@@ -16,6 +16,7 @@ type recorder struct {
 	mu       sync.Mutex
 	attempts []engine.Class
 	requests []int // retries per request
+	hedges   int
 }
 
 func (r *recorder) ObserveAttempt(_ string, c engine.Class, _ time.Duration) {
@@ -24,10 +25,11 @@ func (r *recorder) ObserveAttempt(_ string, c engine.Class, _ time.Duration) {
 	r.attempts = append(r.attempts, c)
 }
 
-func (r *recorder) ObserveRequest(_ string, _ engine.Class, retries int) {
+func (r *recorder) ObserveRequest(_ string, _ engine.Class, retries, hedges int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.requests = append(r.requests, retries)
+	r.hedges += hedges
 }
 
 func TestObserverSeesAttemptsAndRequests(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/route"
 )
 
 // maxPoliteSkips bounds the routes one attempt passes over because they
@@ -48,7 +49,7 @@ func (g *Gateway) admitPace(w http.ResponseWriter, r *http.Request, s *settings,
 // back without evidence and another one leased, so pacing never counts
 // against an exit; a session's route is never swapped, so it waits or the
 // request is refused.
-func (g *Gateway) lease(ctx context.Context, s *settings, ctl control, target string, tried []string) (engine.Lease, *exit, error) {
+func (g *Gateway) lease(ctx context.Context, s *settings, ctl control, target string, tried []string) (engine.Lease, *route.Exit, error) {
 	avoid := slices.Clip(tried) // appending must not write into tried
 	var paced error
 	for {

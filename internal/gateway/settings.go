@@ -11,16 +11,16 @@ import (
 // settings are the parts of the gateway a reload changes. Immutable once
 // published.
 type settings struct {
-	exits   map[string]*exit // by route id
-	users   *accounts        // nil: no client auth
+	exits   map[string]*route.Exit // by route id
+	users   *accounts              // nil: no client auth
 	targets *target.Rules
 	paces   bool // some target is paced
 }
 
 // Update replaces the routes, users and target rules; requests already
 // running finish with what they started with. Every route must already be
-// known to the engine (added or updated with r.Spec()). Exits whose route
-// is unchanged, credentials included, keep their transport and its idle
+// known to the engine (added or updated with r.Spec()). A route whose dial
+// is unchanged, credentials included, keeps its Exit and the Exit's idle
 // connections; the idle connections of the others are closed.
 func (g *Gateway) Update(routes []*route.Route, users map[string]User, targets *target.Rules) error {
 	g.updates.Lock()
@@ -29,7 +29,8 @@ func (g *Gateway) Update(routes []*route.Route, users map[string]User, targets *
 		targets = target.New(nil)
 	}
 	old := g.current.Load()
-	next := &settings{exits: make(map[string]*exit, len(routes)), users: newAccounts(users), targets: targets, paces: targets.Paces()}
+	next := &settings{exits: make(map[string]*route.Exit, len(routes)), users: newAccounts(users), targets: targets, paces: targets.Paces()}
+	dialer := g.dialer()
 	for _, r := range routes {
 		if _, ok := g.engine.RouteSpec(r.ID); !ok {
 			return fmt.Errorf("gateway: route %s is not known to the engine", r.ID)
@@ -38,22 +39,22 @@ func (g *Gateway) Update(routes []*route.Route, users map[string]User, targets *
 			return fmt.Errorf("gateway: duplicate route %s", r.ID)
 		}
 		if old != nil {
-			if x, ok := old.exits[r.ID]; ok && sameDial(x.route, r) {
-				next.exits[r.ID] = &exit{route: r, transport: x.transport}
+			if x, ok := old.exits[r.ID]; ok && sameDial(x.Route(), r) {
+				next.exits[r.ID] = x
 				continue
 			}
 		}
-		t, err := g.transport(r)
+		x, err := route.NewExit(r, dialer)
 		if err != nil {
-			return err
+			return fmt.Errorf("gateway: %w", err)
 		}
-		next.exits[r.ID] = &exit{route: r, transport: t}
+		next.exits[r.ID] = x
 	}
 	g.current.Store(next)
 	if old != nil {
 		for id, x := range old.exits {
-			if y, ok := next.exits[id]; !ok || y.transport != x.transport {
-				x.transport.CloseIdleConnections()
+			if y, ok := next.exits[id]; !ok || y != x {
+				x.CloseIdleConnections()
 			}
 		}
 		g.pacer.Update(g.paceOf) // entries pick up the new rules' limits

@@ -12,14 +12,14 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/guard"
 	"github.com/switchyard/switchyard/internal/route"
 )
 
-// serveConnect builds a tunnel to the CONNECT authority through a leased
-// route. Only the connect phase is observed and retried: every failure
-// there is a *route.Error, before any byte of the client's went out, so a
-// retry on another route is safe whatever the tunnel will carry.
+// serveConnect builds a tunnel to the CONNECT authority through the
+// attempt loop. Only the connect phase is retried and hedged: every
+// failure there is a *route.Error, before any byte of the client's went
+// out, so another route is safe whatever the tunnel will carry, and of two
+// connects in flight only the first to succeed becomes the tunnel.
 func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settings, ctl control, rec *record) {
 	addr := r.Host
 	host, port, err := net.SplitHostPort(addr)
@@ -30,88 +30,77 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settin
 	if !g.admit(r.Context(), w, host) {
 		return
 	}
-	target, _ := s.targets.Resolve(host)
+	target, policy := s.targets.Resolve(host)
 	// A tunnel holds its target's concurrency slot for as long as it lives.
 	release, ok := g.admitPace(w, r, s, target)
 	if !ok {
 		return
 	}
 	defer release()
-	g.budget.request(g.cfg.Now())
 	if _, known := g.origins.Load(target); !known {
 		g.noteOrigin(target, host) // for probes, until an absolute-form request names the origin
 	}
-	var tried []string
-	var last result
-	for {
-		l, x, err := g.lease(r.Context(), s, ctl, target, tried)
-		if err != nil {
-			if tried == nil {
-				acquireError(w, err)
-				return
-			}
-			g.respond(w, rec, &last, len(tried))
-			return
-		}
-		tried = append(tried, l.Route)
-		conn, latency, class, blocked := g.dialTunnel(r.Context(), l, x, addr)
-		if conn != nil {
-			rec.route, rec.class, rec.attempts = l.Route, engine.OK, len(tried)
-			g.observeRequest(r.Method, engine.OK, len(tried))
-			g.tunnel(w, r, rec, l, conn, latency, len(tried))
-			return
-		}
-		last = result{route: l.Route, class: class, blocked: blocked, done: func() {}}
-		if !g.retry(r.Method, ctl, &reqBody{}, &last, len(tried)) {
-			g.respond(w, rec, &last, len(tried))
-			return
-		}
+	another := ctl.session == "" // a session's exit never changes silently
+	win, last, attempts, hedges, err := g.run(r.Context(), s, &job{
+		target: target,
+		ctl:    ctl,
+		try: func(ctx context.Context, l engine.Lease, x *route.Exit) *outcome {
+			return g.dialTunnel(ctx, l, x, addr)
+		},
+		retryable: func(*outcome) bool { return another },
+		hedge:     another && (policy == nil || !policy.NoHedge),
+	})
+	switch {
+	case win != nil:
+		rec.route, rec.class, rec.attempts, rec.hedges = win.lease.Route, engine.OK, attempts, hedges
+		g.observeRequest(r.Method, engine.OK, attempts, hedges)
+		g.tunnel(w, r, rec, win, attempts)
+	case last != nil:
+		g.respond(w, rec, last, attempts, hedges)
+	default:
+		acquireError(w, err)
 	}
 }
 
-// dialTunnel opens a stream to addr through the leased route. A failure is
-// reported here; a success is reported when the tunnel shows how it went.
-// An admission refusal at connect time is returned and reported Canceled:
-// it says nothing about the route.
-func (g *Gateway) dialTunnel(ctx context.Context, l engine.Lease, x *exit, addr string) (net.Conn, time.Duration, engine.Class, *guard.Error) {
-	outcome := engine.Outcome{Class: engine.Canceled}
-	var conn net.Conn
-	defer func() {
-		if conn == nil {
-			g.report(l, outcome)
-		}
-	}()
-	dctx, cancel := context.WithTimeout(ctx, g.cfg.AttemptTimeout)
-	defer cancel()
+// dialTunnel opens a stream to addr through the leased route. A success is
+// the caller's to report, when the tunnel shows how it went. An admission
+// refusal at connect time is Canceled: it says nothing about the route.
+func (g *Gateway) dialTunnel(ctx context.Context, l engine.Lease, x *route.Exit, addr string) *outcome {
+	o := &outcome{lease: l}
+	var progress route.Progress
 	start := g.cfg.Now()
-	c, err := g.dialer(addr).DialTarget(dctx, x.route, addr)
-	outcome.Latency = g.cfg.Now().Sub(start)
+	conn, err := x.DialTarget(ctx, addr, &progress)
+	o.latency = g.cfg.Now().Sub(start)
+	o.timeout, _ = route.Classify(context.DeadlineExceeded, &progress)
 	if err != nil {
-		outcome.Class = route.Classify(err)
-		blocked := refusal(err)
-		if ctx.Err() != nil || blocked != nil {
-			outcome.Class = engine.Canceled
+		o.class, _ = route.Classify(err, &progress)
+		if o.blocked = refusal(err); o.blocked != nil {
+			o.class = engine.Canceled
 		}
-		return nil, 0, outcome.Class, blocked
+		return o
 	}
-	conn = c
-	return conn, outcome.Latency, engine.OK, nil
+	o.class, o.conn = engine.OK, conn
+	return o
 }
 
-// tunnel hands the client connection over to a splice with upstream. The
-// outcome is reported as soon as it is known, so a tunnel that lives for
-// hours does not hold its lease past the engine's lease TTL: OK at the
-// first byte from the server (the route carried the client to a live
-// target); TargetReset when the server ends its side without a word; and
-// Canceled when the client ended its side first and the server never
-// spoke (no evidence: the client gave up or had nothing to say).
-func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, rec *record, l engine.Lease, upstream net.Conn, latency time.Duration, attempts int) {
+// tunnel hands the client connection over to a splice with the winner's
+// stream. The outcome is reported as soon as it is known, so a tunnel that
+// lives for hours does not hold its lease past the engine's lease TTL: OK
+// at the first byte from the server (the route carried the client to a
+// live target); target_timeout when the client has spoken and the server
+// has not answered within the lease's deadline (the evidence of a silent
+// exit behind a CONNECT it accepted, or of a silent site); target_reset
+// when the server ends its side without a word; and Canceled when the
+// client ended its side first and the server never spoke (no evidence:
+// the client gave up or had nothing to say).
+func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, rec *record, win *outcome, attempts int) {
+	l, upstream := win.lease, win.conn
 	var once sync.Once
-	report := func(c engine.Class) {
+	report := func(c engine.Class, latency time.Duration) {
 		once.Do(func() { g.report(l, engine.Outcome{Class: c, Latency: latency}) })
 	}
-	defer report(engine.Canceled) // every other path, panics included
-	defer upstream.Close()
+	defer report(engine.Canceled, win.latency) // every other path, panics included
+	defer win.discard()
 
 	client, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
@@ -136,20 +125,29 @@ func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, rec *record, l 
 	if brw.Reader.Buffered() > 0 { // bytes sent right behind the CONNECT
 		fromClient = brw.Reader
 	}
+	var silence *time.Timer // owner: the client's copier, then (after up) this goroutine
 	up := make(chan struct{})
 	go func() {
 		defer close(up)
-		_, err := io.Copy(upstream, fromClient)
+		toServer := &firstByte{Writer: upstream, seen: func() {
+			if l.Deadline > 0 {
+				silence = time.AfterFunc(l.Deadline, func() { report(engine.TargetTimeout, l.Deadline) })
+			}
+		}}
+		_, err := io.Copy(toServer, fromClient)
 		first.CompareAndSwap(0, clientFirst)
 		endWrite(upstream, err)
 	}()
-	spoke := &firstByte{Writer: client, seen: func() { report(engine.OK) }}
+	spoke := &firstByte{Writer: client, seen: func() { report(engine.OK, win.latency) }}
 	_, err = io.Copy(spoke, upstream)
 	if first.CompareAndSwap(0, serverFirst) {
-		report(engine.TargetReset) // a no-op if the server spoke
+		report(engine.TargetReset, win.latency) // a no-op if the server spoke
 	}
 	endWrite(client, err)
 	<-up
+	if silence != nil {
+		silence.Stop()
+	}
 	// Here the deferred report is Canceled: the client ended its side
 	// before the server said anything.
 }

@@ -82,7 +82,8 @@ func TestConnectFailures(t *testing.T) {
 		}{
 			{"dead route", routetest.Behavior{Refuse: true}, 502, engine.ProxyConnectFailed},
 			{"407 route", routetest.Behavior{Answer407: true, User: "u", Password: "s3cret"}, 502, engine.ProxyAuth},
-			{"proxy refuses the host", routetest.Behavior{BlockHosts: []string{"127.0.0.1"}}, 502, engine.TunnelFailed},
+			{"proxy refuses the host", routetest.Behavior{BlockHosts: []string{"127.0.0.1"}}, 502, engine.Blocked},
+			{"proxy cannot reach the host", routetest.Behavior{HostStatus: map[string]int{"127.0.0.1": 504}}, 502, engine.TunnelFailed},
 			{"server hangs up silently", routetest.Behavior{}, 200, engine.TargetReset},
 		}
 		for _, tc := range tests {

@@ -238,6 +238,16 @@ func parsePart(p string) (v uint64, isNum, ok bool) {
 	return v, true, err == nil
 }
 
+// DialControl is the connect-time check of a connection to host (a
+// target's name or address as asked for, without port): Control, or nil
+// when host is allow-listed by name, whose addresses are then not checked.
+func (a *Admission) DialControl(host string) func(network, address string, c syscall.RawConn) error {
+	if a.AllowsHost(host) {
+		return nil
+	}
+	return a.Control()
+}
+
 // Control returns a net.Dialer Control function that refuses blocked
 // addresses at connect time, after DNS, so a name that resolves (or
 // rebinds) to an internal address is never connected to.

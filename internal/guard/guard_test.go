@@ -188,3 +188,31 @@ func TestControl(t *testing.T) {
 		}
 	})
 }
+
+// DialControl skips the connect-time check only for hosts allow-listed by
+// name; any other host gets Control, which refuses a blocked address.
+func TestDialControl(t *testing.T) {
+	t.Parallel()
+	a := guard.NewAdmission(nil, []string{"intranet.example"})
+	tests := []struct {
+		desc    string
+		host    string
+		checked bool
+	}{
+		{desc: "allow-listed name", host: "Intranet.Example.", checked: false},
+		{desc: "other name", host: "rebind.example", checked: true},
+		{desc: "address", host: "127.0.0.1", checked: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			control := a.DialControl(tc.host)
+			if (control != nil) != tc.checked {
+				t.Fatalf("DialControl(%q) checks: %v, want %v", tc.host, control != nil, tc.checked)
+			}
+			if control != nil {
+				checkErr(t, control("tcp", "127.0.0.1:80", nil), "loopback address")
+			}
+		})
+	}
+}

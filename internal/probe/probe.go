@@ -1,54 +1,58 @@
 // Package probe answers the engine's probe jobs, off users' traffic:
-// half-open routes are tested before they get work again.
+// half-open routes are tested before they get work again. Probes leave
+// through the same Exits as users' traffic, admission included, and are
+// classified alike.
 package probe
 
 import (
-	"bufio"
 	"context"
-	"crypto/tls"
-	"net"
+	"errors"
 	"net/http"
 	"net/url"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/guard"
 	"github.com/switchyard/switchyard/internal/route"
 )
 
+// Exits gives the way out of each route, by id: nil for a route no longer
+// carried. The gateway is one, so that probes leave as users' traffic does.
+type Exits interface {
+	Exit(route string) *route.Exit
+}
+
 // Config tunes the prober; zero fields mean the defaults.
 type Config struct {
-	Concurrency int            // probes at once; default 8
-	Timeout     time.Duration  // one probe, end to end; default 10s
-	Timeouts    route.Timeouts // dial and handshake through the route
+	Concurrency int           // probes at once; default 8
+	Timeout     time.Duration // one probe, end to end; default 10s
 	// TargetURL is the page a route×target probe fetches for a target key;
 	// default "http://<target>/". The gateway supplies the origin it last
 	// saw for the key (the key is a registrable domain, without a port).
 	TargetURL func(target string) string
 	// NeutralURL, when set, is an http:// page that every route should be
 	// able to fetch: neutral probes GET it through the route, which also
-	// checks the route's credentials. Unset, a neutral probe is a TCP check
-	// of the proxy.
+	// checks the route's credentials. Unset, a neutral probe is the Exit's
+	// check: a TCP connection to the proxy.
 	NeutralURL string
-	ProxyTLS   *tls.Config      // roots for HTTPS proxies
 	Now        func() time.Time // clock; nil → time.Now
 }
 
 // Prober runs probe jobs with bounded concurrency.
 type Prober struct {
 	// immutable
-	e   *engine.Engine
-	cfg Config
-	sem chan struct{}
-
-	routes atomic.Pointer[map[string]*route.Route] // by id; replaced whole by SetRoutes
+	e     *engine.Engine
+	exits Exits
+	cfg   Config
+	sem   chan struct{}
 
 	wg sync.WaitGroup // running probes
 }
 
-// New returns a prober for the engine's routes.
-func New(e *engine.Engine, routes []*route.Route, cfg Config) *Prober {
+// New returns a prober for the engine's routes, which go out through
+// exits.
+func New(e *engine.Engine, exits Exits, cfg Config) *Prober {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 8
 	}
@@ -61,19 +65,7 @@ func New(e *engine.Engine, routes []*route.Route, cfg Config) *Prober {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	p := &Prober{e: e, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency)}
-	p.SetRoutes(routes)
-	return p
-}
-
-// SetRoutes replaces the routes probes go through, after a reload; a job
-// for a route no longer listed ends without evidence.
-func (p *Prober) SetRoutes(routes []*route.Route) {
-	byID := make(map[string]*route.Route, len(routes))
-	for _, r := range routes {
-		byID[r.ID] = r
-	}
-	p.routes.Store(&byID)
+	return &Prober{e: e, exits: exits, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency)}
 }
 
 // Run drains the engine's probe jobs every interval until ctx is done,
@@ -82,7 +74,9 @@ func (p *Prober) Run(ctx context.Context, interval time.Duration) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	defer p.wg.Wait()
-	var jobs []engine.ProbeJob
+	// At once, not a tick later: a gateway that starts has every route to
+	// check before users' traffic.
+	jobs := p.Drain(ctx, nil)
 	for {
 		select {
 		case <-ctx.Done():
@@ -119,11 +113,12 @@ func (p *Prober) Drain(ctx context.Context, dst []engine.ProbeJob) []engine.Prob
 func (p *Prober) Wait() { p.wg.Wait() }
 
 // probe runs one job: a route alone (a neutral check of the exit) or the
-// route against its target (the target's page through the route).
+// route against its target (the target's page through the route). A job
+// for a route no longer carried ends without evidence.
 func (p *Prober) probe(ctx context.Context, job engine.ProbeJob) engine.Outcome {
-	r := (*p.routes.Load())[job.Route]
-	if r == nil {
-		return engine.Outcome{Class: engine.Canceled} // the route left with a reload: no evidence
+	x := p.exits.Exit(job.Route)
+	if x == nil {
+		return engine.Outcome{Class: engine.Canceled}
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
@@ -132,75 +127,38 @@ func (p *Prober) probe(ctx context.Context, job engine.ProbeJob) engine.Outcome 
 	var wait time.Duration
 	switch {
 	case job.Target == "" && p.cfg.NeutralURL != "":
-		class, wait = p.fetch(ctx, r, p.cfg.NeutralURL)
+		class, wait = p.fetch(ctx, x, p.cfg.NeutralURL)
 	case job.Target == "":
-		class = p.neutral(ctx, r)
+		// Tells a dead or hanging exit from a live one, not a bad
+		// password: users' traffic reports 407s.
+		class, _ = route.Classify(x.Check(ctx), new(route.Progress))
 	default:
-		class, wait = p.fetch(ctx, r, p.cfg.TargetURL(job.Target))
+		class, wait = p.fetch(ctx, x, p.cfg.TargetURL(job.Target))
 	}
 	return engine.Outcome{Class: class, Latency: p.cfg.Now().Sub(start), RetryAfter: wait}
 }
 
-// neutral checks the exit itself. With no neutral page to fetch, that is a
-// TCP connection to the proxy: it tells a dead or hanging exit from a live
-// one, not a bad password (users' traffic reports 407s). The gateway's own
-// connection (direct) has nothing to check.
-func (p *Prober) neutral(ctx context.Context, r *route.Route) engine.Class {
-	if r.Scheme == route.Direct {
-		return engine.OK
-	}
-	timeouts := p.cfg.Timeouts
-	d := net.Dialer{Timeout: timeouts.Dial}
-	if d.Timeout <= 0 {
-		d.Timeout = 5 * time.Second
-	}
-	conn, err := d.DialContext(ctx, "tcp", r.URL.Host)
-	if err != nil {
-		if ctx.Err() != nil {
-			return engine.ProxyTimeout
-		}
-		if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			return engine.ProxyTimeout
-		}
-		return engine.ProxyConnectFailed
-	}
-	conn.Close()
-	return engine.OK
-}
-
-// fetch GETs page through r and classifies the answer as users' traffic
-// would be.
-func (p *Prober) fetch(ctx context.Context, r *route.Route, page string) (engine.Class, time.Duration) {
+// fetch GETs page through x as users' traffic goes (an absolute-form
+// request to an HTTP proxy), and classifies the outcome as the gateway
+// does. A destination admission refuses is no evidence, as for users.
+func (p *Prober) fetch(ctx context.Context, x *route.Exit, page string) (engine.Class, time.Duration) {
 	u, err := url.Parse(page)
 	if err != nil || u.Scheme != "http" || u.Host == "" {
 		return engine.Canceled, 0 // no page to probe: no evidence
 	}
-	addr := u.Host
-	if u.Port() == "" {
-		addr = net.JoinHostPort(u.Hostname(), "80")
-	}
-	conn, err := route.DialTarget(ctx, r, addr, p.cfg.Timeouts, p.cfg.ProxyTLS)
-	if err != nil {
-		return route.Classify(err), 0
-	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, page, nil)
 	if err != nil {
 		return engine.Canceled, 0
 	}
 	req.Header.Set("User-Agent", "switchyard-probe")
-	req.Close = true
-	if err := req.Write(conn); err != nil {
-		return engine.TargetReset, 0
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	var progress route.Progress
+	resp, err := x.RoundTrip(req, &progress)
 	if err != nil {
-		if ctx.Err() != nil {
-			return engine.TargetTimeout, 0
+		if errors.As(err, new(*guard.Error)) {
+			return engine.Canceled, 0
 		}
-		return engine.TargetReset, 0
+		class, _ := route.Classify(err, &progress)
+		return class, 0
 	}
 	resp.Body.Close()
 	return route.ClassifyStatus(resp.StatusCode, resp.Header, p.cfg.Now())

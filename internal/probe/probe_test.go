@@ -1,13 +1,18 @@
 package probe
 
 import (
+	"bufio"
 	"context"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/guard"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
@@ -21,7 +26,8 @@ func setup(t *testing.T, list string) (*engine.Engine, []*route.Route) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := engine.New(engine.Config{Seed: 1, MaxRemovedShare: -1}, nil)
+	// Routes serve at once: TestCandidatesAreChecked covers the check.
+	e, err := engine.New(engine.Config{Seed: 1, MaxRemovedShare: -1, UncheckedCandidates: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,13 +41,35 @@ func setup(t *testing.T, list string) (*engine.Engine, []*route.Route) {
 	return e, routes
 }
 
+// exits are the routes' ways out, by id, as the gateway would hand them
+// to the prober.
+type exits map[string]*route.Exit
+
+func (m exits) Exit(id string) *route.Exit { return m[id] }
+
+// exitsOf builds the exits of routes, dialling as d says; their idle
+// connections are closed with the test.
+func exitsOf(t *testing.T, routes []*route.Route, d route.Dialer) exits {
+	t.Helper()
+	m := make(exits, len(routes))
+	for _, r := range routes {
+		x, err := route.NewExit(r, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(x.CloseIdleConnections)
+		m[r.ID] = x
+	}
+	return m
+}
+
 // halfOpen cools the record (route, or route×target when target is set)
 // and wakes it, returning the time it went half-open.
 func halfOpen(t *testing.T, e *engine.Engine, id, target string) time.Time {
 	t.Helper()
 	class := engine.ProxyAuth
 	if target != "" {
-		class = engine.RateLimited
+		class = engine.Blocked
 	}
 	if err := e.Feedback(t0, id, target, engine.Outcome{Class: class}); err != nil {
 		t.Fatal(err)
@@ -100,11 +128,45 @@ func TestNeutralProbes(t *testing.T) {
 		for _, tt := range tests {
 			now = halfOpen(t, e, tt.route.ID, "")
 		}
-		p := New(e, routes, Config{Now: func() time.Time { return now }, Timeouts: route.Timeouts{Dial: time.Second}})
+		p := New(e, exitsOf(t, routes, route.Dialer{Timeouts: route.Timeouts{Dial: time.Second}}), Config{Now: func() time.Time { return now }})
 		answer(t, p)
 		for _, tt := range tests {
 			if got := state(e, tt.route.ID, ""); got != tt.want {
 				t.Errorf("%s: %v after probes, want %v", tt.route.Redacted(), got, tt.want)
+			}
+		}
+	})
+}
+
+// TestCandidatesAreChecked: a new route is checked before users' traffic.
+// Without a probe URL the check is a TCP connect to the proxy: it keeps a
+// dead exit out, and lets one that accepts connections in to ramp up.
+func TestCandidatesAreChecked(t *testing.T) {
+	t.Parallel()
+	routetest.NoLeaks(t, func(t *testing.T) {
+		live := routetest.NewProxy(t, routetest.Behavior{})
+		silent := routetest.NewProxy(t, routetest.Behavior{Blackhole: true})
+		dead := routetest.NewProxy(t, routetest.Behavior{Refuse: true})
+		parsed, err := route.ParseList("test.txt", []byte(live.URL.String()+"\n"+silent.URL.String()+"\n"+dead.URL.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := engine.New(engine.Config{Seed: 1, MaxRemovedShare: -1}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		routes := make([]*route.Route, len(parsed))
+		for i := range parsed {
+			routes[i] = &parsed[i]
+			if err := e.AddRoute(t0, parsed[i].Spec()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := New(e, exitsOf(t, routes, route.Dialer{Timeouts: route.Timeouts{Dial: time.Second}}), Config{Now: func() time.Time { return t0 }})
+		answer(t, p)
+		for i, want := range []engine.State{engine.Healthy, engine.Healthy, engine.Cooling} {
+			if got := state(e, routes[i].ID, ""); got != want {
+				t.Errorf("%s: %v after its check, want %v", routes[i].Redacted(), got, want)
 			}
 		}
 	})
@@ -141,7 +203,7 @@ func TestTargetProbes(t *testing.T) {
 		for _, tt := range tests {
 			now = later(now, halfOpen(t, e, tt.route.ID, tt.target))
 		}
-		p := New(e, routes, Config{
+		p := New(e, exitsOf(t, routes, route.Dialer{}), Config{
 			Now:       func() time.Time { return now },
 			TargetURL: func(target string) string { return pages[target] },
 		})
@@ -170,10 +232,9 @@ func TestRunStopsWithItsContext(t *testing.T) {
 		hang := routetest.NewProxy(t, routetest.Behavior{Blackhole: true})
 		e, routes := setup(t, hang.URL.String()+"\n")
 		until := halfOpen(t, e, routes[0].ID, "hang.test")
-		p := New(e, routes, Config{
+		p := New(e, exitsOf(t, routes, route.Dialer{}), Config{
 			Now:       func() time.Time { return until },
 			TargetURL: func(string) string { return "http://hang.test/" },
-			Timeouts:  route.Timeouts{Handshake: time.Minute},
 		})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -203,9 +264,10 @@ func TestRunStopsWithItsContext(t *testing.T) {
 func TestBadPagesAreNoEvidence(t *testing.T) {
 	t.Parallel()
 	e, routes := setup(t, "direct\n")
-	p := New(e, routes, Config{})
+	x := exitsOf(t, routes, route.Dialer{})
+	p := New(e, x, Config{})
 	for _, page := range []string{"", "https://x.test/", "::", "ftp://x"} {
-		if c, _ := p.fetch(context.Background(), routes[0], page); c != engine.Canceled {
+		if c, _ := p.fetch(context.Background(), x[routes[0].ID], page); c != engine.Canceled {
 			t.Errorf("page %q: %v, want canceled", page, c)
 		}
 	}
@@ -223,7 +285,7 @@ func TestNeutralURLIsFetchedThroughTheRoute(t *testing.T) {
 		locked := routetest.NewProxy(t, routetest.Behavior{Answer407: true})
 		e, routes := setup(t, locked.URL.String()+"\n")
 		now := halfOpen(t, e, routes[0].ID, "")
-		p := New(e, routes, Config{Now: func() time.Time { return now }, NeutralURL: page.URL + "/"})
+		p := New(e, exitsOf(t, routes, route.Dialer{}), Config{Now: func() time.Time { return now }, NeutralURL: page.URL + "/"})
 		answer(t, p)
 		// A TCP check would pass this proxy; fetching a page through it
 		// finds the 407.
@@ -232,6 +294,87 @@ func TestNeutralURLIsFetchedThroughTheRoute(t *testing.T) {
 		}
 		if hits != 0 || locked.Requests() == 0 {
 			t.Fatalf("page hits %d, proxy requests %d", hits, locked.Requests())
+		}
+	})
+}
+
+// A target probe through an HTTP proxy is the request users' traffic
+// makes: absolute-form, with the route's credentials.
+func TestTargetProbeGoesAsUsersTraffic(t *testing.T) {
+	t.Parallel()
+	routetest.NoLeaks(t, func(t *testing.T) {
+		seen := make(chan *http.Request, 1)
+		proxyAddr := routetest.ServeTCP(t, func(c net.Conn) {
+			req, err := http.ReadRequest(bufio.NewReader(c))
+			if err != nil {
+				return
+			}
+			select {
+			case seen <- req: // the first probe's request is the one checked
+			default:
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+		})
+		e, routes := setup(t, "http://u:Sekr1t@"+proxyAddr+"\n")
+		now := halfOpen(t, e, routes[0].ID, "site.test")
+		p := New(e, exitsOf(t, routes, route.Dialer{}), Config{Now: func() time.Time { return now }})
+		answer(t, p)
+		var req *http.Request
+		select {
+		case req = <-seen:
+		default:
+			t.Fatal("the proxy saw no probe")
+		}
+		if req.Method != http.MethodGet || req.RequestURI != "http://site.test/" {
+			t.Errorf("proxy got %s %s, want GET http://site.test/ in absolute form", req.Method, req.RequestURI)
+		}
+		if req.Header.Get("Proxy-Authorization") == "" {
+			t.Error("the probe carried no Proxy-Authorization")
+		}
+		if s := state(e, routes[0].ID, "site.test"); s != engine.Healthy {
+			t.Errorf("state %v after a 200 probe, want healthy", s)
+		}
+	})
+}
+
+// Probes through a Direct route meet the same admission as users' traffic:
+// a refused destination is no evidence and is never connected to, and a
+// host allow-listed by name is reached.
+func TestProbesPassAdmission(t *testing.T) {
+	t.Parallel()
+	routetest.NoLeaks(t, func(t *testing.T) {
+		tests := []struct {
+			desc       string
+			allowHosts []string
+			host       string
+			want       engine.State
+			reached    bool
+		}{
+			{desc: "loopback refused", host: "127.0.0.1", want: engine.HalfOpen},
+			{desc: "allow-listed name", allowHosts: []string{"localhost"}, host: "localhost", want: engine.Healthy, reached: true},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				var hits atomic.Int64
+				page := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+				defer page.Close()
+				_, port, _ := net.SplitHostPort(page.Listener.Addr().String())
+				e, routes := setup(t, "direct\n")
+				now := halfOpen(t, e, routes[0].ID, "site.test")
+				admission := guard.NewAdmission(nil, tc.allowHosts)
+				p := New(e, exitsOf(t, routes, route.Dialer{Control: admission.DialControl}), Config{
+					Now:       func() time.Time { return now },
+					TargetURL: func(string) string { return "http://" + net.JoinHostPort(tc.host, port) + "/" },
+				})
+				answer(t, p)
+				if s := state(e, routes[0].ID, "site.test"); s != tc.want {
+					t.Errorf("state %v after probes, want %v", s, tc.want)
+				}
+				if reached := hits.Load() > 0; reached != tc.reached {
+					t.Errorf("page reached: %v, want %v", reached, tc.reached)
+				}
+			})
 		}
 	})
 }

@@ -39,79 +39,80 @@ func (t Timeouts) withDefaults() Timeouts {
 	return t
 }
 
-// DialTarget opens a byte stream to addr ("host:port") through r: directly
-// (Direct), through an HTTP CONNECT tunnel (HTTP; HTTPS speaks TLS to the
-// proxy first, verifying its certificate against tlsConfig's roots, or the
-// system's when tlsConfig is nil), or through SOCKS5, which resolves names
-// at the proxy. Credentials in r.URL are sent as Proxy-Authorization: Basic
-// (HTTP, HTTPS) or SOCKS5 username/password.
-//
-// ctx bounds the whole call and t each phase. Every failure to reach the
-// target through r is an *Error; a malformed addr or a route that cannot be
-// dialled (unknown scheme, no URL) is a plain error.
-func DialTarget(ctx context.Context, r *Route, addr string, t Timeouts, tlsConfig *tls.Config) (net.Conn, error) {
-	return Dialer{Timeouts: t, TLS: tlsConfig}.DialTarget(ctx, r, addr)
-}
-
-// Dialer is DialTarget with every setting named, for callers that need
-// more than timeouts and TLS roots.
+// Dialer is how an Exit reaches out: how long each phase may take, which
+// roots an HTTPS proxy is verified against, and the connect-time admission
+// of Direct routes.
 type Dialer struct {
 	Timeouts Timeouts
 	TLS      *tls.Config // roots for HTTPS proxies; nil means the system's
-	// Control, when set, is the net.Dialer Control of Direct routes only:
-	// it sees each address the target resolved to and may refuse it (SSRF
-	// admission). Proxies are dialled without it; they resolve the target
+	// Control, when set, gives the net.Dialer Control of a Direct route's
+	// connection to host (the target's name as asked for, without port): it
+	// sees each address the name resolved to and may refuse it (SSRF
+	// admission); a nil Control checks nothing, as for an allow-listed
+	// host. Proxies are dialled without it: they resolve the target
 	// themselves.
-	Control func(network, address string, c syscall.RawConn) error
+	Control func(host string) func(network, address string, c syscall.RawConn) error
 }
 
-// DialTarget is the package's DialTarget with d's settings.
-func (d Dialer) DialTarget(ctx context.Context, r *Route, addr string) (net.Conn, error) {
-	t, tlsConfig := d.Timeouts, d.TLS
+// dialTarget opens a byte stream to addr through the exit; see DialTarget.
+func (x *Exit) dialTarget(ctx context.Context, addr string) (net.Conn, error) {
 	// addr goes verbatim into the CONNECT request line and Host header:
 	// no spaces or control bytes that could split them.
-	if _, _, err := net.SplitHostPort(addr); err != nil || strings.ContainsFunc(addr, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
-		return nil, fmt.Errorf("route %s: invalid target address %q", r.ID, addr)
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || strings.ContainsFunc(addr, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
+		return nil, fmt.Errorf("route %s: invalid target address %q", x.route.ID, addr)
 	}
-	t = t.withDefaults()
-	nd := net.Dialer{Timeout: t.Dial}
-	if r.Scheme == Direct {
-		nd.Control = d.Control
-		c, err := nd.DialContext(ctx, "tcp", addr)
-		if err != nil {
-			return nil, &Error{Phase: PhaseTarget, Route: r.ID, Err: callerGaveUp(ctx, err)}
-		}
-		return c, nil
+	if x.route.Scheme != Direct {
+		return x.negotiate(ctx, func(ctx context.Context, conn net.Conn) (net.Conn, error) {
+			return x.handshake(ctx, conn, addr)
+		})
 	}
-	switch {
-	case r.URL == nil:
-		return nil, fmt.Errorf("route %s: %s route without a proxy address", r.ID, r.Scheme)
-	case r.Scheme != HTTP && r.Scheme != HTTPS && r.Scheme != SOCKS5:
-		return nil, fmt.Errorf("route %s: cannot dial scheme %q", r.ID, r.Scheme)
+	nd := net.Dialer{Timeout: x.timeouts.Dial}
+	if x.control != nil {
+		nd.Control = x.control(host)
 	}
+	c, err := nd.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, &Error{Phase: PhaseTarget, Route: x.route.ID, Err: callerGaveUp(ctx, err)}
+	}
+	return c, nil
+}
 
-	conn, err := nd.DialContext(ctx, "tcp", r.URL.Host)
+// dialProxy connects to the route's proxy.
+func (x *Exit) dialProxy(ctx context.Context) (net.Conn, error) {
+	nd := net.Dialer{Timeout: x.timeouts.Dial}
+	conn, err := nd.DialContext(ctx, "tcp", x.route.URL.Host)
 	if err != nil {
 		err = callerGaveUp(ctx, err)
 		phase := PhaseDial
 		if isTimeout(err) {
 			phase = PhaseDialTimeout
 		}
-		return nil, &Error{Phase: phase, Route: r.ID, Err: err}
+		return nil, &Error{Phase: phase, Route: x.route.ID, Err: err}
 	}
+	return conn, nil
+}
 
-	hctx, cancel := context.WithTimeout(ctx, t.Handshake)
+// negotiate connects to the route's proxy and runs step on the connection
+// within Timeouts.Handshake: step makes a tunnel of it, or a TLS
+// connection to the proxy. Every failure comes back as an *Error.
+func (x *Exit) negotiate(ctx context.Context, step func(context.Context, net.Conn) (net.Conn, error)) (net.Conn, error) {
+	conn, err := x.dialProxy(ctx)
+	if err != nil {
+		return nil, err
+	}
+	hctx, cancel := context.WithTimeout(ctx, x.timeouts.Handshake)
 	defer cancel()
 	// Cancellation or the handshake timeout cuts any I/O in progress.
 	stop := context.AfterFunc(hctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	tunnel, err := handshake(hctx, conn, r, addr, tlsConfig)
+	out, err := step(hctx, conn)
 	if !stop() && err == nil {
-		// Time ran out just as the handshake finished: the deadline may
+		// Time ran out just as the step finished: the deadline may
 		// already be set on the stream, so it is not usable.
-		err = hctx.Err()
+		err = context.Cause(hctx)
 	}
 	if err == nil {
-		return tunnel, nil
+		return out, nil
 	}
 	conn.Close()
 	var e *Error
@@ -119,36 +120,45 @@ func (d Dialer) DialTarget(ctx context.Context, r *Route, addr string) (net.Conn
 		// An I/O failure mid-handshake: say whose clock ran out.
 		switch {
 		case ctx.Err() != nil:
-			err = ctx.Err()
+			err = context.Cause(ctx)
 		case hctx.Err() != nil:
-			err = fmt.Errorf("no answer within %v: %w", t.Handshake, err)
+			err = fmt.Errorf("no answer within %v: %w", x.timeouts.Handshake, err)
 		}
 		e = &Error{Phase: PhaseHandshake, Err: err}
 	}
-	e.Route = r.ID
+	e.Route = x.route.ID
 	return nil, e
 }
 
-// handshake turns conn, open to r's proxy, into a tunnel to addr. I/O
-// failures come back as they are; answers from the proxy as *Error.
-func handshake(ctx context.Context, conn net.Conn, r *Route, addr string, tlsConfig *tls.Config) (net.Conn, error) {
-	if r.Scheme == SOCKS5 {
-		return socks5(ctx, conn, r.URL, addr)
+// handshake turns conn, open to the route's proxy, into a tunnel to addr.
+// I/O failures come back as they are; answers from the proxy as *Error.
+func (x *Exit) handshake(ctx context.Context, conn net.Conn, addr string) (net.Conn, error) {
+	if x.route.Scheme == SOCKS5 {
+		return socks5(ctx, conn, x.route.URL, addr)
 	}
-	if r.Scheme == HTTPS {
-		tc := tls.Client(conn, proxyTLS(tlsConfig, r.URL.Hostname()))
-		if err := tc.HandshakeContext(ctx); err != nil {
+	if x.tls != nil {
+		tc, err := x.proxyTLS(ctx, conn)
+		if err != nil {
 			return nil, err
 		}
 		conn = tc
 	}
-	return connect(conn, r.URL, addr)
+	return connect(conn, x.route.URL, addr)
 }
 
-// proxyTLS is the client config for TLS to an HTTPS proxy. One config
-// serves every route, so the name to verify always comes from the route's
-// URL; no ALPN is offered since CONNECT is spoken as HTTP/1.1.
-func proxyTLS(base *tls.Config, host string) *tls.Config {
+// proxyTLS speaks TLS with the route's HTTPS proxy over conn.
+func (x *Exit) proxyTLS(ctx context.Context, conn net.Conn) (net.Conn, error) {
+	tc := tls.Client(conn, x.tls)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return nil, err
+	}
+	return tc, nil
+}
+
+// proxyTLSConfig is the client config for TLS to an HTTPS proxy: base's
+// roots, the name to verify from the route's URL (base may serve many
+// routes), and no ALPN, since the proxy is spoken to in HTTP/1.1.
+func proxyTLSConfig(base *tls.Config, host string) *tls.Config {
 	cfg := &tls.Config{}
 	if base != nil {
 		cfg = base.Clone()
@@ -214,8 +224,9 @@ func socks5(ctx context.Context, conn net.Conn, proxyURL *url.URL, addr string) 
 	rec := &socksRecorder{Conn: conn}
 	d, _ := proxy.SOCKS5("tcp", proxyURL.Host, auth, connDialer{rec}) // never fails
 	if _, err := d.(proxy.ContextDialer).DialContext(ctx, "tcp", addr); err != nil {
-		if phase := rec.phase(); phase != PhaseHandshake {
-			return nil, &Error{Phase: phase, Err: err}
+		if e := rec.refusal(); e != nil {
+			e.Err = err
+			return nil, e
 		}
 		return nil, err
 	}
@@ -235,8 +246,8 @@ func (d connDialer) DialContext(context.Context, string, string) (net.Conn, erro
 }
 
 // socksRecorder keeps what a SOCKS5 proxy answered during the handshake.
-// x/net reports failures as untyped text, so the phase is read from the
-// proxy's own bytes instead of from the wording of its errors.
+// x/net reports failures as untyped text, so the proxy's verdict is read
+// from its own bytes instead of from the wording of its errors.
 type socksRecorder struct {
 	net.Conn
 	read []byte // owner: the handshake goroutine
@@ -248,38 +259,57 @@ func (c *socksRecorder) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// phase says where a failed SOCKS5 handshake stopped, from the answers
-// recorded: method choice (RFC 1928 §3), auth status (RFC 1929 §2), then
-// the CONNECT reply (RFC 1928 §6).
-func (c *socksRecorder) phase() Phase {
+// refusal is the proxy's refusal among the answers recorded, if it made
+// one: method choice (RFC 1928 §3), auth status (RFC 1929 §2), then the
+// CONNECT reply (RFC 1928 §6). It is nil when the proxy did not answer as
+// SOCKS5 (garbage, an early end, a command or address type it does not
+// support): the handshake itself broke.
+func (c *socksRecorder) refusal() *Error {
 	b := c.read
 	if len(b) < 2 || b[0] != 5 {
-		return PhaseHandshake
+		return nil
 	}
 	method, b := b[1], b[2:]
 	switch method {
 	case 0xff: // no acceptable method: the proxy wants credentials we lack
-		return PhaseProxyAuth
+		return &Error{Phase: PhaseProxyAuth}
 	case 0x02: // username/password, answered VER STATUS
 		if len(b) < 2 {
-			return PhaseHandshake
+			return nil
 		}
 		if b[1] != 0 {
-			return PhaseProxyAuth
+			return &Error{Phase: PhaseProxyAuth}
 		}
 		b = b[2:]
 	}
-	if len(b) >= 2 && b[1] != 0 { // VER REP …: the proxy refused or failed the CONNECT
-		return PhaseTunnel
+	if len(b) < 2 || b[0] != 5 {
+		return nil
 	}
-	return PhaseHandshake
+	switch rep := b[1]; rep {
+	case socksGeneralFailure, socksNotAllowed, socksNetUnreachable, socksHostUnreachable, socksRefused, socksTTLExpired:
+		return &Error{Phase: PhaseTunnel, Reply: rep}
+	}
+	return nil
 }
 
+// The SOCKS5 replies (RFC 1928 §6) that are the proxy's verdict on the
+// target; the others (succeeded, command or address type not supported,
+// unassigned) say nothing about it.
+const (
+	socksGeneralFailure  = 0x01
+	socksNotAllowed      = 0x02 // connection not allowed by ruleset
+	socksNetUnreachable  = 0x03
+	socksHostUnreachable = 0x04
+	socksRefused         = 0x05
+	socksTTLExpired      = 0x06
+)
+
 // Error says where reaching a target through a route failed, so that the
-// attempt loop can classify the outcome and decide on a retry.
+// attempt can be classified (Classify) and a retry decided.
 type Error struct {
 	Phase  Phase  // where it failed
-	Status int    // the proxy's HTTP answer to CONNECT, for PhaseProxyAuth and PhaseTunnel; 0 otherwise
+	Status int    // the proxy's HTTP answer (to CONNECT, or a 407 to a forwarded request), for PhaseProxyAuth and PhaseTunnel; 0 otherwise
+	Reply  byte   // the SOCKS5 proxy's reply code (RFC 1928 §6), for PhaseTunnel; 0 otherwise
 	Route  string // route id: never holds credentials
 	Err    error  // cause; nil when Status says it all. Never holds credentials.
 }
@@ -313,14 +343,12 @@ func (p Phase) String() string {
 	return "phase(" + strconv.Itoa(int(p)) + ")"
 }
 
-// Error reads "route <id>: <phase>: <cause>", or "route <id>: proxy
-// answered CONNECT with <status>".
+// Error reads "route <id>: <phase>: <cause>", with "proxy answered
+// <status>" as the cause when the proxy's HTTP answer says it all.
 func (e *Error) Error() string {
-	msg := "route " + e.Route + ": "
+	msg := "route " + e.Route + ": " + e.Phase.String()
 	if e.Status != 0 {
-		msg += "proxy answered CONNECT with " + strconv.Itoa(e.Status)
-	} else {
-		msg += e.Phase.String()
+		msg += ": proxy answered " + strconv.Itoa(e.Status)
 	}
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
@@ -330,17 +358,20 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Class maps the failure to the engine's outcome class. The caller giving
-// up is Canceled whatever the phase. Otherwise:
+// Class maps the failure to the engine's outcome class, by the layer that
+// failed. The caller giving up is Canceled whatever the phase. Otherwise:
 //
 //	PhaseDial        proxy_connect_failed
 //	PhaseDialTimeout proxy_timeout
 //	PhaseHandshake   proxy_timeout when it stalled (the exit accepted and went quiet);
-//	                 tunnel_failed when the proxy broke it (bad TLS certificate,
-//	                 garbage or a closed connection instead of an answer)
+//	                 proxy_connect_failed when it broke (a bad TLS certificate, garbage
+//	                 or a closed connection instead of an answer, a SOCKS5 command or
+//	                 address type the proxy does not support): the exit is unusable
 //	PhaseProxyAuth   proxy_auth
-//	PhaseTunnel      tunnel_failed, even for a 403 naming one host: the proxy,
-//	                 not the site, refused
+//	PhaseTunnel      blocked when the proxy refused this target (CONNECT 403, SOCKS5
+//	                 "not allowed by ruleset"); tunnel_failed when it could not reach
+//	                 it (any other status, a SOCKS5 failure, unreachable, refused or
+//	                 TTL reply): both about this target through this exit
 //	PhaseTarget      dns_failed, target_timeout, or target_reset for refused and
 //	                 unreachable: a Direct route has no exit of its own to blame,
 //	                 so the evidence is about the target (route×target scope).
@@ -355,10 +386,13 @@ func (e *Error) Class() engine.Class {
 		if isTimeout(e.Err) {
 			return engine.ProxyTimeout
 		}
-		return engine.TunnelFailed
+		return engine.ProxyConnectFailed
 	case PhaseProxyAuth:
 		return engine.ProxyAuth
 	case PhaseTunnel:
+		if e.Status == http.StatusForbidden || e.Reply == socksNotAllowed {
+			return engine.Blocked
+		}
 		return engine.TunnelFailed
 	case PhaseTarget:
 		var dns *net.DNSError
@@ -374,36 +408,18 @@ func (e *Error) Class() engine.Class {
 }
 
 // NeverLeft reports whether nothing of the caller's can have reached the
-// target. It is true of every Error: DialTarget fails only before the
-// stream exists, and a tunnel not yet built carried no bytes, so the
-// connect phase is always safe to retry on another route, whatever the
+// target. It is true of every Error: an Exit fails with one only before
+// the stream exists or, for a 407, when the proxy forwarded nothing, so
+// the attempt is always safe to retry on another route, whatever the
 // request's method (SPEC §2.4).
 func (e *Error) NeverLeft() bool { return true }
 
-// Classify maps an error from reaching a target to its outcome class: an
-// *Error anywhere in the chain by its Class, the caller's context by
-// Canceled or ProxyTimeout, nil by OK, and anything else as the exit
-// failing to connect.
-func Classify(err error) engine.Class {
-	var e *Error
-	switch {
-	case err == nil:
-		return engine.OK
-	case errors.As(err, &e):
-		return e.Class()
-	case errors.Is(err, context.Canceled):
-		return engine.Canceled
-	case errors.Is(err, context.DeadlineExceeded):
-		return engine.ProxyTimeout
-	}
-	return engine.ProxyConnectFailed
-}
-
-// callerGaveUp replaces err by ctx's error when the caller's context ended,
-// so the outcome reads Canceled (or a timeout) rather than a network error.
+// callerGaveUp replaces err by the cause of ctx's end when the caller's
+// context ended, so the outcome reads Canceled (or a timeout) rather than
+// a network error.
 func callerGaveUp(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return context.Cause(ctx)
 	}
 	return err
 }

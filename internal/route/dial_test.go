@@ -119,6 +119,27 @@ func bannerTarget(t testing.TB) string {
 
 func blockedHost(testing.TB) string { return "blocked.example:443" }
 
+// dialThrough opens a tunnel to d's target through an Exit of d's route.
+func dialThrough(t *testing.T, ctx context.Context, d dialCase, timeouts route.Timeouts) (net.Conn, *route.Progress, error) {
+	t.Helper()
+	x := newExit(t, d, route.Dialer{Timeouts: timeouts, TLS: d.tlsConfig})
+	p := new(route.Progress)
+	c, err := x.DialTarget(ctx, d.addr, p)
+	return c, p, err
+}
+
+// newExit is the Exit of d's route, its idle connections closed with the
+// test.
+func newExit(t *testing.T, d dialCase, dialer route.Dialer) *route.Exit {
+	t.Helper()
+	x, err := route.NewExit(d.r, dialer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(x.CloseIdleConnections)
+	return x
+}
+
 func fetchPage(t *testing.T, c net.Conn, addr string) {
 	t.Helper()
 	fmt.Fprintf(c, "GET /page HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", addr)
@@ -190,11 +211,14 @@ func TestDialTarget(t *testing.T) {
 				d := tc.setup(t)
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
-				c, err := route.DialTarget(ctx, d.r, d.addr, route.Timeouts{}, d.tlsConfig)
+				c, p, err := dialThrough(t, ctx, d, route.Timeouts{})
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer c.Close()
+				if class, reached := route.Classify(nil, p); class != engine.OK || !reached {
+					t.Errorf("Classify(nil) = %v, reached %v; want ok, reached", class, reached)
+				}
 				c.SetDeadline(time.Now().Add(5 * time.Second))
 				if tc.banner {
 					readBanner(t, c)
@@ -240,6 +264,7 @@ func TestDialTargetFailures(t *testing.T) {
 			phase    route.Phase
 			anyPhase bool // the caller's cancel may land in any phase
 			status   int
+			reply    byte
 			class    engine.Class
 		}{
 			{desc: "refused proxy", setup: viaProxy(routetest.Behavior{Refuse: true}, pageTarget), phase: route.PhaseDial, class: engine.ProxyConnectFailed},
@@ -254,14 +279,15 @@ func TestDialTargetFailures(t *testing.T) {
 			{desc: "socks5 wrong password", setup: viaProxy(routetest.Behavior{Kind: routetest.SOCKS5Proxy, User: user, Password: "other"}, pageTarget), phase: route.PhaseProxyAuth, class: engine.ProxyAuth},
 			{desc: "socks5 no credentials", setup: withoutCredentials(viaProxy(routetest.Behavior{Kind: routetest.SOCKS5Proxy, User: user, Password: password}, pageTarget)), phase: route.PhaseProxyAuth, class: engine.ProxyAuth},
 			{desc: "socks5 refuses all auth", setup: viaProxy(routetest.Behavior{Kind: routetest.SOCKS5Proxy, Answer407: true}, pageTarget), phase: route.PhaseProxyAuth, class: engine.ProxyAuth},
-			{desc: "CONNECT to a blocked host", setup: viaProxy(routetest.Behavior{BlockHosts: []string{"blocked.example"}}, blockedHost), phase: route.PhaseTunnel, status: 403, class: engine.TunnelFailed},
+			{desc: "CONNECT to a blocked host", setup: viaProxy(routetest.Behavior{BlockHosts: []string{"blocked.example"}}, blockedHost), phase: route.PhaseTunnel, status: 403, class: engine.Blocked},
 			{desc: "CONNECT to a closed port", setup: viaProxy(routetest.Behavior{}, routetest.ClosedPort), phase: route.PhaseTunnel, status: 502, class: engine.TunnelFailed},
-			{desc: "socks5 to a blocked host", setup: viaProxy(routetest.Behavior{Kind: routetest.SOCKS5Proxy, BlockHosts: []string{"blocked.example"}}, blockedHost), phase: route.PhaseTunnel, class: engine.TunnelFailed},
-			{desc: "socks5 with auth to a blocked host", setup: viaProxy(routetest.Behavior{Kind: routetest.SOCKS5Proxy, User: user, Password: password, BlockHosts: []string{"blocked.example"}}, blockedHost), phase: route.PhaseTunnel, class: engine.TunnelFailed},
-			{desc: "socks5 to a closed port", setup: viaProxy(routetest.Behavior{Kind: routetest.SOCKS5Proxy}, routetest.ClosedPort), phase: route.PhaseTunnel, class: engine.TunnelFailed},
-			{desc: "https proxy with an untrusted certificate", setup: untrusted(viaProxy(routetest.Behavior{TLS: true}, pageTarget)), phase: route.PhaseHandshake, class: engine.TunnelFailed},
-			{desc: "http proxy answers garbage", setup: viaRaw(route.HTTP, garbage), phase: route.PhaseHandshake, class: engine.TunnelFailed},
-			{desc: "socks5 proxy answers garbage", setup: viaRaw(route.SOCKS5, garbage), phase: route.PhaseHandshake, class: engine.TunnelFailed},
+			{desc: "socks5 to a blocked host", setup: viaProxy(routetest.Behavior{Kind: routetest.SOCKS5Proxy, BlockHosts: []string{"blocked.example"}}, blockedHost), phase: route.PhaseTunnel, reply: 2, class: engine.Blocked},
+			{desc: "socks5 with auth to a blocked host", setup: viaProxy(routetest.Behavior{Kind: routetest.SOCKS5Proxy, User: user, Password: password, BlockHosts: []string{"blocked.example"}}, blockedHost), phase: route.PhaseTunnel, reply: 2, class: engine.Blocked},
+			{desc: "socks5 to a closed port", setup: viaProxy(routetest.Behavior{Kind: routetest.SOCKS5Proxy}, routetest.ClosedPort), phase: route.PhaseTunnel, reply: 5, class: engine.TunnelFailed},
+			{desc: "socks5 command not supported", setup: viaProxy(routetest.Behavior{Kind: routetest.SOCKS5Proxy, HostReply: map[string]byte{"127.0.0.1": 7}}, pageTarget), phase: route.PhaseHandshake, class: engine.ProxyConnectFailed},
+			{desc: "https proxy with an untrusted certificate", setup: untrusted(viaProxy(routetest.Behavior{TLS: true}, pageTarget)), phase: route.PhaseHandshake, class: engine.ProxyConnectFailed},
+			{desc: "http proxy answers garbage", setup: viaRaw(route.HTTP, garbage), phase: route.PhaseHandshake, class: engine.ProxyConnectFailed},
+			{desc: "socks5 proxy answers garbage", setup: viaRaw(route.SOCKS5, garbage), phase: route.PhaseHandshake, class: engine.ProxyConnectFailed},
 			{desc: "canceled before the call", setup: viaProxy(routetest.Behavior{}, pageTarget), ctx: canceled, phase: route.PhaseDial, class: engine.Canceled},
 			{desc: "canceled during the handshake", setup: viaProxy(routetest.Behavior{Blackhole: true}, pageTarget), ctx: canceledSoon, anyPhase: true, class: engine.Canceled},
 			{desc: "canceled during the socks5 handshake", setup: viaProxy(routetest.Behavior{Blackhole: true, Kind: routetest.SOCKS5Proxy}, pageTarget), ctx: canceledSoon, anyPhase: true, class: engine.Canceled},
@@ -281,7 +307,7 @@ func TestDialTargetFailures(t *testing.T) {
 				defer cancel()
 
 				start := time.Now()
-				c, err := route.DialTarget(ctx, d.r, d.addr, tc.timeouts, d.tlsConfig)
+				c, p, err := dialThrough(t, ctx, d, tc.timeouts)
 				if err == nil {
 					c.Close()
 					t.Fatal("dial succeeded, want an error")
@@ -296,14 +322,14 @@ func TestDialTargetFailures(t *testing.T) {
 				if !tc.anyPhase && e.Phase != tc.phase {
 					t.Errorf("phase %v, want %v (%v)", e.Phase, tc.phase, err)
 				}
-				if e.Status != tc.status {
-					t.Errorf("status %d, want %d (%v)", e.Status, tc.status, err)
+				if e.Status != tc.status || e.Reply != tc.reply {
+					t.Errorf("status %d, reply %d; want %d, %d (%v)", e.Status, e.Reply, tc.status, tc.reply, err)
 				}
 				if got := e.Class(); got != tc.class {
 					t.Errorf("class %v, want %v (%v)", got, tc.class, err)
 				}
-				if got := route.Classify(err); got != tc.class {
-					t.Errorf("Classify = %v, want %v", got, tc.class)
+				if got, reached := route.Classify(err, p); got != tc.class || reached {
+					t.Errorf("Classify = %v, reached %v; want %v, not reached", got, reached, tc.class)
 				}
 				if !e.NeverLeft() {
 					t.Error("NeverLeft = false, want true")
@@ -335,24 +361,37 @@ func checkNoSecret(t *testing.T, err error) {
 	}
 }
 
+// A caller's mistake is a plain error, never a *route.Error: it says
+// nothing about the route. A route that cannot be dialled has no Exit; a
+// malformed address is refused before anything is dialled.
 func TestDialTargetRejectsBadInput(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
 		proxyURL := &url.URL{Scheme: "http", Host: "127.0.0.1:1"}
 		tests := []struct {
 			desc string
 			r    *route.Route
-			addr string
+			addr string // "": NewExit must refuse the route
 		}{
 			{desc: "no port", r: routeFor(proxyURL), addr: "example.com"},
 			{desc: "header injection", r: routeFor(proxyURL), addr: "example.com:80\r\nX-Evil: 1"},
 			{desc: "space", r: routeFor(proxyURL), addr: "example.com:80 HTTP/1.0"},
-			{desc: "unknown scheme", r: &route.Route{ID: "ftp://127.0.0.1:1", Scheme: "ftp", URL: proxyURL}, addr: "example.com:80"},
-			{desc: "proxy route without URL", r: &route.Route{ID: "http", Scheme: route.HTTP}, addr: "example.com:80"},
+			{desc: "unknown scheme", r: &route.Route{ID: "ftp://127.0.0.1:1", Scheme: "ftp", URL: proxyURL}},
+			{desc: "proxy route without URL", r: &route.Route{ID: "http", Scheme: route.HTTP}},
 		}
 		for _, tc := range tests {
 			t.Run(tc.desc, func(t *testing.T) {
 				t.Parallel()
-				c, err := route.DialTarget(context.Background(), tc.r, tc.addr, route.Timeouts{}, nil)
+				x, err := route.NewExit(tc.r, route.Dialer{})
+				if tc.addr == "" {
+					if err == nil {
+						t.Fatal("NewExit accepted the route, want an error")
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				c, err := x.DialTarget(context.Background(), tc.addr, new(route.Progress))
 				if err == nil {
 					c.Close()
 					t.Fatal("dial succeeded, want an error")
@@ -381,11 +420,14 @@ func TestErrorClass(t *testing.T) {
 		{desc: "proxy name did not resolve", err: &route.Error{Phase: route.PhaseDial, Err: &net.DNSError{Err: "no such host", Name: "proxy.example", IsNotFound: true}}, class: engine.ProxyConnectFailed},
 		{desc: "proxy dial timeout", err: &route.Error{Phase: route.PhaseDialTimeout, Err: ioTimeout}, class: engine.ProxyTimeout},
 		{desc: "handshake stalled", err: &route.Error{Phase: route.PhaseHandshake, Err: ioTimeout}, class: engine.ProxyTimeout},
-		{desc: "handshake broken", err: &route.Error{Phase: route.PhaseHandshake, Err: io.ErrUnexpectedEOF}, class: engine.TunnelFailed},
+		{desc: "handshake broken", err: &route.Error{Phase: route.PhaseHandshake, Err: io.ErrUnexpectedEOF}, class: engine.ProxyConnectFailed},
 		{desc: "407", err: &route.Error{Phase: route.PhaseProxyAuth, Status: 407, Route: "http://u@1.2.3.4:80"}, class: engine.ProxyAuth,
-			text: "route http://u@1.2.3.4:80: proxy answered CONNECT with 407"},
-		{desc: "403 for one host", err: &route.Error{Phase: route.PhaseTunnel, Status: 403, Route: "http://u@1.2.3.4:80"}, class: engine.TunnelFailed,
-			text: "route http://u@1.2.3.4:80: proxy answered CONNECT with 403"},
+			text: "route http://u@1.2.3.4:80: proxy auth: proxy answered 407"},
+		{desc: "403 for one host", err: &route.Error{Phase: route.PhaseTunnel, Status: 403, Route: "http://u@1.2.3.4:80"}, class: engine.Blocked,
+			text: "route http://u@1.2.3.4:80: tunnel: proxy answered 403"},
+		{desc: "502 for one host", err: &route.Error{Phase: route.PhaseTunnel, Status: 502}, class: engine.TunnelFailed},
+		{desc: "socks5 not allowed by ruleset", err: &route.Error{Phase: route.PhaseTunnel, Reply: 2}, class: engine.Blocked},
+		{desc: "socks5 host unreachable", err: &route.Error{Phase: route.PhaseTunnel, Reply: 4}, class: engine.TunnelFailed},
 		{desc: "direct refused", err: &route.Error{Phase: route.PhaseTarget, Route: "direct", Err: refused}, class: engine.TargetReset},
 		{desc: "direct timeout", err: &route.Error{Phase: route.PhaseTarget, Err: ioTimeout}, class: engine.TargetTimeout},
 		{desc: "direct deadline", err: &route.Error{Phase: route.PhaseTarget, Err: context.DeadlineExceeded}, class: engine.TargetTimeout},
@@ -411,7 +453,9 @@ func TestErrorClass(t *testing.T) {
 	}
 }
 
-func TestClassify(t *testing.T) {
+// Classify of an attempt that reached nothing; the layers reached are
+// covered by TestClassifyByLayer.
+func TestClassifyNothingReached(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		desc  string
@@ -427,14 +471,14 @@ func TestClassify(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
-			if got := route.Classify(tc.err); got != tc.class {
-				t.Errorf("Classify(%v) = %v, want %v", tc.err, got, tc.class)
+			if got, reached := route.Classify(tc.err, new(route.Progress)); got != tc.class || reached {
+				t.Errorf("Classify(%v) = %v, reached %v; want %v, not reached", tc.err, got, reached, tc.class)
 			}
 		})
 	}
 }
 
-// FuzzProxyAnswer feeds DialTarget arbitrary answers from an HTTP or SOCKS5
+// FuzzProxyAnswer feeds Exit.DialTarget arbitrary answers from an HTTP or SOCKS5
 // proxy: whatever a proxy says, the dial ends in time with a tunnel or an
 // *Error of a connect-phase class, never a panic.
 func FuzzProxyAnswer(f *testing.F) {
@@ -469,8 +513,12 @@ func FuzzProxyAnswer(f *testing.F) {
 		if socks {
 			scheme = route.SOCKS5
 		}
-		r := routeFor(&url.URL{Scheme: string(scheme), Host: proxyAddr, User: url.UserPassword(user, password)})
-		c, err := route.DialTarget(context.Background(), r, "127.0.0.1:1", route.Timeouts{Handshake: 20 * time.Millisecond}, nil)
+		x, err := route.NewExit(routeFor(&url.URL{Scheme: string(scheme), Host: proxyAddr, User: url.UserPassword(user, password)}),
+			route.Dialer{Timeouts: route.Timeouts{Handshake: 20 * time.Millisecond}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := x.DialTarget(context.Background(), "127.0.0.1:1", new(route.Progress))
 		if err == nil {
 			c.Close()
 			return
@@ -480,26 +528,28 @@ func FuzzProxyAnswer(f *testing.F) {
 			t.Fatalf("error %T %v, want *route.Error", err, err)
 		}
 		switch e.Class() {
-		case engine.ProxyAuth, engine.TunnelFailed, engine.ProxyTimeout:
+		case engine.ProxyAuth, engine.Blocked, engine.TunnelFailed, engine.ProxyTimeout, engine.ProxyConnectFailed:
 		default:
 			t.Errorf("class %v for a proxy's answer (%v)", e.Class(), err)
 		}
 	})
 }
 
-// Dialer.Control guards Direct routes only: a refusal there is a
-// PhaseTarget *route.Error wrapping Control's error and nothing connects;
-// a proxy route dials its proxy without it.
+// Dialer.Control guards Direct routes only, asked with the target's host:
+// a refusal there is a PhaseTarget *route.Error wrapping Control's error
+// and nothing connects; a nil Control (an allow-listed host) checks
+// nothing; a proxy route dials its proxy without it.
 func TestDialerControl(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
 		errRefused := errors.New("refused by control")
-		refuse := func(string, string, syscall.RawConn) error { return errRefused }
 		tests := []struct {
 			desc    string
 			proxy   bool
+			allowed bool // Control has no check for the host
 			wantErr bool
 		}{
 			{desc: "direct route refused", wantErr: true},
+			{desc: "direct route, host allowed", allowed: true},
 			{desc: "proxy route dialled without control", proxy: true},
 		}
 		for _, tc := range tests {
@@ -513,7 +563,21 @@ func TestDialerControl(t *testing.T) {
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
-				c, err := route.Dialer{Control: refuse}.DialTarget(ctx, r, target)
+				var asked atomic.Value
+				control := func(host string) func(string, string, syscall.RawConn) error {
+					asked.Store(host)
+					if tc.allowed {
+						return nil
+					}
+					return func(string, string, syscall.RawConn) error { return errRefused }
+				}
+				c, err := newExit(t, dialCase{r: r}, route.Dialer{Control: control}).DialTarget(ctx, target, new(route.Progress))
+				switch host := asked.Load(); {
+				case tc.proxy && host != nil:
+					t.Errorf("Control asked for %v on a proxy route", host)
+				case !tc.proxy && host != "127.0.0.1":
+					t.Errorf("Control asked for %v, want the target's host 127.0.0.1", host)
+				}
 				if !tc.wantErr {
 					if err != nil {
 						t.Fatal(err)

@@ -1,7 +1,8 @@
 // Package route is Switchyard's exits: the proxy-list format, stable route
-// ids with credentials redacted, and the dialers that reach a target
-// through a route (direct, HTTP CONNECT, HTTPS proxy, SOCKS5), with typed
-// errors that say where an attempt failed.
+// ids with credentials redacted, and each route's way out (Exit: direct,
+// HTTP proxy, HTTPS proxy, SOCKS5) for requests, tunnels and checks alike,
+// with typed errors that say where an attempt failed and the one
+// classifier (Classify) that names its outcome.
 package route
 
 import (

@@ -76,6 +76,7 @@ func TestReload(t *testing.T) {
 
 		// Evidence on a: it cools.
 		e := s.Engine()
+		waitChecked(t, e)
 		now := time.Now()
 		for range 2 {
 			l, err := e.Acquire(now, engine.Request{Target: "example.com", Labels: engine.Labels{{Key: "region", Value: "us"}}})
@@ -156,6 +157,20 @@ func TestReload(t *testing.T) {
 }
 
 // waitFor polls cond for up to 5 s.
+// waitChecked waits until every route of e has had the check a new route
+// gets before users' traffic.
+func waitChecked(t *testing.T, e *engine.Engine) {
+	t.Helper()
+	waitFor(t, func() bool {
+		for _, st := range e.Routes() {
+			if st.Health.State == engine.Candidate {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)

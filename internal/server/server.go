@@ -30,6 +30,9 @@ type Listeners struct {
 	Admin net.Listener // the admin endpoints; nil for none
 }
 
+// Probes leave through the gateway's exits.
+var _ probe.Exits = (*gateway.Gateway)(nil)
+
 // Server is a gateway ready to run. Run closes its listeners.
 type Server struct {
 	// immutable after New
@@ -98,7 +101,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		MaxAttempts:         cfg.Retry.MaxAttempts,
 		AttemptTimeout:      cfg.Retry.AttemptTimeout,
 		RetryBody:           cfg.Retry.MaxBodyBytes,
-		RetryRatio:          cfg.Retry.BudgetRatio,
+		Budget:              engine.BudgetConfig{BudgetRatio: cfg.Retry.BudgetRatio, HedgeRatio: cfg.Retry.HedgeRatio},
 		Observer:            metrics,
 		Users:               users,
 		Targets:             cfg.TargetRules(),
@@ -113,7 +116,9 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		s.closeShared()
 		return nil, err
 	}
-	s.prober = probe.New(e, routes, probe.Config{TargetURL: s.gateway.ProbeURL, NeutralURL: cfg.Probe.URL})
+	// Probes leave through the gateway's own exits, so they see what users'
+	// traffic sees, admission included, and follow its reloads.
+	s.prober = probe.New(e, s.gateway, probe.Config{TargetURL: s.gateway.ProbeURL, NeutralURL: cfg.Probe.URL})
 	aopts := admin.Options{Token: cfg.Admin.Token.Value()}
 	if s.shared != nil {
 		aopts.Degraded = s.shared.Healthy
@@ -221,7 +226,6 @@ func (s *Server) Reload(next *config.Config) error {
 	if err := s.gateway.Update(current, users, next.TargetRules()); err != nil {
 		return err
 	}
-	s.prober.SetRoutes(current)
 	if s.admin != nil {
 		all := make([]*route.Route, 0, len(s.routes))
 		for _, r := range s.routes {

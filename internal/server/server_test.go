@@ -53,6 +53,7 @@ func TestRunServesUntilItsContextEnds(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- s.Run(ctx, time.Second) }()
 
+		waitChecked(t, s.Engine()) // one sample: the check
 		tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxy.Addr().String()})}
 		defer tr.CloseIdleConnections()
 		resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get(site.URL)
@@ -60,7 +61,7 @@ func TestRunServesUntilItsContextEnds(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != 200 || s.Engine().Routes()[0].Health.Samples != 1 {
+		if resp.StatusCode != 200 || s.Engine().Routes()[0].Health.Samples != 2 {
 			t.Fatalf("status %d, engine samples %d", resp.StatusCode, s.Engine().Routes()[0].Health.Samples)
 		}
 		resp, err = http.Get("http://" + adm.Addr().String() + "/healthz")

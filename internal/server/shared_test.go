@@ -59,20 +59,22 @@ func TestSharedStateAcrossGateways(t *testing.T) {
 		a, clientA, _ := sharedGateway(t, lines, addr, prefix)
 		b, clientB, _ := sharedGateway(t, lines, addr, prefix)
 
-		for i := 0; i < 50; i++ {
-			if st, _ := a.Engine().Route("dead"); st.Health.State == engine.Cooling {
-				break
+		// The dead route never sees users' traffic: its check before it
+		// would cools it.
+		deadline := time.Now().Add(10 * time.Second)
+		for st, _ := a.Engine().Route("dead"); st.Health.State != engine.Cooling; st, _ = a.Engine().Route("dead") {
+			if time.Now().After(deadline) {
+				t.Fatalf("gateway A left the dead route %v", st.Health.State)
 			}
 			resp, err := clientA.Get(site.URL)
 			if err != nil {
 				t.Fatal(err)
 			}
 			resp.Body.Close()
+			if via := resp.Header.Get("X-Switchyard-Route"); via == "dead" {
+				t.Fatal("gateway A sent users' traffic to the unchecked dead route")
+			}
 		}
-		if st, _ := a.Engine().Route("dead"); st.Health.State != engine.Cooling {
-			t.Fatalf("gateway A left the dead route %v", st.Health.State)
-		}
-		deadline := time.Now().Add(10 * time.Second)
 		for st, _ := b.Engine().Route("dead"); st.Health.State != engine.Cooling; st, _ = b.Engine().Route("dead") {
 			if time.Now().After(deadline) {
 				t.Fatalf("gateway B still has the dead route %v", st.Health.State)

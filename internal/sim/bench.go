@@ -12,12 +12,11 @@ import (
 	"github.com/switchyard/switchyard/engine"
 )
 
-// DefaultPolicies are the policies `switchyard bench` compares, blind
-// baselines first and the upper bound last.
+// DefaultPolicies are the policies `switchyard bench` compares: blind
+// baselines, the products people use today, the engine, and the bound.
 var DefaultPolicies = []string{
-	"round_robin", "random", "weighted", "proxyops",
-	"switchyard", "switchyard_p2c", "switchyard_gamma1", "switchyard_gamma4",
-	"oracle",
+	"round_robin", "random", "weighted", "least_loaded", "fastest", "proxyops",
+	"switchyard", "switchyard_weighted", "oracle",
 }
 
 // enginePolicies are the engine configurations by policy name: the
@@ -26,12 +25,12 @@ var enginePolicies = map[string]struct {
 	cfg   engine.Config
 	blind bool
 }{
-	"round_robin":       {engine.Config{Picker: &engine.RoundRobin{}}, true},
-	"random":            {engine.Config{Picker: engine.Random{}}, true},
-	"switchyard":        {engine.Config{}, false},
-	"switchyard_p2c":    {engine.Config{Picker: engine.PowerOfTwo{}}, false},
-	"switchyard_gamma1": {engine.Config{Gamma: 1}, false},
-	"switchyard_gamma4": {engine.Config{Gamma: 4}, false},
+	"round_robin":         {engine.Config{Picker: &engine.RoundRobin{}}, true},
+	"random":              {engine.Config{Picker: engine.Random{}}, true},
+	"switchyard":          {engine.Config{}, false},
+	"switchyard_weighted": {engine.Config{Picker: engine.WeightedRandom{}}, false},
+	"switchyard_gamma1":   {engine.Config{Gamma: 1}, false},
+	"switchyard_gamma4":   {engine.Config{Gamma: 4}, false},
 }
 
 // Sweep varies one engine parameter over values: each value becomes a
@@ -41,26 +40,39 @@ type Sweep struct {
 	Values []float64
 }
 
-// sweepParams are the engine parameters a sweep can vary.
-var sweepParams = map[string]func(*engine.Config, float64){
-	"alpha":              func(c *engine.Config, v float64) { c.Alpha = v },
-	"gamma":              func(c *engine.Config, v float64) { c.Gamma = v },
-	"prior":              func(c *engine.Config, v float64) { c.Prior = v },
-	"prior_samples":      func(c *engine.Config, v float64) { c.PriorSamples = v },
-	"suspect_after":      func(c *engine.Config, v float64) { c.SuspectAfter = int(v) },
-	"cool_after":         func(c *engine.Config, v float64) { c.CoolAfter = int(v) },
-	"cool_rate":          func(c *engine.Config, v float64) { c.CoolRate = v },
-	"suspect_weight":     func(c *engine.Config, v float64) { c.SuspectWeight = v },
-	"panic_threshold":    func(c *engine.Config, v float64) { c.PanicThreshold = v },
-	"max_removed_share":  func(c *engine.Config, v float64) { c.MaxRemovedShare = v },
-	"overwhelming_after": func(c *engine.Config, v float64) { c.OverwhelmingAfter = int(v) },
-	"probe_successes":    func(c *engine.Config, v float64) { c.ProbeSuccesses = int(v) },
-	"eject_after":        func(c *engine.Config, v float64) { c.EjectAfter = int(v) },
-	"eject_time_s":       func(c *engine.Config, v float64) { c.EjectTime = time.Duration(v * float64(time.Second)) },
-	"cooldown_cap_s":     func(c *engine.Config, v float64) { c.CooldownCap = time.Duration(v * float64(time.Second)) },
-	"pace_start":         func(c *engine.Config, v float64) { c.PaceStart = v; c.PaceMax = max(c.PaceMax, v) },
-	"pace_growth":        func(c *engine.Config, v float64) { c.PaceGrowth = v },
+// sweepParams are the parameters a sweep can vary: the engine's, and the
+// gateway's budget of retries and hedges.
+var sweepParams = map[string]func(*EngineSettings, float64){
+	"alpha":              func(s *EngineSettings, v float64) { s.Engine.Alpha = v },
+	"gamma":              func(s *EngineSettings, v float64) { s.Engine.Gamma = v },
+	"sharpness":          func(s *EngineSettings, v float64) { s.Engine.Sharpness = v },
+	"prior":              func(s *EngineSettings, v float64) { s.Engine.Prior = v },
+	"prior_samples":      func(s *EngineSettings, v float64) { s.Engine.PriorSamples = v },
+	"suspect_after":      func(s *EngineSettings, v float64) { s.Engine.SuspectAfter = int(v) },
+	"cool_after":         func(s *EngineSettings, v float64) { s.Engine.CoolAfter = int(v) },
+	"cool_rate":          func(s *EngineSettings, v float64) { s.Engine.CoolRate = v },
+	"suspect_weight":     func(s *EngineSettings, v float64) { s.Engine.SuspectWeight = v },
+	"panic_threshold":    func(s *EngineSettings, v float64) { s.Engine.PanicThreshold = v },
+	"max_removed_share":  func(s *EngineSettings, v float64) { s.Engine.MaxRemovedShare = v },
+	"overwhelming_after": func(s *EngineSettings, v float64) { s.Engine.OverwhelmingAfter = int(v) },
+	"probe_successes":    func(s *EngineSettings, v float64) { s.Engine.ProbeSuccesses = int(v) },
+	"eject_after":        func(s *EngineSettings, v float64) { s.Engine.EjectAfter = int(v) },
+	"eject_time_s":       func(s *EngineSettings, v float64) { s.Engine.EjectTime = seconds(v) },
+	"cooldown_cap_s":     func(s *EngineSettings, v float64) { s.Engine.CooldownCap = seconds(v) },
+	"latency_decay_s":    func(s *EngineSettings, v float64) { s.Engine.LatencyDecay = seconds(v) },
+	"latency_forget_s":   func(s *EngineSettings, v float64) { s.Engine.LatencyForget = seconds(v) },
+	"deadline_factor":    func(s *EngineSettings, v float64) { s.Engine.DeadlineFactor = v },
+	"deadline_floor_s":   func(s *EngineSettings, v float64) { s.Engine.DeadlineFloor = seconds(v) },
+	"pace_start": func(s *EngineSettings, v float64) {
+		s.Engine.PaceStart = v
+		s.Engine.PaceMax = max(s.Engine.PaceMax, v)
+	},
+	"pace_growth":  func(s *EngineSettings, v float64) { s.Engine.PaceGrowth = v },
+	"budget_ratio": func(s *EngineSettings, v float64) { s.Budget.BudgetRatio = v },
+	"hedge_ratio":  func(s *EngineSettings, v float64) { s.Budget.HedgeRatio = v },
 }
+
+func seconds(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
 
 // ParseSweep parses "param=v1,v2,…".
 func ParseSweep(s string) (*Sweep, error) {
@@ -138,6 +150,11 @@ func Bench(sc *Scenario, opts Options) ([]Summary, error) {
 			return nil, err
 		}
 	}
+	if i := slices.IndexFunc(out, func(s Summary) bool { return s.Policy == oracleName }); i >= 0 && out[i].Throughput > 0 {
+		for j := range out {
+			out[j].ThroughputRatio = out[j].Throughput / out[i].Throughput
+		}
+	}
 	return out, nil
 }
 
@@ -148,15 +165,20 @@ func (sc *Scenario) jobs(opts Options) ([]job, error) {
 		names = DefaultPolicies
 	}
 	seed := sc.Seed
+	timeout := sc.AttemptTimeout
 	var jobs []job
 	for _, name := range names {
 		switch ep, ok := enginePolicies[name]; {
 		case ok:
-			cfg, blind := ep.cfg, ep.blind
-			if rr, isRR := cfg.Picker.(*engine.RoundRobin); isRR && rr != nil {
-				cfg.Picker = &engine.RoundRobin{} // a fresh counter per run
+			es := EngineSettings{Engine: ep.cfg, Budget: engine.DefaultBudget(), AttemptTimeout: timeout, Blind: ep.blind}
+			if rr, isRR := es.Engine.Picker.(*engine.RoundRobin); isRR && rr != nil {
+				es.Engine.Picker = &engine.RoundRobin{} // a fresh counter per run
 			}
-			jobs = append(jobs, engineJob(name, cfg, blind, seed))
+			jobs = append(jobs, engineJob(name, es, seed))
+		case name == "least_loaded":
+			jobs = append(jobs, job{name, func(w World) (Policy, error) { return NewLeastLoaded(w, seed), nil }})
+		case name == "fastest":
+			jobs = append(jobs, job{name, func(w World) (Policy, error) { return NewFastest(w), nil }})
 		case name == "proxyops":
 			jobs = append(jobs, job{name, func(w World) (Policy, error) { return NewProxyOps(w, seed), nil }})
 		case name == "oracle":
@@ -170,28 +192,32 @@ func (sc *Scenario) jobs(opts Options) ([]job, error) {
 	}
 	if sw := opts.Sweep; sw != nil {
 		for _, v := range sw.Values {
-			var cfg engine.Config
-			sweepParams[sw.Param](&cfg, v)
-			jobs = append(jobs, engineJob(fmt.Sprintf("switchyard[%s=%g]", sw.Param, v), cfg, false, seed))
+			es := EngineSettings{Budget: engine.DefaultBudget(), AttemptTimeout: timeout}
+			sweepParams[sw.Param](&es, v)
+			jobs = append(jobs, engineJob(fmt.Sprintf("switchyard[%s=%g]", sw.Param, v), es, seed))
 		}
 	}
 	return jobs, nil
 }
 
-func engineJob(name string, cfg engine.Config, blind bool, seed uint64) job {
-	cfg.Seed = seed
-	return job{name, func(w World) (Policy, error) { return NewEnginePolicy(w, cfg, Epoch, blind) }}
+func engineJob(name string, s EngineSettings, seed uint64) job {
+	s.Engine.Seed = seed
+	return job{name, func(w World) (Policy, error) { return NewEnginePolicy(w, s, Epoch) }}
 }
 
 // PolicyNames lists every policy Bench knows.
 func PolicyNames() []string {
-	names := []string{"weighted", "proxyops", "oracle"}
+	names := []string{"weighted", "least_loaded", "fastest", "proxyops", "oracle"}
 	for n := range enginePolicies {
 		names = append(names, n)
 	}
 	slices.Sort(names)
 	return names
 }
+
+// ProgressSteps is how many steps Bench reports to Options.Progress per
+// policy: simulated seconds, or tasks for a scenario without a duration.
+func (sc *Scenario) ProgressSteps() int { return sc.load().ProgressSteps() }
 
 // load is the scenario's client model.
 func (sc *Scenario) load() Load {
@@ -200,8 +226,9 @@ func (sc *Scenario) load() Load {
 		weights[i] = t.Weight
 	}
 	return Load{
-		Seed: sc.Seed, Tasks: sc.Tasks, Workers: sc.Workers, AttemptTimeout: sc.AttemptTimeout,
-		MaxAttempts: sc.MaxAttempts, TaskDeadline: sc.TaskDeadline, Think: sc.Think, TargetWeights: weights,
-		SessionTasks: sc.SessionTasks,
+		Seed: sc.Seed, Duration: sc.Duration, Tasks: sc.Tasks, Workers: sc.Workers,
+		AttemptTimeout: sc.AttemptTimeout, MaxAttempts: sc.MaxAttempts, ProbeURL: sc.ProbeURL,
+		ClientTimeout: sc.ClientTimeout, ClientAttempts: sc.ClientAttempts, TaskDeadline: sc.TaskDeadline,
+		Think: sc.Think, TargetWeights: weights, SessionTasks: sc.SessionTasks,
 	}
 }

@@ -17,7 +17,8 @@ var builtinFiles embed.FS
 // builtinNames orders the built-in scenarios from the everyday mix through
 // one failure mode each to the pool at scale.
 var builtinNames = []string{
-	"mixed", "target-bans", "rate-limited", "outage", "flapping",
+	"mixed", "slow-mix", "blackholes", "pool-of-3", "half-blackholed", "slowing",
+	"limits-everywhere", "burst-bans", "target-bans", "rate-limited", "outage", "flapping",
 	"soft-ban", "flaky-403", "auth-mix", "site-down", "slow-vs-fast", "large",
 }
 

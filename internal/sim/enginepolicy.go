@@ -8,13 +8,32 @@ import (
 	"github.com/switchyard/switchyard/engine"
 )
 
-// enginePolicy runs the real engine: Pick is Acquire, Report is Report, and
-// Tick is Sweep plus the probe jobs it issues, answered by the world.
+// EngineSettings are what an engine policy runs with: the engine's config,
+// the gateway's budget of retries and hedges, and its attempt timeout.
+type EngineSettings struct {
+	Engine engine.Config
+	Budget engine.BudgetConfig
+	// AttemptTimeout caps each attempt, as the gateway's
+	// retry.attempt_timeout: the engine's deadlines stay under it.
+	AttemptTimeout time.Duration
+	// Blind marks a picker that ignores health (round-robin, random): the
+	// policy then gets none of the engine's deadlines, hedges or budget,
+	// as the products it stands for, and its engine's ejections are not
+	// counted against it.
+	Blind bool
+}
+
+// enginePolicy runs the real engine as the gateway does: Pick is Acquire
+// with the attempt timeout, Report is Report (a client's cancel judged by
+// Lease.Canceled), Tick is Sweep plus the probe jobs it issues, and retries
+// and hedges are the gateway's rule table and engine.Budget.
 type enginePolicy struct {
 	e       *engine.Engine
+	budget  *engine.Budget
 	w       World
 	start   time.Time
-	blind   bool // the picker ignores health: ejections do not count against it
+	timeout time.Duration
+	blind   bool
 	routes  map[string]int
 	targets map[string]int
 	names   []string // target names by number
@@ -32,25 +51,37 @@ type enginePolicy struct {
 	sessionRestarts int
 }
 
-var _ Policy = (*enginePolicy)(nil)
+var (
+	_ Policy  = (*enginePolicy)(nil)
+	_ retrier = (*enginePolicy)(nil)
+	_ hedger  = (*enginePolicy)(nil)
+)
 
-// NewEnginePolicy returns a policy driving an engine with cfg over w's
-// routes. blind marks a picker that ignores health (round-robin, random), so
-// its engine's ejections are not counted as the policy's.
-func NewEnginePolicy(w World, cfg engine.Config, start time.Time, blind bool) (Policy, error) {
-	e, err := engine.New(cfg, nil)
+// NewEnginePolicy returns a policy driving an engine with s over w's
+// routes, each with its max_inflight when w knows it.
+func NewEnginePolicy(w World, s EngineSettings, start time.Time) (Policy, error) {
+	e, err := engine.New(s.Engine, nil)
 	if err != nil {
 		return nil, err
 	}
 	p := &enginePolicy{
-		e: e, w: w, start: start, blind: blind,
+		e: e, budget: engine.NewBudget(s.Budget), w: w, start: start, timeout: s.AttemptTimeout, blind: s.Blind,
 		routes:   make(map[string]int, w.Routes()),
 		targets:  make(map[string]int, w.Targets()),
 		restarts: make(map[string]int),
 	}
+	limits := make([]int, w.Routes())
+	if gt, ok := w.(groundTruth); ok {
+		for g := range gt.Groups() {
+			first, count, limit := gt.Group(g)
+			for r := first; r < first+count; r++ {
+				limits[r] = limit
+			}
+		}
+	}
 	for i := range w.Routes() {
 		id := w.RouteID(i)
-		if err := e.AddRoute(start, engine.RouteSpec{ID: id}); err != nil {
+		if err := e.AddRoute(start, engine.RouteSpec{ID: id, MaxInflight: limits[i]}); err != nil {
 			return nil, err
 		}
 		p.routes[id] = i
@@ -59,7 +90,7 @@ func NewEnginePolicy(w World, cfg engine.Config, start time.Time, blind bool) (P
 		p.names = append(p.names, w.TargetName(j))
 		p.targets[w.TargetName(j)] = j
 	}
-	if !blind {
+	if !s.Blind {
 		p.events = e.Subscribe(1<<14, engine.EventState)
 	}
 	return p, nil
@@ -68,12 +99,12 @@ func NewEnginePolicy(w World, cfg engine.Config, start time.Time, blind bool) (P
 // Pick implements Policy. A session whose route the engine no longer
 // offers (ErrSessionRestartRequired) is restarted as the client would: a
 // new engine session id for the same client session, counted.
-func (p *enginePolicy) Pick(now time.Time, target int, session string, avoid []int) (int, uint64, bool) {
+func (p *enginePolicy) Pick(now time.Time, target int, session string, avoid []int) (Attempt, bool) {
 	p.avoid = p.avoid[:0]
 	for _, r := range avoid {
 		p.avoid = append(p.avoid, p.w.RouteID(r))
 	}
-	req := engine.Request{Target: p.names[target], Avoid: p.avoid}
+	req := engine.Request{Target: p.names[target], Avoid: p.avoid, Timeout: p.timeout}
 	// A blind picker gets no sessions: the engine would restart them by
 	// health, which would make the baseline see.
 	if session != "" && !p.blind {
@@ -91,7 +122,10 @@ func (p *enginePolicy) Pick(now time.Time, target int, session string, avoid []i
 		if pe, ok := errors.AsType[*engine.PacedError](err); ok {
 			p.retryIn = pe.RetryAfter
 		}
-		return 0, 0, false
+		return Attempt{}, false
+	}
+	if p.blind {
+		l.Deadline, l.HedgeAfter = 0, 0 // as products without deadlines or hedges
 	}
 	var ticket uint64
 	if n := len(p.free); n > 0 {
@@ -102,7 +136,7 @@ func (p *enginePolicy) Pick(now time.Time, target int, session string, avoid []i
 		ticket = uint64(len(p.leases))
 		p.leases = append(p.leases, l)
 	}
-	return p.routes[l.Route], ticket, true
+	return Attempt{Route: p.routes[l.Route], Ticket: ticket, Deadline: l.Deadline, HedgeAfter: l.HedgeAfter}, true
 }
 
 // sessionID is the engine's id for a client session after its restarts.
@@ -119,14 +153,36 @@ func (p *enginePolicy) RetryIn() time.Duration { return p.retryIn }
 // SessionRestarts implements sessionCounter.
 func (p *enginePolicy) SessionRestarts() int { return p.sessionRestarts }
 
-// Report implements Policy.
+// Report implements Policy. A client's cancel is evidence when it came
+// after the lease's deadline, as the gateway reports it.
 func (p *enginePolicy) Report(now time.Time, ticket uint64, r Result) {
-	p.e.Report(now, p.leases[ticket], engine.Outcome{Class: r.Class, Latency: r.Latency, RetryAfter: r.RetryAfter})
+	l := p.leases[ticket]
+	if r.Class == engine.Canceled {
+		r.Class = l.Canceled(r.Latency, engine.ProxyTimeout)
+	}
+	p.e.Report(now, l, engine.Outcome{Class: r.Class, Latency: r.Latency, RetryAfter: r.RetryAfter})
 	p.free = append(p.free, ticket)
 }
 
-// Tick implements Policy.
-func (p *enginePolicy) Tick(now time.Time, probe func(route, target int) Result) {
+// Request implements retrier.
+func (p *enginePolicy) Request(now time.Time) { p.budget.Request(now) }
+
+// Retry implements retrier: the engine's Retryable, then the pool-wide
+// budget (blind baselines retry whatever the rule table allows, without a
+// budget).
+func (p *enginePolicy) Retry(now time.Time, target int, c engine.Class) bool {
+	if p.blind {
+		return p.e.Config().Rules.Rule(c).Retry
+	}
+	return p.e.Retryable(p.names[target], c) && p.budget.Retry(now)
+}
+
+// Hedge implements hedger.
+func (p *enginePolicy) Hedge(now time.Time) bool { return p.budget.Hedge(now) }
+
+// Tick implements Policy: the engine's Sweep, and its probe jobs answered
+// by the world when their results arrive.
+func (p *enginePolicy) Tick(now time.Time, probe Prober) {
 	p.e.Sweep(now)
 	p.jobs = p.e.ProbeJobs(p.jobs[:0])
 	for _, job := range p.jobs {
@@ -134,8 +190,9 @@ func (p *enginePolicy) Tick(now time.Time, probe func(route, target int) Result)
 		if job.Target != "" {
 			target = p.targets[job.Target]
 		}
-		r := probe(p.routes[job.Route], target)
-		p.e.ReportProbe(now, job, engine.Outcome{Class: r.Class, Latency: r.Latency, RetryAfter: r.RetryAfter})
+		probe(p.routes[job.Route], target, func(at time.Time, r Result) {
+			p.e.ReportProbe(at, job, engine.Outcome{Class: r.Class, Latency: r.Latency, RetryAfter: r.RetryAfter})
+		})
 	}
 	p.countEjections()
 }

@@ -4,78 +4,192 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/switchyard/switchyard/engine"
 )
 
-// oracleDraws bounds the rejection sampling of one pick before it falls
-// back to a scan of the pool.
-const oracleDraws = 64
+// oracleDraws bounds the random draws that look for a usable route in a
+// group before the group is scanned.
+const oracleDraws = 16
 
-var _ Policy = (*oracle)(nil)
+var (
+	_ Policy      = (*oracle)(nil)
+	_ retryHinter = (*oracle)(nil)
+	_ retrier     = (*oracle)(nil)
+)
 
-// oracle is the upper bound: it reads the world's ground truth.
+// oracle is the bound on what routing can achieve: it reads the world's
+// ground truth.
 type oracle struct {
 	// Immutable after construction.
 	world World
+	truth groundTruth
 	start time.Time // the run's start: World times are offsets from it
 
 	// Owner goroutine only.
-	rng *rand.Rand
+	rng      *rand.Rand
+	inflight []int32       // by route: attempts picked and not yet reported
+	tiers    []tier        // scratch: the groups by expected time
+	retryIn  time.Duration // after a Pick that offered nothing: when a route is ready
 }
 
-// NewOracle returns the policy that knows ground truth: it picks uniformly
-// among the routes not Bad for the target at now and not in avoid, so it
-// never wastes an attempt that could have been avoided. It is an upper
-// bound on completion, not on latency: it ignores how fast the good routes
-// are. When no route is good it picks uniformly among those not avoided.
-// start is the run's start, to turn now into the World's offsets.
+// tier is one group with the expected time to a valid answer through it.
+type tier struct {
+	group int
+	cost  float64 // median latency ÷ chance of a valid answer, in seconds
+}
+
+// NewOracle returns the policy that knows ground truth: each attempt goes
+// to the route with the least expected time to a valid answer now — the
+// fastest of the routes that will succeed, by their median latency over
+// their chance of success — among those not avoided, under their
+// max_inflight and not about to trip a site's rate limit or burst ban,
+// equally good ones drawn at random. When every such route must wait for
+// a limit, it offers none and says when one is ready, as a gateway that
+// paces does. When no route can succeed it picks uniformly among those not
+// avoided. It is the bound the throughput ratio divides by; w must
+// implement groundTruth (scenario worlds do). start is the run's start, to
+// turn now into the World's offsets.
 func NewOracle(w World, start time.Time, seed uint64) Policy {
 	return &oracle{
-		world: w,
-		start: start,
-		rng:   rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		world:    w,
+		truth:    w.(groundTruth),
+		start:    start,
+		rng:      rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		inflight: make([]int32, w.Routes()),
 	}
 }
 
-// Pick implements Policy. The ticket is always 0: the oracle learns nothing.
-func (o *oracle) Pick(now time.Time, target int, _ string, avoid []int) (int, uint64, bool) {
+// Pick implements Policy. The ticket is the route.
+func (o *oracle) Pick(now time.Time, target int, _ string, avoid []int) (Attempt, bool) {
+	o.retryIn = 0
 	if o.world.Routes() == 0 {
-		return 0, 0, false
+		return Attempt{}, false
 	}
 	at := now.Sub(o.start)
-	if route, ok := o.draw(target, at, avoid, true); ok {
-		return route, 0, true
+	o.tiers = o.tiers[:0]
+	for g := range o.truth.Groups() {
+		if lat, p := o.truth.Expect(g, target, at); p > 0 {
+			o.tiers = append(o.tiers, tier{group: g, cost: lat.Seconds() / p})
+		}
 	}
-	route, ok := o.draw(target, at, avoid, false)
-	return route, 0, ok
+	slices.SortStableFunc(o.tiers, func(a, b tier) int {
+		switch {
+		case a.cost < b.cost:
+			return -1
+		case a.cost > b.cost:
+			return 1
+		}
+		return 0
+	})
+	wait := time.Duration(0)
+	for len(o.tiers) > 0 {
+		// Groups as good as each other share the load by their size.
+		n := 1
+		for n < len(o.tiers) && o.tiers[n].cost <= o.tiers[0].cost*(1+1e-9) {
+			n++
+		}
+		i := o.drawGroup(o.tiers[:n])
+		route, w, ok := o.find(o.tiers[i].group, target, at, avoid)
+		if ok {
+			return o.take(route), true
+		}
+		if w > 0 && (wait == 0 || w < wait) {
+			wait = w
+		}
+		o.tiers = slices.Delete(o.tiers, i, i+1)
+	}
+	if wait > 0 {
+		o.retryIn = wait
+		return Attempt{}, false
+	}
+	// Nothing can succeed: any route not avoided is as bad as another.
+	n := o.world.Routes()
+	start := o.rng.IntN(n)
+	for i := range n {
+		if route := (start + i) % n; !slices.Contains(avoid, route) {
+			return o.take(route), true
+		}
+	}
+	return Attempt{}, false
 }
 
-// draw returns a uniform route among those not in avoid and, if good, not
-// Bad for target at at. Rejection sampling finds one cheaply when they are
-// common; a scan with a one-slot reservoir finds one when they are rare.
-func (o *oracle) draw(target int, at time.Duration, avoid []int, good bool) (int, bool) {
-	n := o.world.Routes()
-	eligible := func(route int) bool {
-		return !slices.Contains(avoid, route) && !(good && o.world.Bad(route, target, at))
+// drawGroup returns the index in tiers of a group drawn by its size.
+func (o *oracle) drawGroup(tiers []tier) int {
+	total := 0
+	for _, t := range tiers {
+		_, count, _ := o.truth.Group(t.group)
+		total += count
+	}
+	x := o.rng.IntN(total)
+	for i, t := range tiers {
+		_, count, _ := o.truth.Group(t.group)
+		if x < count {
+			return i
+		}
+		x -= count
+	}
+	return len(tiers) - 1
+}
+
+// find returns a route of group g that may take a request to target now:
+// not avoided, under its max_inflight, no limit to wait for. Otherwise wait
+// is the shortest wait for a limit among the routes it saw, 0 if none.
+func (o *oracle) find(g, target int, at time.Duration, avoid []int) (route int, wait time.Duration, ok bool) {
+	first, count, limit := o.truth.Group(g)
+	usable := func(r int) bool {
+		if slices.Contains(avoid, r) || limit > 0 && int(o.inflight[r]) >= limit {
+			return false
+		}
+		if w := o.truth.Wait(r, target, at); w > 0 {
+			if wait == 0 || w < wait {
+				wait = w
+			}
+			return false
+		}
+		return true
 	}
 	for range oracleDraws {
-		if route := o.rng.IntN(n); eligible(route) {
-			return route, true
+		if r := first + o.rng.IntN(count); usable(r) {
+			return r, 0, true
 		}
 	}
-	chosen, seen := 0, 0
-	for route := range n {
-		if eligible(route) {
-			seen++
-			if o.rng.IntN(seen) == 0 {
-				chosen = route
-			}
+	// A scan from a random start, so no route is favoured.
+	start := o.rng.IntN(count)
+	for i := range count {
+		if r := first + (start+i)%count; usable(r) {
+			return r, 0, true
 		}
 	}
-	return chosen, seen > 0
+	return 0, wait, false
 }
 
-// Report implements Policy. It does nothing: the oracle needs no feedback.
-func (o *oracle) Report(time.Time, uint64, Result) {}
+func (o *oracle) take(route int) Attempt {
+	o.inflight[route]++
+	return Attempt{Route: route, Ticket: uint64(route)}
+}
+
+// Report implements Policy: the oracle learns nothing, it only counts the
+// attempts in flight.
+func (o *oracle) Report(_ time.Time, ticket uint64, _ Result) { o.inflight[ticket]-- }
 
 // Tick implements Policy. It does nothing.
-func (o *oracle) Tick(time.Time, func(route, target int) Result) {}
+func (o *oracle) Tick(time.Time, Prober) {}
+
+// RetryIn implements retryHinter.
+func (o *oracle) RetryIn() time.Duration { return o.retryIn }
+
+// Request implements retrier.
+func (o *oracle) Request(time.Time) {}
+
+// Retry implements retrier: another route is tried when one can succeed,
+// never into a site that is down for all.
+func (o *oracle) Retry(now time.Time, target int, _ engine.Class) bool {
+	at := now.Sub(o.start)
+	for g := range o.truth.Groups() {
+		if _, p := o.truth.Expect(g, target, at); p > 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -33,6 +33,22 @@ func (w policyWorld) Bad(route, target int, at time.Duration) bool {
 	return route%3 == target
 }
 
+// Check implements World: every exit accepts connections.
+func (w policyWorld) Check(int, time.Duration) Result {
+	return Result{Class: engine.OK, Latency: time.Millisecond}
+}
+
+// The ground truth the oracle reads: every route is a group of its own.
+func (w policyWorld) Groups() int                                { return w.routes }
+func (w policyWorld) Group(g int) (first, count, limit int)      { return g, 1, 0 }
+func (w policyWorld) Wait(int, int, time.Duration) time.Duration { return 0 }
+func (w policyWorld) Expect(g, target int, at time.Duration) (time.Duration, float64) {
+	if w.Bad(g, target, at) {
+		return 0, 0
+	}
+	return 200 * time.Millisecond, 0.95
+}
+
 // Attempt fails Bad pairs always and good ones 5% of the time.
 func (w policyWorld) Attempt(route, target int, at time.Duration, rng *rand.Rand) Result {
 	switch {
@@ -55,7 +71,8 @@ func drivePolicy(t *testing.T, p Policy, w World, picks int, avoid []int, seed u
 	for i := range picks {
 		now := policyStart.Add(time.Duration(i) * 100 * time.Millisecond)
 		target := i % 2
-		route, ticket, ok := p.Pick(now, target, "", avoid)
+		pick, ok := p.Pick(now, target, "", avoid)
+		route, ticket := pick.Route, pick.Ticket
 		if !ok {
 			t.Fatalf("pick %d: no route", i)
 		}
@@ -151,13 +168,15 @@ func TestProxyOpsPrior(t *testing.T) {
 			t.Parallel()
 			p := NewProxyOps(policyWorld{routes: 2}, 7)
 			for range tt.k {
-				_, ticket, _ := p.Pick(policyStart, 0, "", []int{1})
+				pick, _ := p.Pick(policyStart, 0, "", []int{1})
+				ticket := pick.Ticket
 				p.Report(policyStart, ticket, Result{Class: tt.class})
 			}
 			const n = 4000
 			hits := 0
 			for range n {
-				route, ticket, _ := p.Pick(policyStart, 0, "", nil)
+				pick, _ := p.Pick(policyStart, 0, "", nil)
+				route, ticket := pick.Route, pick.Ticket
 				if route == 0 {
 					hits++
 				}
@@ -248,8 +267,9 @@ func TestProxyOpsCandidateCap(t *testing.T) {
 func TestProxyOpsTickets(t *testing.T) {
 	t.Parallel()
 	p := NewProxyOps(policyWorld{routes: 3}, 1)
-	_, first, _ := p.Pick(policyStart, 0, "", nil)
-	_, second, _ := p.Pick(policyStart, 0, "", nil)
+	a, _ := p.Pick(policyStart, 0, "", nil)
+	b, _ := p.Pick(policyStart, 0, "", nil)
+	first, second := a.Ticket, b.Ticket
 	if first == second {
 		t.Fatalf("two attempts in flight share ticket %d", first)
 	}
@@ -259,8 +279,8 @@ func TestProxyOpsTickets(t *testing.T) {
 	if free := p.(*proxyOps).free; len(free) != 1 {
 		t.Fatalf("free list = %v, want one ticket", free)
 	}
-	if _, third, _ := p.Pick(policyStart, 0, "", nil); third != first {
-		t.Errorf("ticket %d not recycled: got %d", first, third)
+	if pick, _ := p.Pick(policyStart, 0, "", nil); pick.Ticket != first {
+		t.Errorf("ticket %d not recycled: got %d", first, pick.Ticket)
 	}
 }
 
@@ -314,7 +334,8 @@ func TestPoliciesNoAllocs(t *testing.T) {
 			avoid := []int{1, 2}
 			now, target := policyStart, 0
 			step := func() {
-				route, ticket, ok := p.Pick(now, target, "", avoid)
+				pick, ok := p.Pick(now, target, "", avoid)
+				route, ticket := pick.Route, pick.Ticket
 				if !ok {
 					t.Fatal("no route")
 				}
@@ -414,7 +435,8 @@ func TestOracle(t *testing.T) {
 			p := NewOracle(tt.world, policyStart, 9)
 			seen := make(map[int]bool)
 			for range 500 {
-				route, _, ok := p.Pick(policyStart.Add(tt.at), tt.target, "", tt.avoid)
+				pick, ok := p.Pick(policyStart.Add(tt.at), tt.target, "", tt.avoid)
+				route := pick.Route
 				if ok != (len(tt.want) > 0) {
 					t.Fatalf("ok = %v, want %v", ok, !ok)
 				}
@@ -458,7 +480,8 @@ func TestWeighted(t *testing.T) {
 			const n = 100000
 			counts := make([]int, tt.routes)
 			for range n {
-				route, _, ok := p.Pick(policyStart, 0, "", tt.avoid)
+				pick, ok := p.Pick(policyStart, 0, "", tt.avoid)
+				route := pick.Route
 				if ok != (tt.want != nil) {
 					t.Fatalf("ok = %v, want %v", ok, !ok)
 				}

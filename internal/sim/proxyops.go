@@ -89,7 +89,7 @@ func NewProxyOps(w World, seed uint64) Policy {
 }
 
 // Pick implements Policy: the argmax of one Beta draw per candidate.
-func (p *proxyOps) Pick(now time.Time, target int, _ string, avoid []int) (int, uint64, bool) {
+func (p *proxyOps) Pick(now time.Time, target int, _ string, avoid []int) (Attempt, bool) {
 	if !p.started {
 		p.origin, p.started = now, true
 	}
@@ -113,9 +113,9 @@ func (p *proxyOps) Pick(now time.Time, target int, _ string, avoid []int) (int, 
 		}
 	}
 	if best < 0 {
-		return 0, 0, false
+		return Attempt{}, false
 	}
-	return best, p.open(best, target), true
+	return Attempt{Route: best, Ticket: p.open(best, target)}, true
 }
 
 // draw samples the pair's success probability from its posterior at at.
@@ -160,7 +160,7 @@ func (p *proxyOps) Report(now time.Time, ticket uint64, r Result) {
 
 // Tick implements Policy. It does nothing: ProxyOps has no cooldowns and
 // no probes.
-func (p *proxyOps) Tick(time.Time, func(route, target int) Result) {}
+func (p *proxyOps) Tick(time.Time, Prober) {}
 
 // evidence returns α and β as of at.
 func (e *pairEvidence) evidence(at time.Duration) (alpha, beta float64) {

@@ -35,6 +35,8 @@ func finiteTime(v float64) (float64, bool) {
 }
 
 var tableColumns = []tableColumn{
+	{head: "tasks/s", value: func(s Summary) (float64, bool) { return finiteValue(s.Throughput) }, prec: 1, high: true},
+	{head: "vs oracle", value: func(s Summary) (float64, bool) { return s.ThroughputRatio, s.ThroughputRatio > 0 }, prec: 3, high: true},
 	{head: "completion", value: func(s Summary) (float64, bool) { return finiteValue(100 * s.CompletionRate) }, prec: 2, unit: "%", high: true},
 	{head: "att/compl", value: func(s Summary) (float64, bool) { return finiteValue(s.AttemptsPerCompleted) }, prec: 2},
 	{head: "wasted", value: func(s Summary) (float64, bool) { return float64(s.WastedAttempts), true }},

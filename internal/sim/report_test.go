@@ -19,22 +19,22 @@ func (writeFailer) Write([]byte) (int, error) { return 0, errors.New("disk full"
 func TestWriteTableLayout(t *testing.T) {
 	t.Parallel()
 	summaries := []Summary{
-		{Scenario: "dead-exits", Policy: "oracle", CompletionRate: 1, AttemptsPerCompleted: 1, P50ms: 80, P95ms: 120, P99ms: 150},
-		{Scenario: "dead-exits", Policy: "switchyard", CompletionRate: 0.9987, AttemptsPerCompleted: 1.04, WastedAttempts: 312,
+		{Scenario: "dead-exits", Policy: "oracle", Throughput: 152.3, ThroughputRatio: 1, CompletionRate: 1, AttemptsPerCompleted: 1, P50ms: 80, P95ms: 120, P99ms: 150},
+		{Scenario: "dead-exits", Policy: "switchyard", Throughput: 150.1, ThroughputRatio: 0.9855, CompletionRate: 0.9987, AttemptsPerCompleted: 1.04, WastedAttempts: 312,
 			P50ms: 85, P95ms: 240, P99ms: 900, DetectMs: 3200, RecoverMs: 15000, FalseEjections: 1, IncidentAttempts: 3},
 		{Scenario: "site-down", Policy: "random", CompletionRate: 0.5, AttemptsPerCompleted: 2.5, DetectMs: -1, RecoverMs: -1},
-		{Scenario: "dead-exits", Policy: "round-robin", CompletionRate: 0.91, AttemptsPerCompleted: 1.6, WastedAttempts: 41234,
+		{Scenario: "dead-exits", Policy: "round-robin", Throughput: 20.04, ThroughputRatio: 0.1316, CompletionRate: 0.91, AttemptsPerCompleted: 1.6, WastedAttempts: 41234,
 			P50ms: 85, P95ms: 3100, P99ms: 10000, DetectMs: -1, RecoverMs: 1000, IncidentAttempts: 120},
 	}
 	want := `scenario dead-exits
-policy       completion   att/compl   wasted   p50 ms   p95 ms   p99 ms   detect ms   recover ms   false ej   incident att
-oracle          100.00%        1.00        0       80      120      150           0            0          0              0
-switchyard       99.87%*       1.04*     312*      85      240*     900*       3200*       15000          1              3*
-round-robin      91.00%        1.60    41234       85     3100    10000           -         1000*         0*           120
+policy       tasks/s   vs oracle   completion   att/compl   wasted   p50 ms   p95 ms   p99 ms   detect ms   recover ms   false ej   incident att
+oracle         152.3       1.000      100.00%        1.00        0       80      120      150           0            0          0              0
+switchyard     150.1*      0.986*      99.87%*       1.04*     312*      85      240*     900*       3200*       15000          1              3*
+round-robin     20.0       0.132       91.00%        1.60    41234       85     3100    10000           -         1000*         0*           120
 
 scenario site-down
-policy       completion   att/compl   wasted   p50 ms   p95 ms   p99 ms   detect ms   recover ms   false ej   incident att
-random           50.00%        2.50        0        0        0        0           -            -          0              0
+policy       tasks/s   vs oracle   completion   att/compl   wasted   p50 ms   p95 ms   p99 ms   detect ms   recover ms   false ej   incident att
+random           0.0           -       50.00%        2.50        0        0        0        0           -            -          0              0
 `
 	var b bytes.Buffer
 	if err := WriteTable(&b, summaries); err != nil {

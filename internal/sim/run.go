@@ -9,22 +9,41 @@ import (
 	"github.com/switchyard/switchyard/engine"
 )
 
-// Load is the client model of a run: how many workers, how many tasks and
-// each task's budget.
+// Load is the client model of a run and the gateway's attempt settings.
+// The run models a crawler with a fixed number of workers behind a
+// gateway (the policy): a task is up to ClientAttempts requests, each
+// given up after ClientTimeout; the gateway makes up to MaxAttempts
+// attempts per request on different routes, each cut at its deadline when
+// another can follow, else at AttemptTimeout.
 type Load struct {
-	Seed           uint64
-	Tasks          int
-	Workers        int
+	Seed     uint64
+	Duration time.Duration // simulated time the run lasts; 0: until Tasks have ended
+	Tasks    int           // tasks to run; 0: as many as Duration allows
+	Workers  int
+
 	AttemptTimeout time.Duration
 	MaxAttempts    int
+	ProbeURL       bool // neutral probes fetch a page; false: a TCP check of the exit
+
+	ClientTimeout  time.Duration
+	ClientAttempts int
 	TaskDeadline   time.Duration
 	Think          time.Duration // pause between a worker's tasks
 	// SessionTasks, when positive, groups each worker's tasks in sticky
-	// sessions of that many tasks; a task's first attempt uses the session,
-	// its retries go anywhere.
+	// sessions of that many tasks. The gateway never retries a session's
+	// request on another route; a client whose session request failed
+	// starts a new session for its retry.
 	SessionTasks int
 	// TargetWeights is each target's share of tasks; nil means even.
 	TargetWeights []float64
+}
+
+// ProgressSteps is how many steps Run reports to its progress callback.
+func (l Load) ProgressSteps() int {
+	if l.Duration > 0 {
+		return int(l.Duration / time.Second)
+	}
+	return l.Tasks
 }
 
 // Epoch is the virtual clock's start, the same for every run.
@@ -37,16 +56,34 @@ const (
 	faultBucket  = time.Second
 )
 
+// probeTimeout bounds one probe, as the prober's default does
+// (internal/probe); a probe of a silent exit fails then.
+const probeTimeout = 10 * time.Second
+
+// noRouteWait is how long a client told that no route can carry its
+// request now waits before asking again, unless the policy says when one
+// will be ready (retryHinter).
+const noRouteWait = time.Second
+
+// retryHinter is a Policy that, after offering no route, can say when it
+// will have one.
+type retryHinter interface {
+	RetryIn() time.Duration
+}
+
 // Run simulates load against w through p and measures it. The task stream
 // (targets, randomness of the world) depends only on load.Seed, so every
 // policy faces the same tasks. progress, when not nil, is told of each
-// finished task.
+// simulated second when the load has a Duration, else of each finished
+// task (Load.ProgressSteps).
 func Run(w World, p Policy, load Load, progress func(int)) Summary {
 	r := runner{
 		w: w, p: p, load: load,
 		tasks: rand.New(rand.NewPCG(load.Seed, 1)),
 		world: rand.New(rand.NewPCG(load.Seed, 2)),
 	}
+	r.retrier, _ = p.(retrier)
+	r.hedger, _ = p.(hedger)
 	r.init()
 	wall := time.Now()
 	r.loop(progress)
@@ -59,38 +96,80 @@ func Run(w World, p Policy, load Load, progress func(int)) Summary {
 
 // runner is one simulation run. It is used by one goroutine.
 type runner struct {
-	w     World
-	p     Policy
-	load  Load
-	tasks *rand.Rand // draws task targets
-	world *rand.Rand // draws the world's randomness
+	w       World
+	p       Policy
+	retrier retrier // nil: the rule table's retries, no budget
+	hedger  hedger  // nil: no hedges
+	load    Load
+	tasks   *rand.Rand // draws task targets
+	world   *rand.Rand // draws the world's randomness
 
-	now     time.Duration
-	queue   eventQueue
-	workers []worker
-	next    int // next task to hand out
-	cum     []float64
+	now      time.Duration
+	queue    eventQueue
+	workers  []worker
+	attempts []attempt // in flight, by slot
+	free     []int32   // attempt slots not in use
+	started  int       // tasks handed out
+	cum      []float64
 
-	completed, failed int
-	attempts, wasted  int
-	incident          int
-	latencies         []time.Duration
-	series            []bucket
-	faults            []faultTrack
+	probes   []pendingProbe // by slot: probes whose result is on its way
+	freeProb []int32        // probe slots not in use
+	parked   parkedTasks    // tasks set aside until their due time
+
+	completed, failed    int
+	sent, hedges, wasted int
+	incident             int
+	latencies            []time.Duration
+	series               []bucket
+	faults               []faultTrack
 }
 
+// pendingProbe is a probe result on its way to the policy.
+type pendingProbe struct {
+	result Result
+	done   func(now time.Time, r Result)
+}
+
+// task is one page a client wants.
+type task struct {
+	target  int
+	started time.Duration // when it was first tried
+	tries   int           // client requests made for it so far
+	session string        // its sticky session, if any
+	due     time.Duration // when parked: when it may be tried again
+}
+
+// worker is one client. Its task and request change as it goes; events
+// name the request they belong to (req), so a late one is dropped.
 type worker struct {
-	target   int
-	started  time.Duration
-	attempts int
-	avoid    []int
-	session  string
+	task
 	sessions int // sessions started
 	left     int // tasks left in the session
-	// the attempt in flight
+
+	// the client request in progress
+	req      uint32
+	live     bool          // a request is in progress
+	sticky   bool          // it carries the session: no retries, no hedges
+	giveUp   time.Duration // when the client gives up on it
+	attempts int           // gateway attempts made for it, hedges included
+	avoid    []int         // routes tried for it
+	inflight []int32       // attempt slots in flight for it
+	last     Result        // its last failed attempt's result
+}
+
+// attempt is one upstream attempt in flight.
+type attempt struct {
+	worker int
+	req    uint32
+	gen    uint32 // bumped when the slot is reused
 	route  int
 	ticket uint64
-	result Result
+	start  time.Duration
+	result Result        // what the world will answer, and when
+	cut    time.Duration // the deadline after which silence is cut and retried
+	// orphan marks a hedge race's loser: its request has its answer, and
+	// the attempt runs on to its own answer or deadline only to be judged.
+	orphan bool
 }
 
 type bucket struct{ finished, completed, attempts, bad int }
@@ -111,147 +190,382 @@ func (r *runner) init() {
 	for i := range r.workers {
 		r.queue.push(event{at: 0, worker: i, kind: evStart})
 	}
-	r.queue.push(event{at: time.Second, kind: evTick})
+	// The policy's timed work starts at once: new routes are checked
+	// before the first request, as a starting gateway's prober does.
+	r.queue.push(event{at: 0, kind: evTick})
 	for _, f := range r.w.Faults() {
 		r.faults = append(r.faults, newFaultTrack(f, r.w.Routes()))
 	}
 }
 
-func (r *runner) loop(progress func(int)) {
-	probe := func(route, target int) Result {
-		return r.w.Attempt(route, target, r.now, r.world)
+// probe is a Prober: a probe at now as the gateway's prober makes it. A
+// neutral probe without a probe URL is a TCP check of the exit; anything
+// else fetches a page, and a probe without an answer fails at the
+// prober's timeout, as proxy_timeout.
+func (r *runner) probe(route, target int, done func(time.Time, Result)) {
+	var res Result
+	switch {
+	case target == tcpCheck, target == NeutralTarget && !r.load.ProbeURL:
+		res = r.w.Check(route, r.now)
+	case target == checkPage:
+		res = r.w.Attempt(route, NeutralTarget, r.now, r.world)
+	default:
+		res = r.w.Attempt(route, target, r.now, r.world)
 	}
+	if res.Latency > probeTimeout {
+		res = Result{Class: engine.ProxyTimeout, Latency: probeTimeout}
+	}
+	var slot int32
+	if n := len(r.freeProb); n > 0 {
+		slot, r.freeProb = r.freeProb[n-1], r.freeProb[:n-1]
+	} else {
+		r.probes = append(r.probes, pendingProbe{})
+		slot = int32(len(r.probes) - 1)
+	}
+	r.probes[slot] = pendingProbe{result: res, done: done}
+	r.queue.push(event{at: r.now + res.Latency, slot: slot, kind: evProbe})
+}
+
+func (r *runner) loop(progress func(int)) {
 	busy := len(r.workers)
 	for len(r.queue.items) > 0 && busy > 0 {
 		ev := r.queue.pop()
+		if r.load.Duration > 0 && ev.at > r.load.Duration {
+			break // work in progress at the end is neither completed nor failed
+		}
 		r.now = ev.at
+		ended := false
 		switch ev.kind {
 		case evTick:
-			r.p.Tick(Epoch.Add(r.now), probe)
+			r.p.Tick(Epoch.Add(r.now), r.probe)
 			r.queue.push(event{at: r.now + time.Second, kind: evTick})
+			if r.load.Duration > 0 && r.now > 0 && progress != nil {
+				progress(1) // a simulated second
+			}
+		case evProbe:
+			pr := r.probes[ev.slot]
+			r.probes[ev.slot] = pendingProbe{}
+			r.freeProb = append(r.freeProb, ev.slot)
+			pr.done(Epoch.Add(r.now), pr.result)
 		case evStart:
 			if !r.startTask(ev.worker) {
 				busy--
 			}
-		case evDone:
-			if r.finishAttempt(ev.worker) && progress != nil {
-				progress(1)
+		case evAnswer:
+			if a := r.live(ev); a != nil && a.orphan {
+				r.end(ev.slot, a.result)
+			} else if a != nil {
+				ended = r.answer(ev.slot, a.result)
 			}
-		case evRetry:
-			r.attempt(ev.worker)
+		case evDeadline:
+			if a := r.live(ev); a != nil && a.orphan {
+				r.end(ev.slot, Result{Class: engine.ProxyTimeout, Latency: a.cut})
+			} else if a != nil {
+				ended = r.deadline(ev.slot)
+			}
+		case evCap:
+			timeout := Result{Class: engine.ProxyTimeout, Latency: r.load.AttemptTimeout}
+			if a := r.live(ev); a != nil && a.orphan {
+				r.end(ev.slot, timeout)
+			} else if a != nil {
+				ended = r.answer(ev.slot, timeout)
+			}
+		case evHedge:
+			if wk := &r.workers[ev.worker]; wk.live && wk.req == ev.req {
+				r.hedge(ev.worker)
+			}
+		case evGiveUp:
+			if wk := &r.workers[ev.worker]; wk.live && wk.req == ev.req {
+				ended = r.giveUp(ev.worker)
+			}
+		}
+		if ended && r.load.Duration == 0 && progress != nil {
+			progress(1)
 		}
 	}
 }
 
-// startTask hands the worker its next task; false when none are left.
+// live returns the attempt an event names, nil if it has ended since.
+func (r *runner) live(ev event) *attempt {
+	a := &r.attempts[ev.slot]
+	if a.gen != ev.gen || a.worker < 0 {
+		return nil
+	}
+	return a
+}
+
+// startTask hands the worker its next task: a parked one that is due,
+// else a new one; false when none are left.
 func (r *runner) startTask(i int) bool {
-	if r.next >= r.load.Tasks {
+	wk := &r.workers[i]
+	if t, ok := r.parked.due(r.now); ok {
+		wk.task = t
+		r.request(i)
+		return true
+	}
+	if r.load.Tasks > 0 && r.started >= r.load.Tasks {
+		if next, ok := r.parked.next(); ok {
+			r.queue.push(event{at: next, worker: i, kind: evStart}) // only parked tasks are left
+			return true
+		}
 		return false
 	}
-	r.next++
-	wk := &r.workers[i]
+	r.started++
 	x := r.tasks.Float64() * r.cum[len(r.cum)-1]
-	wk.target, _ = slices.BinarySearch(r.cum, x)
-	wk.target = min(wk.target, len(r.cum)-1)
-	wk.started, wk.attempts, wk.avoid = r.now, 0, wk.avoid[:0]
+	target, _ := slices.BinarySearch(r.cum, x)
+	wk.task = task{target: min(target, len(r.cum)-1), started: r.now}
 	if r.load.SessionTasks > 0 {
 		if wk.left == 0 {
-			wk.sessions++
-			wk.session = "w" + strconv.Itoa(i) + "-" + strconv.Itoa(wk.sessions)
-			wk.left = r.load.SessionTasks
+			r.newSession(i)
 		}
 		wk.left--
+		wk.task.session = wk.sessionID(i)
 	}
-	r.attempt(i)
+	r.request(i)
 	return true
 }
 
-// noRouteWait is how long a client told that no route can carry its
-// request now waits before asking again, unless the policy says when one
-// will be ready (retryHinter).
-const noRouteWait = time.Second
-
-// retryHinter is a Policy that, after offering no route, can say when it
-// will have one.
-type retryHinter interface {
-	RetryIn() time.Duration
+// newSession starts the worker's next sticky session.
+func (r *runner) newSession(i int) {
+	wk := &r.workers[i]
+	wk.sessions++
+	wk.left = r.load.SessionTasks
 }
 
-// attempt sends the worker's next attempt; when the policy offers nothing,
-// it asks again after noRouteWait, or fails the task past its deadline.
-func (r *runner) attempt(i int) {
+// sessionID names the worker's current session.
+func (wk *worker) sessionID(i int) string {
+	return "w" + strconv.Itoa(i) + "-" + strconv.Itoa(wk.sessions)
+}
+
+// request starts the worker's next client request for its task.
+func (r *runner) request(i int) bool {
+	wk := &r.workers[i]
+	wk.tries++
+	wk.req++
+	wk.live, wk.sticky = true, wk.session != ""
+	wk.attempts, wk.avoid, wk.inflight = 0, wk.avoid[:0], wk.inflight[:0]
+	wk.giveUp = min(r.now+r.load.ClientTimeout, wk.started+r.load.TaskDeadline)
+	if r.retrier != nil {
+		r.retrier.Request(Epoch.Add(r.now))
+	}
+	r.queue.push(event{at: wk.giveUp, worker: i, req: wk.req, kind: evGiveUp})
+	return r.send(i)
+}
+
+// send starts an attempt of the worker's request; when the policy offers
+// no route, the client is told at once and asks again after the wait it
+// was given, or 1 s. It reports whether the task ended.
+func (r *runner) send(i int) bool {
 	wk := &r.workers[i]
 	if len(wk.avoid) >= r.w.Routes() {
 		wk.avoid = wk.avoid[:0] // every route tried: any may be tried again
 	}
 	session := ""
-	if wk.attempts == 0 {
+	if wk.sticky {
 		session = wk.session
 	}
-	route, ticket, ok := r.p.Pick(Epoch.Add(r.now), wk.target, session, wk.avoid)
+	a, ok := r.p.Pick(Epoch.Add(r.now), wk.target, session, wk.avoid)
 	if !ok {
+		if len(wk.inflight) > 0 {
+			return false // a hedge found nothing: the first attempt goes on
+		}
 		// No route can take it now (a gateway's 503, or 429 with the
-		// Retry-After the policy knows): the client waits and asks again
-		// while the task's deadline allows.
+		// Retry-After the policy knows): a crawler sets the page aside for
+		// that long and has the worker fetch another meanwhile, rather
+		// than hold a worker idle.
 		wait := noRouteWait
 		if h, ok := r.p.(retryHinter); ok && h.RetryIn() > 0 {
-			wait = h.RetryIn()
+			// As the gateway says it: a Retry-After in whole seconds.
+			wait = time.Duration(engine.RetryAfterSeconds(h.RetryIn())) * time.Second
 		}
-		if r.now-wk.started+wait < r.load.TaskDeadline {
-			r.queue.push(event{at: r.now + wait, worker: i, kind: evRetry})
-			return
+		if r.now+wait < wk.started+r.load.TaskDeadline {
+			wk.live = false
+			t := wk.task
+			t.tries-- // a request the gateway refused at once is not a try
+			t.due = r.now + wait
+			r.parked.push(t)
+			r.queue.push(event{at: r.now, worker: i, kind: evStart})
+			return false
 		}
-		r.endTask(i, false)
-		return
+		return r.fail(i)
 	}
+	r.launch(i, a)
+	return false
+}
+
+// launch sends attempt a for the worker's request.
+func (r *runner) launch(i int, a Attempt) {
+	wk := &r.workers[i]
 	wk.attempts++
-	r.attempts++
-	bad := r.w.Bad(route, wk.target, r.now)
+	wk.avoid = append(wk.avoid, a.Route)
+	r.sent++
+	bad := r.w.Bad(a.Route, wk.target, r.now)
+	b := r.bucketAt(r.now)
+	b.attempts++
 	if bad {
 		r.wasted++
-	}
-	r.bucketAt(r.now).attempts++
-	if bad {
-		r.bucketAt(r.now).bad++
+		b.bad++
 	}
 	for k := range r.faults {
-		r.faults[k].count(r.now, route, wk.target)
-		if r.faults[k].SiteDown && r.faults[k].active(r.now) && r.faults[k].covers(route, wk.target) {
+		f := &r.faults[k]
+		f.count(r.now, a.Route, wk.target)
+		if f.SiteDown && f.active(r.now) && f.covers(a.Route, wk.target) {
 			r.incident++
 		}
 	}
-	res := r.w.Attempt(route, wk.target, r.now, r.world)
-	if res.Latency > r.load.AttemptTimeout {
-		res = Result{Class: engine.TargetTimeout, Latency: r.load.AttemptTimeout}
+	slot := r.slot()
+	at := &r.attempts[slot]
+	*at = attempt{worker: i, req: wk.req, gen: at.gen + 1, route: a.Route, ticket: a.Ticket, start: r.now,
+		result: r.w.Attempt(a.Route, wk.target, r.now, r.world)}
+	at.cut = r.load.AttemptTimeout
+	if a.Deadline > 0 {
+		at.cut = min(a.Deadline, r.load.AttemptTimeout)
 	}
-	wk.route, wk.ticket, wk.result = route, ticket, res
-	r.queue.push(event{at: r.now + res.Latency, worker: i, kind: evDone})
+	wk.inflight = append(wk.inflight, slot)
+	ev := event{slot: slot, gen: at.gen}
+	switch lat := at.result.Latency; {
+	case lat <= at.cut:
+		ev.at, ev.kind = r.now+lat, evAnswer
+	case at.cut < r.load.AttemptTimeout:
+		ev.at, ev.kind = r.now+at.cut, evDeadline
+	default:
+		ev.at, ev.kind = r.now+at.cut, evCap
+	}
+	r.queue.push(ev)
+	if r.hedger != nil && wk.attempts == 1 && !wk.sticky && r.load.MaxAttempts > 1 && a.HedgeAfter > 0 && a.HedgeAfter < at.cut {
+		r.queue.push(event{at: r.now + a.HedgeAfter, worker: i, req: wk.req, kind: evHedge})
+	}
 }
 
-// finishAttempt reports the attempt in flight and retries or ends the task;
-// it reports whether the task ended.
-func (r *runner) finishAttempt(i int) bool {
+func (r *runner) slot() int32 {
+	if n := len(r.free); n > 0 {
+		s := r.free[n-1]
+		r.free = r.free[:n-1]
+		return s
+	}
+	r.attempts = append(r.attempts, attempt{worker: -1})
+	return int32(len(r.attempts) - 1)
+}
+
+// end reports attempt slot's result to the policy and retires it.
+func (r *runner) end(slot int32, res Result) {
+	a := &r.attempts[slot]
+	r.p.Report(Epoch.Add(r.now), a.ticket, res)
+	if !a.orphan {
+		r.detach(slot)
+	}
+	a.worker, a.orphan = -1, false
+	r.free = append(r.free, slot)
+}
+
+// detach takes attempt slot off its worker's request.
+func (r *runner) detach(slot int32) {
+	wk := &r.workers[r.attempts[slot].worker]
+	wk.inflight = slices.DeleteFunc(wk.inflight, func(s int32) bool { return s == slot })
+}
+
+// answer ends attempt slot with res; it reports whether the task ended.
+func (r *runner) answer(slot int32, res Result) bool {
+	i := r.attempts[slot].worker
+	r.end(slot, res)
 	wk := &r.workers[i]
-	r.p.Report(Epoch.Add(r.now), wk.ticket, wk.result)
-	if wk.result.Class == engine.OK {
+	if res.Class == engine.OK {
+		// The hedge race's loser runs on to its answer or its deadline
+		// for the evidence, no longer for the client.
+		for len(wk.inflight) > 0 {
+			r.attempts[wk.inflight[0]].orphan = true
+			r.detach(wk.inflight[0])
+		}
 		r.endTask(i, true)
 		return true
 	}
-	retry := engine.DefaultRules.Rule(wk.result.Class).Retry
-	if !retry || wk.attempts >= r.load.MaxAttempts || r.now-wk.started >= r.load.TaskDeadline {
-		r.endTask(i, false)
-		return true
+	wk.last = res
+	if len(wk.inflight) > 0 {
+		return false // a hedge is still out: its answer decides
 	}
-	wk.avoid = append(wk.avoid, wk.route)
-	r.attempt(i)
+	if r.retries(i, res.Class) {
+		return r.send(i)
+	}
+	return r.fail(i)
+}
+
+// deadline is attempt slot reaching its deadline without an answer: the
+// gateway cuts it and moves the request to another route when it may
+// retry; otherwise the attempt runs on to the attempt timeout.
+func (r *runner) deadline(slot int32) bool {
+	a := &r.attempts[slot]
+	i := a.worker
+	if len(r.workers[i].inflight) == 1 && r.retries(i, engine.ProxyTimeout) {
+		r.end(slot, Result{Class: engine.ProxyTimeout, Latency: a.cut})
+		return r.send(i)
+	}
+	ev := event{slot: slot, gen: a.gen, at: a.start + r.load.AttemptTimeout, kind: evCap}
+	if a.result.Latency <= r.load.AttemptTimeout {
+		ev.at, ev.kind = a.start+a.result.Latency, evAnswer
+	}
+	r.queue.push(ev)
 	return false
+}
+
+// retries reports whether the gateway retries the worker's request after
+// a failure of class c: the request is not a session's, attempts are
+// left, and the policy's rules (or the rule table) allow it.
+func (r *runner) retries(i int, c engine.Class) bool {
+	wk := &r.workers[i]
+	if wk.sticky || wk.attempts >= r.load.MaxAttempts || r.now >= wk.giveUp {
+		return false
+	}
+	if r.retrier != nil {
+		return r.retrier.Retry(Epoch.Add(r.now), wk.target, c)
+	}
+	return engine.DefaultRules.Rule(c).Retry
+}
+
+// hedge starts a second attempt for the worker's request, if its first is
+// still without an answer and the policy's budget allows.
+func (r *runner) hedge(i int) {
+	wk := &r.workers[i]
+	if len(wk.inflight) != 1 || wk.attempts >= r.load.MaxAttempts || !r.hedger.Hedge(Epoch.Add(r.now)) {
+		return
+	}
+	r.hedges++
+	r.send(i)
+}
+
+// giveUp is the client's timeout: every attempt in flight is canceled (the
+// policy decides what a cancel says of its route) and the request fails.
+func (r *runner) giveUp(i int) bool {
+	wk := &r.workers[i]
+	for len(wk.inflight) > 0 {
+		slot := wk.inflight[0]
+		r.end(slot, Result{Class: engine.Canceled, Latency: r.now - r.attempts[slot].start})
+	}
+	return r.fail(i)
+}
+
+// fail ends the worker's request without an answer: the client tries
+// again while it has tries and time left, else the task fails.
+func (r *runner) fail(i int) bool {
+	wk := &r.workers[i]
+	wk.live = false
+	if wk.tries < r.load.ClientAttempts && r.now < wk.started+r.load.TaskDeadline {
+		if wk.session != "" {
+			r.newSession(i) // a crawler whose session failed rotates it
+			wk.left--
+			wk.session = wk.sessionID(i)
+		}
+		return r.request(i)
+	}
+	r.endTask(i, false)
+	return true
 }
 
 func (r *runner) endTask(i int, ok bool) {
 	wk := &r.workers[i]
+	wk.live = false
 	b := r.bucketAt(r.now)
 	b.finished++
-	if ok && r.now-wk.started <= r.load.TaskDeadline {
+	if ok {
 		r.completed++
 		b.completed++
 		r.latencies = append(r.latencies, r.now-wk.started)
@@ -270,15 +584,22 @@ func (r *runner) bucketAt(t time.Duration) *bucket {
 }
 
 func (r *runner) summary() Summary {
-	s := Summary{
-		Tasks: r.load.Tasks, Completed: r.completed, Attempts: r.attempts, WastedAttempts: r.wasted,
-		IncidentAttempts: r.incident, SimulatedSeconds: r.now.Seconds(), DetectMs: -1, RecoverMs: -1,
+	end := r.now
+	if r.load.Duration > 0 {
+		end = r.load.Duration
 	}
-	if r.load.Tasks > 0 {
-		s.CompletionRate = float64(r.completed) / float64(r.load.Tasks)
+	s := Summary{
+		Tasks: r.completed + r.failed, Completed: r.completed, Attempts: r.sent, Hedges: r.hedges,
+		WastedAttempts: r.wasted, IncidentAttempts: r.incident, SimulatedSeconds: end.Seconds(), DetectMs: -1, RecoverMs: -1,
+	}
+	if s.Tasks > 0 {
+		s.CompletionRate = float64(r.completed) / float64(s.Tasks)
 	}
 	if r.completed > 0 {
-		s.AttemptsPerCompleted = float64(r.attempts) / float64(r.completed)
+		s.AttemptsPerCompleted = float64(r.sent) / float64(r.completed)
+	}
+	if end > 0 {
+		s.Throughput = float64(r.completed) / end.Seconds()
 	}
 	slices.Sort(r.latencies)
 	s.P50ms, s.P95ms, s.P99ms = percentileMs(r.latencies, 0.50), percentileMs(r.latencies, 0.95), percentileMs(r.latencies, 0.99)
@@ -290,7 +611,7 @@ func (r *runner) summary() Summary {
 		s.SessionRestarts = sc.SessionRestarts()
 	}
 	for i, b := range r.series {
-		pt := Point{At: time.Duration(i+1) * seriesBucket}
+		pt := Point{At: time.Duration(i+1) * seriesBucket, Throughput: float64(b.completed) / seriesBucket.Seconds()}
 		if b.finished > 0 {
 			pt.Completion = float64(b.completed) / float64(b.finished)
 		}
@@ -310,19 +631,75 @@ func percentileMs(sorted []time.Duration, q float64) float64 {
 	return float64(sorted[i]) / float64(time.Millisecond)
 }
 
+// parkedTasks is a min-heap of tasks by due time.
+type parkedTasks struct{ items []task }
+
+func (q *parkedTasks) push(t task) {
+	q.items = append(q.items, t)
+	for i := len(q.items) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if q.items[parent].due <= q.items[i].due {
+			break
+		}
+		q.items[i], q.items[parent] = q.items[parent], q.items[i]
+		i = parent
+	}
+}
+
+// next returns the earliest due time.
+func (q *parkedTasks) next() (time.Duration, bool) {
+	if len(q.items) == 0 {
+		return 0, false
+	}
+	return q.items[0].due, true
+}
+
+// due pops the earliest task if it is due at now.
+func (q *parkedTasks) due(now time.Duration) (task, bool) {
+	if len(q.items) == 0 || q.items[0].due > now {
+		return task{}, false
+	}
+	top := q.items[0]
+	last := len(q.items) - 1
+	q.items[0] = q.items[last]
+	q.items = q.items[:last]
+	for i := 0; ; {
+		small, l, r := i, 2*i+1, 2*i+2
+		if l < last && q.items[l].due < q.items[small].due {
+			small = l
+		}
+		if r < last && q.items[r].due < q.items[small].due {
+			small = r
+		}
+		if small == i {
+			break
+		}
+		q.items[i], q.items[small] = q.items[small], q.items[i]
+		i = small
+	}
+	return top, true
+}
+
 type eventKind uint8
 
 const (
-	evStart eventKind = iota // a worker takes its next task
-	evDone                   // a worker's attempt completes
-	evRetry                  // a worker asks again for a route after none was offered
-	evTick                   // the policy's timed work
+	evStart    eventKind = iota // a worker takes its next task
+	evAnswer                    // an attempt's answer arrives
+	evDeadline                  // an attempt reaches its deadline without an answer
+	evCap                       // an attempt reaches the attempt timeout without an answer
+	evHedge                     // a request's hedge delay has passed
+	evGiveUp                    // the client gives up on its request
+	evTick                      // the policy's timed work
+	evProbe                     // a probe's result arrives
 )
 
 type event struct {
 	at     time.Duration
 	seq    uint64 // ties break in push order, for determinism
 	worker int
+	req    uint32 // the worker's request, for request events
+	slot   int32  // the attempt, for attempt events; the probe, for evProbe
+	gen    uint32 // the attempt slot's generation
 	kind   eventKind
 }
 

@@ -32,6 +32,12 @@ func (f fakeWorld) Attempt(r, t int, now time.Duration, rng *rand.Rand) Result {
 	}
 	return Result{Class: engine.OK, Latency: time.Duration(80+rng.IntN(40)) * time.Millisecond}
 }
+func (f fakeWorld) Check(r int, now time.Duration) Result {
+	if r < f.dead && now >= f.deadFrom {
+		return Result{Class: engine.ProxyConnectFailed, Latency: 2 * time.Millisecond}
+	}
+	return Result{Class: engine.OK, Latency: time.Millisecond}
+}
 func (f fakeWorld) Faults() []Fault {
 	var dead []int
 	for r := range f.dead {
@@ -44,13 +50,14 @@ func (f fakeWorld) Faults() []Fault {
 }
 
 func testLoad() Load {
-	return Load{Seed: 3, Tasks: 4000, Workers: 8, AttemptTimeout: 5 * time.Second, MaxAttempts: 3, TaskDeadline: 30 * time.Second}
+	return Load{Seed: 3, Tasks: 4000, Workers: 8, AttemptTimeout: 5 * time.Second, MaxAttempts: 3,
+		ClientTimeout: 10 * time.Second, ClientAttempts: 1, TaskDeadline: 30 * time.Second}
 }
 
 func newTestEngine(t *testing.T, w World, cfg engine.Config, blind bool) Policy {
 	t.Helper()
 	cfg.Seed = 7
-	p, err := NewEnginePolicy(w, cfg, Epoch, blind)
+	p, err := NewEnginePolicy(w, EngineSettings{Engine: cfg, Budget: engine.DefaultBudget(), AttemptTimeout: testLoad().AttemptTimeout, Blind: blind}, Epoch)
 	if err != nil {
 		t.Fatal(err)
 	}

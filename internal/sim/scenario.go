@@ -24,10 +24,23 @@ type Scenario struct {
 	Description string
 	Seed        uint64 // seeds the run's randomness; default 1
 
-	Tasks          int           // tasks to run, > 0
-	Workers        int           // concurrent clients; default 32
-	AttemptTimeout time.Duration // default 10s
-	MaxAttempts    int           // attempts per task; default 4
+	Duration time.Duration // simulated time to run; 0: until Tasks are done
+	Tasks    int           // tasks to run; 0: as many as Duration allows. One of the two is needed
+	Workers  int           // concurrent clients; default 32
+
+	// The gateway: up to MaxAttempts attempts per client request, each at
+	// most AttemptTimeout.
+	AttemptTimeout time.Duration // default 30s
+	MaxAttempts    int           // default 3
+	// ProbeURL says neutral probes fetch a page through the route (the
+	// gateway's probe.url); false, the default, makes them a TCP check of
+	// the exit, as a gateway without one does.
+	ProbeURL bool
+
+	// The client: a task is up to ClientAttempts requests, each given up
+	// after ClientTimeout, all within TaskDeadline.
+	ClientTimeout  time.Duration // default 10s
+	ClientAttempts int           // default 3
 	TaskDeadline   time.Duration // default 60s
 	Think          time.Duration // pause between a worker's tasks; default 0
 	SessionTasks   int           // tasks per sticky session of a worker; default 0, no sessions
@@ -54,12 +67,13 @@ type DownWindow struct {
 // RouteGroup is a set of routes that behave alike: routes Name-1…Name-Count,
 // or just Name when Count is 1.
 type RouteGroup struct {
-	Name       string
-	Count      int           // default 1
-	Latency    time.Duration // median success latency; default 200ms
-	Jitter     float64       // sigma of the lognormal latency; default 0.3
-	Weight     float64       // static weight of each route, for the weighted baseline; default 1
-	Behaviours []Behaviour
+	Name        string
+	Count       int           // default 1
+	Latency     time.Duration // median success latency; default 200ms
+	Jitter      float64       // sigma of the lognormal latency; default 0.3
+	Weight      float64       // static weight of each route, for the weighted baseline; default 1
+	MaxInflight int           // each route's max_inflight, as in a proxy list; default 0, unlimited
+	Behaviours  []Behaviour
 }
 
 // Behaviour is one way a route group misbehaves, during [From, Until).
@@ -74,6 +88,9 @@ type Behaviour struct {
 	RetryAfter time.Duration // ratelimit: penalty; default 30s
 	Factor     float64       // slow, degrade: latency multiplier
 	Period     time.Duration // flap: length of each up and down phase
+	Limit      int           // burstban: requests tolerated per Window
+	Window     time.Duration // burstban: the span Limit counts over
+	Penalty    time.Duration // burstban: how long a ban lasts; default 5m
 }
 
 // Kind names a route behaviour.
@@ -92,6 +109,7 @@ const (
 	KindDegrade   Kind = "degrade"
 	KindFlap      Kind = "flap"
 	KindOutage    Kind = "outage"
+	KindBurstban  Kind = "burstban"
 )
 
 // kindSpec says which keys beyond kind, target, from and until a kind
@@ -118,6 +136,7 @@ var kindSpecs = []kindSpec{
 	{kind: KindDegrade, required: []string{"factor"}, optional: []string{"p"}},
 	{kind: KindFlap, required: []string{"period"}, exit: true},
 	{kind: KindOutage, exit: true},
+	{kind: KindBurstban, required: []string{"limit", "window"}, optional: []string{"penalty"}},
 }
 
 func (s kindSpec) takes(key string) bool {
@@ -132,16 +151,21 @@ func specOf(k Kind) (kindSpec, bool) {
 	return kindSpecs[i], true
 }
 
-// Defaults of the scenario keys, as scenarios/README.md documents them.
+// Defaults of the scenario keys, as scenarios/README.md documents them:
+// the gateway as it ships (retry.max_attempts, retry.attempt_timeout) and
+// a crawler that gives a request 10 s and a task three tries.
 const (
 	defaultSeed           = 1
 	defaultWorkers        = 32
-	defaultAttemptTimeout = 10 * time.Second
-	defaultMaxAttempts    = 4
+	defaultAttemptTimeout = 30 * time.Second
+	defaultMaxAttempts    = 3
+	defaultClientTimeout  = 10 * time.Second
+	defaultClientAttempts = 3
 	defaultTaskDeadline   = 60 * time.Second
 	defaultLatency        = 200 * time.Millisecond
 	defaultJitter         = 0.3
 	defaultRetryAfter     = 30 * time.Second
+	defaultPenalty        = 5 * time.Minute
 )
 
 // maxRoutes bounds a scenario's routes, a hundred times the large
@@ -219,11 +243,15 @@ func (e *fieldError) lookup() string {
 // ParseScenario calls it; call it on a Scenario built in code before World.
 func (s *Scenario) Validate() error {
 	var c checker
-	c.need(s.Tasks > 0, "tasks", "must be positive")
+	c.need(s.Tasks >= 0, "tasks", "must not be negative")
+	c.need(s.Duration >= 0, "duration", "must not be negative")
+	c.need(s.Tasks > 0 || s.Duration > 0, "tasks", "a scenario needs tasks or a duration")
 	c.need(s.Workers > 0, "workers", "must be positive")
 	c.need(s.AttemptTimeout > 0, "attempt_timeout", "must be positive")
 	c.need(s.MaxAttempts > 0, "max_attempts", "must be positive")
 	c.need(s.TaskDeadline > 0, "task_deadline", "must be positive")
+	c.need(s.ClientTimeout > 0, "client_timeout", "must be positive")
+	c.need(s.ClientAttempts > 0, "client_attempts", "must be positive")
 	c.need(s.Think >= 0, "think", "must not be negative")
 	c.need(s.SessionTasks >= 0, "session_tasks", "must not be negative")
 	c.need(len(s.Targets) > 0, "targets", "at least one [[targets]] is needed")
@@ -254,6 +282,7 @@ func (s *Scenario) Validate() error {
 		c.need(g.Latency > 0, p+".latency", "must be positive")
 		c.need(g.Jitter >= 0, p+".jitter", "must not be negative")
 		c.need(g.Weight >= 0, p+".weight", "must not be negative")
+		c.need(g.MaxInflight >= 0, p+".max_inflight", "must not be negative")
 		if c.err != nil {
 			break
 		}
@@ -297,7 +326,7 @@ func (c *checker) behaviour(p string, b Behaviour, targets map[string]bool) {
 		return
 	}
 	c.need(b.Target == "" || targets[b.Target], p+".target", fmt.Sprintf("unknown target %q", b.Target))
-	c.need(b.Kind != KindBan && b.Kind != KindRatelimit || b.Target != "", p+".target", fmt.Sprintf("%s needs a target", b.Kind))
+	c.need(b.Kind != KindBan || b.Target != "", p+".target", fmt.Sprintf("%s needs a target", b.Kind))
 	c.window(p, b.From, b.Until)
 	// The ramp needs an end.
 	c.need(b.Kind != KindDegrade || b.Until != 0, p+".until", "degrade needs until")
@@ -313,6 +342,9 @@ func (c *checker) behaviour(p string, b Behaviour, targets map[string]bool) {
 		{"retry_after", b.RetryAfter == 0, b.RetryAfter > 0},
 		{"factor", b.Factor == 0, b.Factor > 0},
 		{"period", b.Period == 0, b.Period > 0},
+		{"limit", b.Limit == 0, b.Limit > 0},
+		{"window", b.Window == 0, b.Window > 0},
+		{"penalty", b.Penalty == 0, b.Penalty > 0},
 	} {
 		switch {
 		case !spec.takes(v.key):
@@ -340,10 +372,14 @@ type scenarioFile struct {
 	Name           any          `toml:"name,omitempty"`
 	Description    any          `toml:"description,omitempty"`
 	Seed           any          `toml:"seed,omitempty"`
+	Duration       any          `toml:"duration,omitempty"`
 	Tasks          any          `toml:"tasks,omitempty"`
 	Workers        any          `toml:"workers,omitempty"`
 	AttemptTimeout any          `toml:"attempt_timeout,omitempty"`
 	MaxAttempts    any          `toml:"max_attempts,omitempty"`
+	ProbeURL       any          `toml:"probe_url,omitempty"`
+	ClientTimeout  any          `toml:"client_timeout,omitempty"`
+	ClientAttempts any          `toml:"client_attempts,omitempty"`
 	TaskDeadline   any          `toml:"task_deadline,omitempty"`
 	Think          any          `toml:"think,omitempty"`
 	SessionTasks   any          `toml:"session_tasks,omitempty"`
@@ -364,12 +400,13 @@ type windowFile struct {
 }
 
 type routeFile struct {
-	Name       any             `toml:"name,omitempty"`
-	Count      any             `toml:"count,omitempty"`
-	Latency    any             `toml:"latency,omitempty"`
-	Jitter     any             `toml:"jitter,omitempty"`
-	Weight     any             `toml:"weight,omitempty"`
-	Behaviours []behaviourFile `toml:"behaviours,omitempty"`
+	Name        any             `toml:"name,omitempty"`
+	Count       any             `toml:"count,omitempty"`
+	Latency     any             `toml:"latency,omitempty"`
+	Jitter      any             `toml:"jitter,omitempty"`
+	Weight      any             `toml:"weight,omitempty"`
+	MaxInflight any             `toml:"max_inflight,omitempty"`
+	Behaviours  []behaviourFile `toml:"behaviours,omitempty"`
 }
 
 type behaviourFile struct {
@@ -382,11 +419,20 @@ type behaviourFile struct {
 	RetryAfter any `toml:"retry_after,omitempty"`
 	Factor     any `toml:"factor,omitempty"`
 	Period     any `toml:"period,omitempty"`
+	Limit      any `toml:"limit,omitempty"`
+	Window     any `toml:"window,omitempty"`
+	Penalty    any `toml:"penalty,omitempty"`
 }
+
+// specificKeys are the kind-specific keys of a behaviour, in file order.
+var specificKeys = []string{"p", "rps", "retry_after", "factor", "period", "limit", "window", "penalty"}
 
 // specific lists the kind-specific keys of b, set or not.
 func (b *behaviourFile) specific() map[string]any {
-	return map[string]any{"p": b.P, "rps": b.RPS, "retry_after": b.RetryAfter, "factor": b.Factor, "period": b.Period}
+	return map[string]any{
+		"p": b.P, "rps": b.RPS, "retry_after": b.RetryAfter, "factor": b.Factor, "period": b.Period,
+		"limit": b.Limit, "window": b.Window, "penalty": b.Penalty,
+	}
 }
 
 // scenario converts f, applying the defaults; name is the fallback name.
@@ -395,18 +441,22 @@ func (f *scenarioFile) scenario(name string) (*Scenario, error) {
 	s := &Scenario{
 		Name:           d.str(f.Name, "name", name),
 		Description:    d.str(f.Description, "description", ""),
+		Duration:       d.duration(f.Duration, "duration", 0),
 		Tasks:          d.integer(f.Tasks, "tasks", 0),
 		Workers:        d.integer(f.Workers, "workers", defaultWorkers),
 		AttemptTimeout: d.duration(f.AttemptTimeout, "attempt_timeout", defaultAttemptTimeout),
 		MaxAttempts:    d.integer(f.MaxAttempts, "max_attempts", defaultMaxAttempts),
+		ProbeURL:       d.boolean(f.ProbeURL, "probe_url", false),
+		ClientAttempts: d.integer(f.ClientAttempts, "client_attempts", defaultClientAttempts),
 		TaskDeadline:   d.duration(f.TaskDeadline, "task_deadline", defaultTaskDeadline),
 		Think:          d.duration(f.Think, "think", 0),
 		SessionTasks:   d.integer(f.SessionTasks, "session_tasks", 0),
 	}
+	s.ClientTimeout = d.duration(f.ClientTimeout, "client_timeout", defaultClientTimeout)
 	seed := d.integer(f.Seed, "seed", defaultSeed)
 	d.need(seed >= 0, "seed", "must not be negative")
 	s.Seed = uint64(seed)
-	d.need(f.Tasks != nil, "tasks", "missing")
+	d.need(f.Tasks != nil || f.Duration != nil, "tasks", "missing: give tasks or duration")
 	for i, tf := range f.Targets {
 		p := fmt.Sprintf("targets[%d]", i)
 		t := TargetSpec{
@@ -432,6 +482,7 @@ func (f *scenarioFile) scenario(name string) (*Scenario, error) {
 			Jitter:  d.number(rf.Jitter, p+".jitter", defaultJitter),
 			Weight:  d.number(rf.Weight, p+".weight", 1),
 		}
+		g.MaxInflight = d.integer(rf.MaxInflight, p+".max_inflight", 0)
 		for j, bf := range rf.Behaviours {
 			g.Behaviours = append(g.Behaviours, d.behaviour(fmt.Sprintf("%s.behaviours[%d]", p, j), &bf))
 		}
@@ -488,6 +539,17 @@ func (d *leafDecoder) integer(v any, path string, def int) int {
 		d.typeErr(path, "an integer", v)
 	}
 	return int(n)
+}
+
+func (d *leafDecoder) boolean(v any, path string, def bool) bool {
+	if v == nil || d.err != nil {
+		return def
+	}
+	b, ok := v.(bool)
+	if !ok {
+		d.typeErr(path, "a boolean", v)
+	}
+	return b
 }
 
 func (d *leafDecoder) number(v any, path string, def float64) float64 {
@@ -550,7 +612,7 @@ func (d *leafDecoder) behaviour(p string, bf *behaviourFile) Behaviour {
 	}
 	keys := bf.specific()
 	// In file order, so the first error is the first in the file.
-	for _, key := range []string{"p", "rps", "retry_after", "factor", "period"} {
+	for _, key := range specificKeys {
 		d.need(keys[key] == nil || spec.takes(key), p+"."+key, fmt.Sprintf("not a key of kind %q", kind))
 	}
 	for _, key := range spec.required {
@@ -562,9 +624,12 @@ func (d *leafDecoder) behaviour(p string, bf *behaviourFile) Behaviour {
 	if kind == KindSoftban || kind == KindBan {
 		defaultP = 1
 	}
-	var retryAfter time.Duration
+	var retryAfter, penalty time.Duration
 	if spec.takes("retry_after") {
 		retryAfter = defaultRetryAfter
+	}
+	if spec.takes("penalty") {
+		penalty = defaultPenalty
 	}
 	return Behaviour{
 		Kind:       kind,
@@ -576,6 +641,9 @@ func (d *leafDecoder) behaviour(p string, bf *behaviourFile) Behaviour {
 		RetryAfter: d.duration(bf.RetryAfter, p+".retry_after", retryAfter),
 		Factor:     d.number(bf.Factor, p+".factor", 0),
 		Period:     d.duration(bf.Period, p+".period", 0),
+		Limit:      d.integer(bf.Limit, p+".limit", 0),
+		Window:     d.duration(bf.Window, p+".window", 0),
+		Penalty:    d.duration(bf.Penalty, p+".penalty", penalty),
 	}
 }
 
@@ -589,13 +657,19 @@ func (s *Scenario) Encode() ([]byte, error) {
 		Name:           s.Name,
 		Description:    optional(s.Description),
 		Seed:           int64(s.Seed),
-		Tasks:          int64(s.Tasks),
+		Duration:       optionalDuration(s.Duration),
+		Tasks:          optionalInt(s.Tasks),
 		Workers:        int64(s.Workers),
 		AttemptTimeout: formatDuration(s.AttemptTimeout),
 		MaxAttempts:    int64(s.MaxAttempts),
+		ClientTimeout:  formatDuration(s.ClientTimeout),
+		ClientAttempts: int64(s.ClientAttempts),
 		TaskDeadline:   formatDuration(s.TaskDeadline),
 		Think:          optionalDuration(s.Think),
 		SessionTasks:   optionalInt(s.SessionTasks),
+	}
+	if s.ProbeURL {
+		f.ProbeURL = true
 	}
 	for _, t := range s.Targets {
 		tf := targetFile{Name: t.Name, Weight: t.Weight}
@@ -609,7 +683,8 @@ func (s *Scenario) Encode() ([]byte, error) {
 		f.Targets = append(f.Targets, tf)
 	}
 	for _, g := range s.Routes {
-		rf := routeFile{Name: g.Name, Count: int64(g.Count), Latency: formatDuration(g.Latency), Jitter: g.Jitter, Weight: g.Weight}
+		rf := routeFile{Name: g.Name, Count: int64(g.Count), Latency: formatDuration(g.Latency), Jitter: g.Jitter, Weight: g.Weight,
+			MaxInflight: optionalInt(g.MaxInflight)}
 		for _, b := range g.Behaviours {
 			bf := behaviourFile{
 				Kind:   string(b.Kind),
@@ -630,6 +705,12 @@ func (s *Scenario) Encode() ([]byte, error) {
 					bf.Factor = b.Factor
 				case "period":
 					bf.Period = formatDuration(b.Period)
+				case "limit":
+					bf.Limit = int64(b.Limit)
+				case "window":
+					bf.Window = formatDuration(b.Window)
+				case "penalty":
+					bf.Penalty = formatDuration(b.Penalty)
 				}
 			}
 			rf.Behaviours = append(rf.Behaviours, bf)

@@ -39,11 +39,16 @@ func TestParseScenarioErrors(t *testing.T) {
 			"bad.toml:15: routes[2].behaviours[0].rsp: unknown key"},
 		{"unknown table", scnHead + "[[route]]\nname = 'b'\n", "bad.toml:6: route[0]: unknown key"},
 		{"unknown kind", scnHead + "[[routes]]\nname = 'b'\n[[routes.behaviours]]\nkind = 'dead'\n[[routes.behaviours]]\nkind = 'deda'\n",
-			`bad.toml:11: routes[1].behaviours[1]: unknown kind "deda" (want dead, blackhole, errors, auth, ban, ratelimit, softban, slow, degrade, flap, outage)`},
+			`bad.toml:11: routes[1].behaviours[1]: unknown kind "deda" (want dead, blackhole, errors, auth, ban, ratelimit, softban, slow, degrade, flap, outage, burstban)`},
 		{"missing kind", scnHead + "[[routes.behaviours]]\nfrom = '1m'\n", "bad.toml:6: routes[0].behaviours[0]: missing kind"},
 		{"key of another kind", scnHead + "[[routes.behaviours]]\nkind = 'dead'\nrps = 3\n", `bad.toml:8: routes[0].behaviours[0].rps: not a key of kind "dead"`},
 		{"ratelimit without rps", scnHead + "[[routes.behaviours]]\nkind = 'ratelimit'\ntarget = 'shop'\n", "bad.toml:7: routes[0].behaviours[0]: ratelimit needs rps"},
-		{"ratelimit without target", scnHead + "[[routes.behaviours]]\nkind = 'ratelimit'\nrps = 1\n", "bad.toml:6: routes[0].behaviours[0].target: ratelimit needs a target"},
+		{"ban without target", scnHead + "[[routes.behaviours]]\nkind = 'ban'\n", "bad.toml:6: routes[0].behaviours[0].target: ban needs a target"},
+		{"burstban without limit", scnHead + "[[routes.behaviours]]\nkind = 'burstban'\nwindow = '1m'\n", "bad.toml:7: routes[0].behaviours[0]: burstban needs limit"},
+		{"neither tasks nor duration", "[[targets]]\nname = 'x'\n[[routes]]\nname = 'a'\n", "bad.toml: tasks: missing: give tasks or duration"},
+		{"negative duration", "duration = '-1s'\n[[targets]]\nname = 'x'\n[[routes]]\nname = 'a'\n", "bad.toml:1: duration: must not be negative"},
+		{"zero client attempts", "tasks = 1\nclient_attempts = 0\n[[targets]]\nname = 'x'\n[[routes]]\nname = 'a'\n", "bad.toml:2: client_attempts: must be positive"},
+		{"probe_url not a boolean", "tasks = 1\nprobe_url = 'yes'\n[[targets]]\nname = 'x'\n[[routes]]\nname = 'a'\n", "bad.toml:2: probe_url: want a boolean, not a string"},
 		{"ban without target", scnHead + "[[routes.behaviours]]\nkind = 'ban'\n", "routes[0].behaviours[0].target: ban needs a target"},
 		{"errors without p", scnHead + "[[routes.behaviours]]\nkind = 'errors'\n", "bad.toml:7: routes[0].behaviours[0]: errors needs p"},
 		{"slow without factor", scnHead + "[[routes.behaviours]]\nkind = 'slow'\n", "routes[0].behaviours[0]: slow needs factor"},
@@ -67,7 +72,7 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"duration as a number", scnHead + "latency = 5\n", `bad.toml:6: routes[0].latency: want a duration string like "250ms", not an integer`},
 		{"wrong type", "tasks = 'many'\n", "bad.toml:1: tasks: want an integer, not a string"},
 		{"missing tasks", "[[targets]]\nname = 'x'\n[[routes]]\nname = 'a'\n", "bad.toml: tasks: missing"},
-		{"zero tasks", "tasks = 0\n[[targets]]\nname = 'x'\n[[routes]]\nname = 'a'\n", "bad.toml:1: tasks: must be positive"},
+		{"zero tasks and no duration", "tasks = 0\n[[targets]]\nname = 'x'\n[[routes]]\nname = 'a'\n", "bad.toml:1: tasks: a scenario needs tasks or a duration"},
 		{"zero workers", "workers = 0\n" + scnHead, "bad.toml:1: workers: must be positive"},
 		{"negative seed", "seed = -1\n" + scnHead, "bad.toml:1: seed: must not be negative"},
 		{"negative think", "think = '-1s'\n" + scnHead, "bad.toml:1: think: must not be negative"},
@@ -119,8 +124,10 @@ from = "1m"
 		Seed:           1,
 		Tasks:          10,
 		Workers:        32,
-		AttemptTimeout: 10 * time.Second,
-		MaxAttempts:    4,
+		AttemptTimeout: 30 * time.Second,
+		MaxAttempts:    3,
+		ClientTimeout:  10 * time.Second,
+		ClientAttempts: 3,
 		TaskDeadline:   60 * time.Second,
 		Targets:        []TargetSpec{{Name: "shop", Weight: 1, Down: []DownWindow{{From: time.Minute, Class: engine.Target5xx}}}},
 		Routes: []RouteGroup{{Name: "a", Count: 1, Latency: 200 * time.Millisecond, Jitter: 0.3, Weight: 1, Behaviours: []Behaviour{
@@ -137,10 +144,14 @@ from = "1m"
 const scnEveryKind = `name = "every-kind"
 description = "one of each"
 seed = 0
+duration = "10m"
 tasks = 100
 workers = 3
 attempt_timeout = "2s"
 max_attempts = 2
+probe_url = true
+client_timeout = "5s"
+client_attempts = 2
 task_deadline = "1h30m"
 think = "15ms"
 
@@ -163,6 +174,7 @@ name = "every"
 count = 3
 latency = "150ms"
 jitter = 0
+max_inflight = 4
 [[routes.behaviours]]
 kind = "dead"
 from = "10s"
@@ -195,6 +207,12 @@ factor = 3
 [[routes.behaviours]]
 kind = "flap"
 period = "45s"
+[[routes.behaviours]]
+kind = "burstban"
+target = "shop"
+limit = 20
+window = "1m"
+penalty = "2m"
 [[routes.behaviours]]
 kind = "outage"
 from = "1m"
@@ -296,12 +314,12 @@ func TestBuiltin(t *testing.T) {
 				t.Fatal(err)
 			}
 			w := s.World()
-			shape := struct{ routes, targets, tasks, workers [2]int }{
-				[2]int{40, 100}, [2]int{5, 10}, [2]int{20_000, 50_000}, [2]int{32, 32},
+			shape := struct{ routes, targets, minutes, workers [2]int }{
+				[2]int{3, 100}, [2]int{2, 10}, [2]int{3, 10}, [2]int{8, 32},
 			}
 			if name == "large" {
-				shape = struct{ routes, targets, tasks, workers [2]int }{
-					[2]int{10_000, 10_000}, [2]int{50, 50}, [2]int{1_000_000, 1_000_000}, [2]int{256, 256},
+				shape = struct{ routes, targets, minutes, workers [2]int }{
+					[2]int{10_000, 10_000}, [2]int{50, 50}, [2]int{15, 15}, [2]int{256, 256},
 				}
 			}
 			for _, c := range []struct {
@@ -311,7 +329,7 @@ func TestBuiltin(t *testing.T) {
 			}{
 				{"routes", w.Routes(), shape.routes},
 				{"targets", w.Targets(), shape.targets},
-				{"tasks", s.Tasks, shape.tasks},
+				{"minutes", int(s.Duration / time.Minute), shape.minutes},
 				{"workers", s.Workers, shape.workers},
 			} {
 				if c.got < c.within[0] || c.got > c.within[1] {

@@ -4,6 +4,7 @@
 package sim
 
 import (
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -13,13 +14,29 @@ import (
 // Result is the outcome of one simulated attempt.
 type Result struct {
 	Class      engine.Class
-	Latency    time.Duration // time the attempt took (for timeouts: the timeout)
+	Latency    time.Duration // time to the answer; Never when none comes
 	RetryAfter time.Duration // with RateLimited
 }
 
+// Never is the Latency of an attempt that gets no answer at all (a
+// blackholed exit, a site that hangs): the client or the gateway cuts it,
+// at its deadline or timeout, as proxy_timeout, which is how the gateway
+// classifies an exit that took the request and said nothing.
+const Never = time.Duration(math.MaxInt64)
+
 // NeutralTarget is the target number of a route-global probe: only the
-// route's own behaviour (dead, blackhole, auth, flapping…) applies.
+// route's own behaviour (dead, blackhole, auth, flapping…) applies. The
+// gateway's prober makes it a TCP check of the exit, or a page fetched
+// through it with a probe URL (Load.ProbeURL).
 const NeutralTarget = -1
+
+// Targets of the health checks other products make, whatever the
+// gateway's probe URL: a TCP connect to the exit (HAProxy's `check`), and
+// a page every exit should fetch (glider's `-check`).
+const (
+	tcpCheck  = -2
+	checkPage = -3
+)
 
 // World is the ground truth of a scenario: how every route answers every
 // target at every instant. Times are offsets from the start of the run.
@@ -30,8 +47,13 @@ type World interface {
 	RouteID(route int) string
 	TargetName(target int) string
 	// Attempt performs one simulated attempt of route against target
-	// (NeutralTarget for a route-global probe) at now.
+	// (NeutralTarget for a route-global page, as a neutral probe with a
+	// probe URL fetches) at now.
 	Attempt(route, target int, now time.Duration, rng *rand.Rand) Result
+	// Check is a TCP connect to route's exit at now, the neutral probe of
+	// a gateway without a probe URL: refused while the exit refuses
+	// connections, OK otherwise, whatever it would do with a request.
+	Check(route int, now time.Duration) Result
 	// Bad reports whether route, tried against target at now, would fail
 	// by ground truth (a fault is active, or its rate limit is tripped).
 	Bad(route, target int, now time.Duration) bool
@@ -52,33 +74,83 @@ type Fault struct {
 }
 
 // Policy chooses routes for attempts. One Policy instance serves one run,
-// from one goroutine, on the virtual clock.
+// from one goroutine, on the virtual clock. A policy sits where the
+// gateway does, between the client and the exits; what it does beyond
+// picking (retry rules, hedges) it says through the optional interfaces
+// below.
 type Policy interface {
 	// Pick chooses a route for an attempt at target, avoiding the routes in
-	// avoid (already tried for this task). session, when not empty, names
-	// the client's sticky session (policies without sessions ignore it). ok
-	// is false when the policy has nothing to offer; the attempt is then
-	// counted as failed at once. ticket identifies the attempt in Report.
-	Pick(now time.Time, target int, session string, avoid []int) (route int, ticket uint64, ok bool)
+	// avoid (already tried for this request). session, when not empty,
+	// names the client's sticky session (policies without sessions ignore
+	// it). ok is false when the policy has nothing to offer: the client is
+	// told so at once and asks again later (retryHinter says when).
+	Pick(now time.Time, target int, session string, avoid []int) (a Attempt, ok bool)
 	// Report gives the policy the attempt's result.
 	Report(now time.Time, ticket uint64, r Result)
-	// Tick runs the policy's timed work about once per simulated second;
-	// probe performs a probe against the world (target NeutralTarget for a
-	// route-global probe).
-	Tick(now time.Time, probe func(route, target int) Result)
+	// Tick runs the policy's timed work once per simulated second, the
+	// first at the start of the run; probe starts probes against the
+	// world.
+	Tick(now time.Time, probe Prober)
+}
+
+// Prober starts a probe of route against target (NeutralTarget for a
+// route-global probe) as the gateway's prober makes it; done gets its
+// result at the simulated time the result arrives, its Latency later (at
+// most the prober's timeout).
+type Prober func(route, target int, done func(now time.Time, r Result))
+
+// Attempt is a route a Policy picked for one attempt.
+type Attempt struct {
+	Route  int
+	Ticket uint64 // names the attempt in Report
+	// Deadline is how long the attempt may wait for an answer before the
+	// gateway cuts it and retries elsewhere (the engine's adaptive
+	// deadline); 0 means the scenario's attempt timeout. An attempt that
+	// cannot be retried runs to the attempt timeout whatever its deadline.
+	Deadline time.Duration
+	// HedgeAfter, when positive and the Policy is a hedger, is when a
+	// request still waiting on this, its first attempt, gets a second.
+	HedgeAfter time.Duration
+}
+
+// retrier is a Policy that decides for itself which failed attempts the
+// gateway retries on another route (a product's retry rules and budget).
+// Without it, every class the rule table marks retryable is retried.
+type retrier interface {
+	// Request counts a client request at now.
+	Request(now time.Time)
+	// Retry reports whether an attempt at target that failed with c at
+	// now is retried, and takes the retry from the budget if so.
+	Retry(now time.Time, target int, c engine.Class) bool
+}
+
+// hedger is a Policy that hedges idempotent requests: when the first
+// attempt has no answer after its HedgeAfter, a second starts on another
+// route.
+type hedger interface {
+	// Hedge reports whether a hedge may start at now, and takes it from
+	// the budget if so.
+	Hedge(now time.Time) bool
 }
 
 // Summary is one policy's result on one scenario. Times are in
 // milliseconds of simulated time; a negative DetectMs or RecoverMs means the
 // scenario has no such fault or the policy never got there.
 type Summary struct {
-	Scenario             string  `json:"scenario"`
-	Policy               string  `json:"policy"`
-	Tasks                int     `json:"tasks"`
+	Scenario string `json:"scenario"`
+	Policy   string `json:"policy"`
+	// Throughput is the completed tasks per second of simulated time at the
+	// scenario's fixed number of workers: what a crawler gets done.
+	Throughput float64 `json:"throughput"`
+	// ThroughputRatio is Throughput ÷ the oracle's on the same scenario
+	// (set by Bench when the oracle ran; 0 otherwise).
+	ThroughputRatio      float64 `json:"throughput_ratio"`
+	Tasks                int     `json:"tasks"` // tasks that ended, completed or failed
 	Completed            int     `json:"completed"`
 	CompletionRate       float64 `json:"completion_rate"`
-	Attempts             int     `json:"attempts"`
+	Attempts             int     `json:"attempts"` // upstream attempts, hedges and retries included
 	AttemptsPerCompleted float64 `json:"attempts_per_completed"`
+	Hedges               int     `json:"hedges"`
 	WastedAttempts       int     `json:"wasted_attempts"` // sent to a route bad for that target at that moment
 	P50ms                float64 `json:"p50_ms"`          // task latency, completed tasks
 	P95ms                float64 `json:"p95_ms"`
@@ -99,4 +171,5 @@ type Point struct {
 	At         time.Duration // end of the bucket, from the start of the run
 	Completion float64       // share of tasks finished in the bucket that completed
 	BadShare   float64       // share of attempts in the bucket sent to bad routes
+	Throughput float64       // tasks completed in the bucket per second
 }

@@ -59,10 +59,10 @@ func NewWeighted(w World, weights []float64, seed uint64) Policy {
 
 // Pick implements Policy. ok is false when every route not in avoid has
 // weight 0. The ticket is always 0: the policy learns nothing.
-func (p *weighted) Pick(_ time.Time, _ int, _ string, avoid []int) (int, uint64, bool) {
+func (p *weighted) Pick(_ time.Time, _ int, _ string, avoid []int) (Attempt, bool) {
 	n := len(p.cumulative)
 	if n == 0 || p.cumulative[n-1] == 0 {
-		return 0, 0, false
+		return Attempt{}, false
 	}
 	total := p.cumulative[n-1]
 	for range weightedDraws {
@@ -71,7 +71,7 @@ func (p *weighted) Pick(_ time.Time, _ int, _ string, avoid []int) (int, uint64,
 		route := sort.Search(n, func(i int) bool { return p.cumulative[i] > u })
 		// route == n only when rounding made u reach total.
 		if route < n && !slices.Contains(avoid, route) {
-			return route, 0, true
+			return Attempt{Route: route}, true
 		}
 	}
 	return p.scan(avoid)
@@ -80,7 +80,7 @@ func (p *weighted) Pick(_ time.Time, _ int, _ string, avoid []int) (int, uint64,
 // scan draws by weight among the routes not in avoid, for picks whose
 // rejection sampling kept hitting avoided routes (heavy ones, or most of a
 // small pool).
-func (p *weighted) scan(avoid []int) (int, uint64, bool) {
+func (p *weighted) scan(avoid []int) (Attempt, bool) {
 	total := 0.0
 	for route, wt := range p.weights {
 		if wt > 0 && !slices.Contains(avoid, route) {
@@ -88,7 +88,7 @@ func (p *weighted) scan(avoid []int) (int, uint64, bool) {
 		}
 	}
 	if total == 0 {
-		return 0, 0, false
+		return Attempt{}, false
 	}
 	u := p.rng.Float64() * total
 	last := 0
@@ -97,13 +97,13 @@ func (p *weighted) scan(avoid []int) (int, uint64, bool) {
 			continue
 		}
 		if u < wt {
-			return route, 0, true
+			return Attempt{Route: route}, true
 		}
 		u -= wt
 		last = route
 	}
 	// Rounding left u at or past the last eligible weight.
-	return last, 0, true
+	return Attempt{Route: last}, true
 }
 
 // Report implements Policy. It does nothing: the policy is blind to
@@ -111,4 +111,4 @@ func (p *weighted) scan(avoid []int) (int, uint64, bool) {
 func (p *weighted) Report(time.Time, uint64, Result) {}
 
 // Tick implements Policy. It does nothing.
-func (p *weighted) Tick(time.Time, func(route, target int) Result) {}
+func (p *weighted) Tick(time.Time, Prober) {}

@@ -13,6 +13,7 @@ import (
 // Fixed latencies of answers that never reach a target.
 const (
 	refusedLatency    = 3 * time.Millisecond  // a refused connect costs one round trip to the exit
+	connectLatency    = time.Millisecond      // a TCP connect the exit accepts
 	proxyReplyLatency = 20 * time.Millisecond // the exit answers 407 itself
 )
 
@@ -35,7 +36,7 @@ func (s *Scenario) World() World {
 		w.targets = append(w.targets, worldTarget{name: t.Name, down: t.Down})
 	}
 	for gi, g := range s.Routes {
-		wg := worldGroup{name: g.Name, first: len(w.ids), count: g.Count, median: g.Latency, sigma: g.Jitter}
+		wg := worldGroup{name: g.Name, first: len(w.ids), count: g.Count, median: g.Latency, sigma: g.Jitter, maxInflight: g.MaxInflight}
 		for r := range g.Count {
 			w.ids = append(w.ids, routeID(g, r))
 			w.groupOf = append(w.groupOf, int32(gi))
@@ -52,10 +53,16 @@ func (s *Scenario) World() World {
 			case spec.exit:
 				wg.exit = append(wg.exit, r)
 			default:
-				if b.Kind == KindRatelimit {
-					r.buckets = make([]rateBucket, g.Count)
+				switch b.Kind {
+				case KindRatelimit:
+					r.buckets = make([]rateBucket, g.Count*len(s.Targets))
 					for i := range r.buckets {
 						r.buckets[i].tokens = r.capacity()
+					}
+				case KindBurstban:
+					r.bursts = make([]burstLog, g.Count*len(s.Targets))
+					for i := range r.bursts {
+						r.bursts[i].times = make([]time.Duration, b.Limit+1)
 					}
 				}
 				wg.target = append(wg.target, r)
@@ -74,7 +81,7 @@ func (s *Scenario) World() World {
 // target that bans a route never gets to rate-limit it.
 var precedence = []Kind{
 	KindDead, KindOutage, KindFlap, KindBlackhole, KindAuth,
-	KindBan, KindRatelimit, KindSoftban, KindErrors, KindDegrade,
+	KindBan, KindBurstban, KindRatelimit, KindSoftban, KindErrors, KindDegrade,
 }
 
 func byPrecedence(a, b rule) int {
@@ -98,9 +105,10 @@ type worldGroup struct {
 	first, count int // routes first … first+count-1
 	median       time.Duration
 	sigma        float64
+	maxInflight  int    // the routes' max_inflight, for policies that honour it
 	exit         []rule // dead, outage, flap, blackhole, auth, by precedence
 	slow         []rule
-	target       []rule // ban, ratelimit, softban, errors, degrade, by precedence
+	target       []rule // ban, burstban, ratelimit, softban, errors, degrade, by precedence
 }
 
 type worldTarget struct {
@@ -112,7 +120,55 @@ type worldTarget struct {
 type rule struct {
 	Behaviour
 	target  int          // target number, or allTargets
-	buckets []rateBucket // ratelimit: one per route of the group
+	buckets []rateBucket // ratelimit: one per route of the group and target (route-first + count·target)
+	bursts  []burstLog   // burstban: likewise
+}
+
+// state returns the index of route's state toward target in buckets or
+// bursts: each route has its own limit on each site.
+func (r *rule) state(g *worldGroup, route, target int) int { return route - g.first + g.count*target }
+
+// burstLog remembers the times of a route's last Limit+1 requests to a
+// site, and the ban they earned.
+type burstLog struct {
+	times  []time.Duration // ring of the last Limit+1 request times
+	next   int             // the ring's oldest entry
+	seen   int             // requests logged, up to len(times)
+	banned time.Duration   // banned until then
+}
+
+// request logs a request at now and reports whether the site bans for it:
+// it is the Limit+1-th within Window. A ban lasts Penalty; requests during
+// it are refused and not logged.
+func (b *burstLog) request(r *rule, now time.Duration) bool {
+	if now < b.banned {
+		return true
+	}
+	b.times[b.next] = now
+	b.next = (b.next + 1) % len(b.times)
+	b.seen = min(b.seen+1, len(b.times))
+	// With the ring full, the entry after the newest is the oldest of the
+	// last Limit+1 requests.
+	if b.seen == len(b.times) && now-b.times[b.next] < r.Window {
+		b.banned = now + r.Penalty
+		b.seen = 0
+		return true
+	}
+	return false
+}
+
+// wait is how long until a request at now would not earn a ban.
+func (b *burstLog) wait(r *rule, now time.Duration) time.Duration {
+	if now < b.banned {
+		return b.banned - now
+	}
+	if b.seen < len(b.times)-1 {
+		return 0
+	}
+	// The request would be the Limit+1-th unless the oldest of the last
+	// Limit has left the window.
+	oldest := b.times[(b.next+1)%len(b.times)]
+	return max(oldest+r.Window-now, 0)
 }
 
 func (r *rule) appliesTo(target int) bool { return r.target == allTargets || r.target == target }
@@ -152,16 +208,36 @@ func (b *rateBucket) take(r *rule, now time.Duration) (retryAfter time.Duration,
 	if now < b.penalty {
 		return b.penalty - now, true
 	}
-	if now > b.last {
-		b.tokens = min(r.capacity(), b.tokens+r.RPS*(now-b.last).Seconds())
-		b.last = now
-	}
+	b.refill(r, now)
 	if b.tokens >= 1 {
 		b.tokens--
 		return 0, false
 	}
 	b.penalty = now + r.RetryAfter
 	return r.RetryAfter, true
+}
+
+func (b *rateBucket) refill(r *rule, now time.Duration) {
+	if now > b.last {
+		b.tokens = min(r.capacity(), b.tokens+r.RPS*(now-b.last).Seconds())
+		b.last = now
+	}
+}
+
+// wait is how long until take at now would admit a request, without
+// taking one.
+func (b *rateBucket) wait(r *rule, now time.Duration) time.Duration {
+	if now < b.penalty {
+		return b.penalty - now
+	}
+	tokens := b.tokens
+	if now > b.last {
+		tokens = min(r.capacity(), tokens+r.RPS*(now-b.last).Seconds())
+	}
+	if tokens >= 1 {
+		return 0
+	}
+	return time.Duration((1 - tokens) / r.RPS * float64(time.Second))
 }
 
 func (w *scenarioWorld) Routes() int              { return len(w.ids) }
@@ -227,26 +303,30 @@ func (t *worldTarget) downClass(now time.Duration) (engine.Class, bool) {
 
 func isTimeout(c engine.Class) bool { return c == engine.ProxyTimeout || c == engine.TargetTimeout }
 
+// silence is an attempt that gets no answer: the gateway that cuts it sees
+// an exit that took the request and said nothing.
+var silence = Result{Class: engine.ProxyTimeout, Latency: Never}
+
 // Attempt applies the exit's own behaviours first, then the target's
 // outage, then what the target does to this route; see scenarios/README.md.
+// A silent exit or site answers with Never: the caller cuts it.
 func (w *scenarioWorld) Attempt(route, target int, now time.Duration, rng *rand.Rand) Result {
 	g := &w.groups[w.groupOf[route]]
 	switch c := g.exitClass(target, now); c {
 	case engine.ProxyConnectFailed:
-		return Result{Class: c, Latency: min(refusedLatency, w.timeout)}
+		return Result{Class: c, Latency: refusedLatency}
 	case engine.ProxyTimeout:
-		return Result{Class: c, Latency: w.timeout}
+		return silence
 	case engine.ProxyAuth:
-		return Result{Class: c, Latency: min(proxyReplyLatency, w.timeout)}
+		return Result{Class: c, Latency: proxyReplyLatency}
 	}
 	mult := g.multiplier(target, now)
-	// answer is the target's reply with class c, or a timeout if the reply
-	// would come too late.
+	// answer is the target's reply with class c, however late it comes.
 	answer := func(c engine.Class) Result {
 		lat := float64(g.median) * math.Exp(g.sigma*rng.NormFloat64()) * mult
 		// Compared as a float: a huge factor would overflow a Duration.
-		if lat > float64(w.timeout) {
-			return Result{Class: engine.TargetTimeout, Latency: w.timeout}
+		if lat >= float64(Never) {
+			return silence
 		}
 		return Result{Class: c, Latency: time.Duration(lat)}
 	}
@@ -255,7 +335,7 @@ func (w *scenarioWorld) Attempt(route, target int, now time.Duration, rng *rand.
 	}
 	if c, down := w.targets[target].downClass(now); down {
 		if isTimeout(c) {
-			return Result{Class: c, Latency: w.timeout}
+			return silence
 		}
 		return answer(c)
 	}
@@ -270,12 +350,14 @@ func (w *scenarioWorld) Attempt(route, target int, now time.Duration, rng *rand.
 			if r.P >= 1 || rng.Float64() < r.P {
 				return answer(engine.Blocked)
 			}
+		case KindBurstban:
+			if r.bursts[r.state(g, route, target)].request(r, now) {
+				return answer(engine.Blocked)
+			}
 		case KindRatelimit:
-			if retry, limited := r.buckets[route-g.first].take(r, now); limited {
+			if retry, limited := r.buckets[r.state(g, route, target)].take(r, now); limited {
 				res := answer(engine.RateLimited)
-				if res.Class == engine.RateLimited {
-					res.RetryAfter = retry
-				}
+				res.RetryAfter = retry
 				return res
 			}
 		case KindSoftban:
@@ -288,11 +370,20 @@ func (w *scenarioWorld) Attempt(route, target int, now time.Duration, rng *rand.
 			}
 		case KindDegrade:
 			if rng.Float64() < r.P*r.ramp(now) {
-				return Result{Class: engine.TargetTimeout, Latency: w.timeout}
+				return silence
 			}
 		}
 	}
 	return answer(engine.OK)
+}
+
+// Check implements World: a TCP connect reaches any exit that is not
+// refusing connections, hanging or not.
+func (w *scenarioWorld) Check(route int, now time.Duration) Result {
+	if w.groups[w.groupOf[route]].exitClass(NeutralTarget, now) == engine.ProxyConnectFailed {
+		return Result{Class: engine.ProxyConnectFailed, Latency: refusedLatency}
+	}
+	return Result{Class: engine.OK, Latency: connectLatency}
 }
 
 // Bad reports whether an attempt at now fails by ground truth, ignoring
@@ -320,7 +411,11 @@ func (w *scenarioWorld) Bad(route, target int, now time.Duration) bool {
 		}
 		switch r.Kind {
 		case KindRatelimit:
-			if now < r.buckets[route-g.first].penalty {
+			if now < r.buckets[r.state(g, route, target)].penalty {
+				return true
+			}
+		case KindBurstban:
+			if now < r.bursts[r.state(g, route, target)].banned {
 				return true
 			}
 		case KindBan, KindSoftban, KindErrors:
@@ -371,7 +466,7 @@ func (w *scenarioWorld) Faults() []Fault {
 					if tooSlow(r.Factor) {
 						add(name, r.target, r.From, r.Until)
 					}
-				case KindRatelimit: // trips under load, not on a schedule
+				case KindRatelimit, KindBurstban: // trip under load, not on a schedule
 				case KindBan, KindSoftban, KindErrors:
 					if r.P >= 0.5 {
 						add(name, r.target, r.From, r.Until)
@@ -419,4 +514,77 @@ func (w *scenarioWorld) degradeBadAt(g *worldGroup, r *rule) (time.Duration, boo
 		return 0, false
 	}
 	return r.From + time.Duration(max(at, 0)*float64(r.Until-r.From)), true
+}
+
+// groundTruth is what the oracle knows of a World beyond Bad: its routes
+// come in groups that behave alike, what a group's routes would do for a
+// target now, and how long a route must wait before a request would not
+// trip a site's limit.
+type groundTruth interface {
+	Groups() int
+	// Group returns group g's routes, first…first+count-1, and their
+	// max_inflight (0: unlimited).
+	Group(g int) (first, count, maxInflight int)
+	// Expect is what an attempt of group g's routes against target at now
+	// takes, by the median, and the chance it gets a valid answer, limits
+	// aside (see Wait); p is 0 when it would fail or time out.
+	Expect(g, target int, now time.Duration) (latency time.Duration, p float64)
+	// Wait is how long route must wait, from now, before a request to
+	// target would not trip its rate limit or burst ban; 0 when it may go.
+	Wait(route, target int, now time.Duration) time.Duration
+}
+
+var _ groundTruth = (*scenarioWorld)(nil)
+
+func (w *scenarioWorld) Groups() int { return len(w.groups) }
+
+func (w *scenarioWorld) Group(g int) (first, count, maxInflight int) {
+	wg := &w.groups[g]
+	return wg.first, wg.count, wg.maxInflight
+}
+
+func (w *scenarioWorld) Expect(g, target int, now time.Duration) (time.Duration, float64) {
+	wg := &w.groups[g]
+	if wg.exitClass(target, now) != engine.OK {
+		return 0, 0
+	}
+	lat := float64(wg.median) * wg.multiplier(target, now)
+	if lat >= float64(w.timeout) {
+		return 0, 0
+	}
+	p := 1.0
+	if _, down := w.targets[target].downClass(now); down {
+		return 0, 0
+	}
+	for i := range wg.target {
+		r := &wg.target[i]
+		if !r.appliesTo(target) || !r.active(now) {
+			continue
+		}
+		switch r.Kind {
+		case KindBan, KindSoftban, KindErrors:
+			p *= 1 - r.P
+		case KindDegrade:
+			p *= 1 - r.P*r.ramp(now)
+		}
+	}
+	return time.Duration(lat), p
+}
+
+func (w *scenarioWorld) Wait(route, target int, now time.Duration) time.Duration {
+	g := &w.groups[w.groupOf[route]]
+	var wait time.Duration
+	for i := range g.target {
+		r := &g.target[i]
+		if !r.appliesTo(target) || !r.active(now) {
+			continue
+		}
+		switch r.Kind {
+		case KindRatelimit:
+			wait = max(wait, r.buckets[r.state(g, route, target)].wait(r, now))
+		case KindBurstban:
+			wait = max(wait, r.bursts[r.state(g, route, target)].wait(r, now))
+		}
+	}
+	return wait
 }

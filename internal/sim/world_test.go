@@ -53,7 +53,7 @@ func TestAttemptClasses(t *testing.T) {
 		{desc: "dead refuses neutral probes", behaviours: "kind = 'dead'", target: NeutralTarget, want: engine.ProxyConnectFailed},
 		{desc: "dead on one target only", behaviours: "kind = 'dead'\ntarget = 'shop'", target: wtNews, want: engine.OK},
 		{desc: "dead on one target is not the exit's", behaviours: "kind = 'dead'\ntarget = 'shop'", target: NeutralTarget, want: engine.OK},
-		{desc: "blackhole hangs to the timeout", behaviours: "kind = 'blackhole'", target: wtNews, want: engine.ProxyTimeout, wantLatency: 10 * time.Second},
+		{desc: "blackhole never answers", behaviours: "kind = 'blackhole'", target: wtNews, want: engine.ProxyTimeout, wantLatency: Never},
 		{desc: "auth answers 407 fast", behaviours: "kind = 'auth'", target: wtShop, want: engine.ProxyAuth, wantLatency: 20 * time.Millisecond},
 		{desc: "ban blocks its target", behaviours: "kind = 'ban'\ntarget = 'shop'", target: wtShop, want: engine.Blocked, wantLatency: 100 * time.Millisecond},
 		{desc: "ban spares other targets", behaviours: "kind = 'ban'\ntarget = 'shop'", target: wtNews, want: engine.OK},
@@ -61,7 +61,7 @@ func TestAttemptClasses(t *testing.T) {
 		{desc: "softban with p", behaviours: "kind = 'softban'\np = 0.25", target: wtShop, want: engine.ContentInvalid, share: 0.25},
 		{desc: "errors with p", behaviours: "kind = 'errors'\np = 0.3", target: wtShop, want: engine.Target5xx, share: 0.3},
 		{desc: "slow multiplies latency", behaviours: "kind = 'slow'\nfactor = 3", target: wtShop, want: engine.OK, wantLatency: 300 * time.Millisecond},
-		{desc: "slow beyond the timeout times out", behaviours: "kind = 'slow'\nfactor = 200", target: wtShop, want: engine.TargetTimeout, wantLatency: 10 * time.Second},
+		{desc: "slow beyond the timeout answers late", behaviours: "kind = 'slow'\nfactor = 200", target: wtShop, want: engine.OK, wantLatency: 20 * time.Second},
 		{desc: "outage before its window", behaviours: "kind = 'outage'\nfrom = '1m'\nuntil = '2m'", at: 59 * time.Second, target: wtShop, want: engine.OK},
 		{desc: "outage in its window", behaviours: "kind = 'outage'\nfrom = '1m'\nuntil = '2m'", at: time.Minute, target: wtShop, want: engine.ProxyConnectFailed},
 		{desc: "outage after its window", behaviours: "kind = 'outage'\nfrom = '1m'\nuntil = '2m'", at: 2 * time.Minute, target: wtShop, want: engine.OK},
@@ -297,10 +297,10 @@ func TestDegradeRamp(t *testing.T) {
 		for range n {
 			r := w.Attempt(0, wtShop, tt.at, rng)
 			switch {
-			case r.Class == engine.TargetTimeout && r.Latency == 10*s:
+			case r.Latency == Never:
 				fails++
 			case r.Class != engine.OK || (r.Latency-tt.latency).Abs() > time.Microsecond:
-				t.Fatalf("at %v: Attempt = %+v, want ok in %v or target_timeout", tt.at, r, tt.latency)
+				t.Fatalf("at %v: Attempt = %+v, want ok in %v or silence", tt.at, r, tt.latency)
 			}
 		}
 		if got := float64(fails) / n; got < tt.failure-0.03 || got > tt.failure+0.03 {
@@ -347,7 +347,7 @@ kind = "dead"
 		{"before", wtNews, 59 * time.Second, engine.OK},
 		{"in the first window", wtNews, time.Minute, engine.Target5xx},
 		{"after the first window", wtNews, 2 * time.Minute, engine.OK},
-		{"in the open-ended window", wtNews, time.Hour, engine.TargetTimeout},
+		{"in the open-ended window", wtNews, time.Hour, silence.Class},
 		{"other target", wtShop, time.Minute, engine.OK},
 		{"neutral probe", NeutralTarget, time.Minute, engine.OK},
 	}
@@ -360,8 +360,8 @@ kind = "dead"
 				if r.Class != tt.want {
 					t.Errorf("route %s: %v, want %v", w.RouteID(route), r.Class, tt.want)
 				}
-				if r.Class == engine.TargetTimeout && r.Latency != 10*time.Second {
-					t.Errorf("route %s: a down target's timeout took %v", w.RouteID(route), r.Latency)
+				if r.Class == silence.Class && r.Latency != Never {
+					t.Errorf("route %s: a target down with timeouts answered in %v", w.RouteID(route), r.Latency)
 				}
 				if bad := w.Bad(route, tt.target, tt.at); bad != (tt.want != engine.OK) {
 					t.Errorf("route %s: Bad = %v", w.RouteID(route), bad)
@@ -483,7 +483,7 @@ until = "180s"
 					t.Fatalf("%s at %v: Bad changed its answer", w.RouteID(route), at)
 				}
 				r := w.Attempt(route, target, at, rng)
-				if failed := r.Class != engine.OK; failed != bad {
+				if failed := r.Class != engine.OK || r.Latency >= 10*time.Second; failed != bad {
 					t.Errorf("%s on %s at %v: Attempt %v but Bad = %v", w.RouteID(route), w.TargetName(target), at, r.Class, bad)
 				}
 			}

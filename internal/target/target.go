@@ -30,6 +30,7 @@ type Policy struct {
 	ProbePath       string   // path half-open probes fetch; "" is "/"
 	BlockSignatures []string // body substrings that mark a 2xx page a soft ban
 	Pace            guard.Limits
+	NoHedge         bool // requests to the target are never hedged
 }
 
 // Rules maps hosts to targets. The first rule that matches a host applies;

@@ -2,7 +2,7 @@
 // profiles, for tests of anything that talks to proxies: dialers, the
 // gateway, probes. The proxies behave for real — they tunnel, forward and
 // refuse over real sockets — so a test sees what a client of a real proxy
-// would.
+// would. They reach loopback targets only: nothing leaves the machine.
 package routetest
 
 import (
@@ -21,6 +21,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"runtime"
 	"strconv"
@@ -42,15 +43,21 @@ const (
 )
 
 // Behavior is a proxy's fault profile. The zero value is a healthy HTTP
-// proxy without authentication.
+// proxy without authentication. Target hosts are names or IPs without
+// port, matched without regard to case.
 type Behavior struct {
-	User, Password string   // required Proxy-Authorization Basic (HTTP) or SOCKS5 username/password; empty User = no auth
-	Kind           Kind     // HTTPProxy (default) or SOCKS5Proxy
-	TLS            bool     // HTTPProxy only: speak TLS (an "https" proxy) with a fresh self-signed certificate; see CertPool
-	Refuse         bool     // nothing listens: the URL points at a ClosedPort, so connecting is refused
-	Blackhole      bool     // accept connections and never answer, not even a TLS handshake
-	Answer407      bool     // answer every request and CONNECT with 407; SOCKS5: accept no authentication method
-	BlockHosts     []string // target hosts (names or IPs, no port) refused: 403 (HTTP) or reply "not allowed by ruleset" (SOCKS5)
+	User, Password string          // required Proxy-Authorization Basic (HTTP) or SOCKS5 username/password; empty User = no auth
+	Kind           Kind            // HTTPProxy (default) or SOCKS5Proxy
+	TLS            bool            // HTTPProxy only: speak TLS (an "https" proxy) with a fresh self-signed certificate; see CertPool
+	Refuse         bool            // nothing listens: the URL points at a ClosedPort, so connecting is refused
+	Blackhole      bool            // accept connections and never answer, not even a TLS handshake
+	Answer407      bool            // answer every request and CONNECT with 407; SOCKS5: accept no authentication method
+	BlockHosts     []string        // target hosts refused: 403 (HTTP) or reply "not allowed by ruleset" (SOCKS5)
+	HostStatus     map[string]int  // HTTPProxy: target host → the status CONNECTs and requests for it are answered with instead
+	HostReply      map[string]byte // SOCKS5Proxy: target host → the reply code (RFC 1928 §6) its CONNECTs get instead
+	Hangup         bool            // close each connection once the request (SOCKS5: the greeting) is read, without a word
+	Garbage        bool            // answer each request (SOCKS5: the greeting) with bytes of no protocol at all
+	Silent         bool            // read each request (SOCKS5: the CONNECT request, after the greeting) and never answer it
 }
 
 // Proxy is a fake upstream proxy on 127.0.0.1 with a fault profile. It
@@ -167,10 +174,19 @@ func (p *Proxy) serve(c net.Conn) {
 	}
 }
 
-// dialTarget connects to a target on a client's behalf; the connection is
-// tracked, so the caller must release it.
+// dialTarget connects to a target on a client's behalf, on loopback only
+// (the name localhost or a loopback address, checked again as connected),
+// so that no test reaches out of the machine. The connection is tracked,
+// so the caller must release it.
 func (p *Proxy) dialTarget(ctx context.Context, addr string) (net.Conn, error) {
-	d := net.Dialer{Timeout: 5 * time.Second}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if ip, err := netip.ParseAddr(host); !strings.EqualFold(host, "localhost") && (err != nil || !ip.IsLoopback()) {
+		return nil, errors.New("routetest: refusing a target off loopback: " + host)
+	}
+	d := net.Dialer{Timeout: 5 * time.Second, Control: loopbackOnly}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
@@ -189,6 +205,14 @@ func (p *Proxy) dialTracked(ctx context.Context, _, addr string) (net.Conn, erro
 		return nil, err
 	}
 	return &trackedConn{Conn: c, srv: p.srv}, nil
+}
+
+// loopbackOnly is a net.Dialer Control refusing any address off loopback.
+func loopbackOnly(_, address string, _ syscall.RawConn) error {
+	if ap, err := netip.ParseAddrPort(address); err != nil || !ap.Addr().IsLoopback() {
+		return errors.New("routetest: refusing an address off loopback: " + address)
+	}
+	return nil
 }
 
 // trackedConn releases its connection from the server's set when closed.
@@ -211,6 +235,20 @@ func (p *Proxy) blocked(host string) bool {
 	return false
 }
 
+// forHost is what m sets for host, if anything.
+func forHost[V any](m map[string]V, host string) (V, bool) {
+	for h, v := range m {
+		if strings.EqualFold(h, host) {
+			return v, true
+		}
+	}
+	var zero V
+	return zero, false
+}
+
+// garbage is what a Garbage proxy answers: no protocol's opening.
+const garbage = "SSH-2.0-NotAProxy\r\n\r\n"
+
 func (p *Proxy) serveHTTP(c net.Conn) {
 	br := bufio.NewReader(c)
 	req, err := http.ReadRequest(br)
@@ -218,11 +256,20 @@ func (p *Proxy) serveHTTP(c net.Conn) {
 		return
 	}
 	p.requests.Add(1)
+	status, refused := forHost(p.b.HostStatus, req.URL.Hostname())
 	switch {
+	case p.b.Hangup:
+	case p.b.Garbage:
+		io.WriteString(c, garbage)
+		io.Copy(io.Discard, br) // until the client gives up
+	case p.b.Silent:
+		io.Copy(io.Discard, br)
 	case p.b.Answer407 || !p.authorized(req.Header.Get("Proxy-Authorization")):
 		answer(c, http.StatusProxyAuthRequired)
 	case p.blocked(req.URL.Hostname()):
 		answer(c, http.StatusForbidden)
+	case refused:
+		answer(c, status)
 	case req.Method == http.MethodConnect:
 		p.tunnel(c, br, req.URL.Host)
 	case req.URL.IsAbs():
@@ -318,6 +365,14 @@ func (p *Proxy) serveSOCKS5(c net.Conn) {
 		return
 	}
 	p.requests.Add(1)
+	switch {
+	case p.b.Hangup:
+		return
+	case p.b.Garbage:
+		io.WriteString(c, garbage)
+		io.Copy(io.Discard, c)
+		return
+	}
 	method := byte(socksNoAuth)
 	if p.b.User != "" {
 		method = socksUserPass
@@ -362,6 +417,14 @@ func (p *Proxy) serveSOCKS5(c net.Conn) {
 	}
 	port := make([]byte, 2)
 	if _, err := io.ReadFull(c, port); err != nil {
+		return
+	}
+	if p.b.Silent {
+		io.Copy(io.Discard, c)
+		return
+	}
+	if code, ok := forHost(p.b.HostReply, host); ok {
+		socksReply(c, code)
 		return
 	}
 	if p.blocked(host) {
@@ -529,6 +592,59 @@ func closedPort() (addr string, release func(), err error) {
 		peer.Close()
 	}
 	return c.LocalAddr().String(), release, nil
+}
+
+// StalledPort returns an address on 127.0.0.1 where connecting hangs until
+// the dialer gives up, for dial timeouts: a listener that never accepts
+// and whose accept queue is full drops every new connection request. It
+// skips the test where the system cannot shorten the queue.
+func StalledPort(t testing.TB) string {
+	t.Helper()
+	addr, release, err := stalledPort()
+	if errors.Is(err, errors.ErrUnsupported) {
+		t.Skip("routetest: no stalled port on this system")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
+	return addr
+}
+
+// stalledPort is StalledPort without a test: release frees the port.
+func stalledPort() (addr string, release func(), err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	var queued []net.Conn
+	release = func() {
+		for _, c := range queued {
+			c.Close()
+		}
+		ln.Close()
+	}
+	if err := shortenQueue(ln.(*net.TCPListener)); err != nil {
+		release()
+		return "", nil, err
+	}
+	addr = ln.Addr().String()
+	// Queue connections until one hangs: the queue is full. A loopback
+	// connect that can succeed does so at once, well within the wait.
+	for range 16 {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		var ne net.Error
+		switch {
+		case errors.As(err, &ne) && ne.Timeout():
+			return addr, release, nil
+		case err != nil:
+			release()
+			return "", nil, err
+		}
+		queued = append(queued, c)
+	}
+	release()
+	return "", nil, errors.New("routetest: the accept queue of a stalled port never filled")
 }
 
 // server accepts on 127.0.0.1 and serves each connection on its own

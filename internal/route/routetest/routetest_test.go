@@ -59,6 +59,9 @@ func TestProxyServesClients(t *testing.T) {
 			{desc: "socks5 blocked host", b: Behavior{Kind: SOCKS5Proxy, BlockHosts: []string{"127.0.0.1"}}},
 			{desc: "socks5 wrong password", b: Behavior{Kind: SOCKS5Proxy, User: "u", Password: "p"}, proxyUser: "u:wrong"},
 			{desc: "socks5 407 always", b: Behavior{Kind: SOCKS5Proxy, Answer407: true}},
+			{desc: "status for the host", b: Behavior{HostStatus: map[string]int{"127.0.0.1": 503}}, wantCode: 503},
+			{desc: "CONNECT status for the host", b: Behavior{HostStatus: map[string]int{"127.0.0.1": 504}}, tlsTarget: true},
+			{desc: "socks5 reply for the host", b: Behavior{Kind: SOCKS5Proxy, HostReply: map[string]byte{"127.0.0.1": 1}}},
 		}
 		for _, tc := range tests {
 			t.Run(tc.desc, func(t *testing.T) {
@@ -166,6 +169,110 @@ func TestProxyFaults(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestProxyProtocolFaults checks the faults in the protocol: a proxy that
+// hangs up, answers garbage, or goes silent once it has the request.
+func TestProxyProtocolFaults(t *testing.T) {
+	NoLeaks(t, func(t *testing.T) {
+		const (
+			request = "GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n"
+			greet   = "\x05\x01\x00"                             // SOCKS5, one method: no auth
+			connect = "\x05\x01\x00\x01\x7f\x00\x00\x01\x00\x50" // CONNECT 127.0.0.1:80
+		)
+		tests := []struct {
+			desc  string
+			b     Behavior
+			send  string
+			reply string // what the proxy says first
+			ends  bool   // then it closes; otherwise it stays silent
+		}{
+			{desc: "http hangup", b: Behavior{Hangup: true}, send: request, ends: true},
+			{desc: "http garbage", b: Behavior{Garbage: true}, send: request, reply: garbage},
+			{desc: "http silent", b: Behavior{Silent: true}, send: request},
+			{desc: "socks5 hangup", b: Behavior{Kind: SOCKS5Proxy, Hangup: true}, send: greet, ends: true},
+			{desc: "socks5 garbage", b: Behavior{Kind: SOCKS5Proxy, Garbage: true}, send: greet, reply: garbage},
+			{desc: "socks5 silent", b: Behavior{Kind: SOCKS5Proxy, Silent: true}, send: greet + connect, reply: "\x05\x00"},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				p := NewProxy(t, tc.b)
+				c, err := net.Dial("tcp", p.URL.Host)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				io.WriteString(c, tc.send)
+				got := make([]byte, len(tc.reply))
+				if _, err := io.ReadFull(c, got); err != nil || string(got) != tc.reply {
+					t.Fatalf("read %q, %v; want %q", got, err, tc.reply)
+				}
+				if !tc.ends {
+					c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+				}
+				n, err := c.Read(make([]byte, 1))
+				var ne net.Error
+				switch {
+				case tc.ends && err != io.EOF:
+					t.Errorf("then read %d bytes, %v; want the end", n, err)
+				case !tc.ends && !(errors.As(err, &ne) && ne.Timeout()):
+					t.Errorf("then read %d bytes, %v; want silence", n, err)
+				}
+				if got := p.Requests(); got != 1 {
+					t.Errorf("Requests() = %d, want 1", got)
+				}
+			})
+		}
+	})
+}
+
+// Proxies reach loopback targets only: anything else is refused as
+// unreachable, and nothing is dialled.
+func TestProxyStaysOnLoopback(t *testing.T) {
+	NoLeaks(t, func(t *testing.T) {
+		tests := []struct {
+			desc string
+			b    Behavior
+			url  string
+		}{
+			{desc: "absolute-form", url: "http://192.0.2.1/"},
+			{desc: "CONNECT", url: "https://192.0.2.1/"},
+			{desc: "a name", url: "http://example.com/"},
+			{desc: "socks5", b: Behavior{Kind: SOCKS5Proxy}, url: "http://192.0.2.1/"},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				p := NewProxy(t, tc.b)
+				tr := &http.Transport{Proxy: http.ProxyURL(p.URL), DisableKeepAlives: true}
+				resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get(tc.url)
+				if err == nil {
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusBadGateway {
+						t.Fatalf("got %s, want 502 or a failed tunnel", resp.Status)
+					}
+				}
+				if got := p.Requests(); got != 1 {
+					t.Errorf("Requests() = %d, want 1", got)
+				}
+			})
+		}
+	})
+}
+
+// A stalled port neither accepts nor refuses: connecting times out.
+func TestStalledPort(t *testing.T) {
+	t.Parallel()
+	c, err := net.DialTimeout("tcp", StalledPort(t), 50*time.Millisecond)
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("dial: %v, want a timeout", err)
+	}
 }
 
 // TestCloseCutsTunnels checks that closing a proxy ends tunnels still in

@@ -1,0 +1,89 @@
+package engine
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"sync"
+)
+
+// cost is a route's expected time to a valid answer, in seconds (docs/
+// design/005-cost.md): its latency estimate × (in-flight + 1) ÷ its
+// success probability^Gamma. Only ratios of costs matter, so a route with
+// no latency evidence in a pool with none either takes 1.
+func (e *Engine) cost(h *Health, inflight int32, ns int64) float64 {
+	l := h.latencyEstimate(e.typical(), &e.cfg, ns)
+	if l <= 0 {
+		l = 1
+	}
+	return l * float64(1+inflight) / math.Pow(h.Score(&e.cfg), e.cfg.Gamma)
+}
+
+// typical is the pool's typical latency in seconds, 0 before any sample.
+func (e *Engine) typical() float64 { return math.Float64frombits(e.typicalLatency.Load()) }
+
+// poolSweep is Sweep's rotating pass over the routes. Each Sweep refreshes
+// a slice of them, so that the weights of routes without traffic follow
+// their latency estimates as they age toward the typical (LatencyForget),
+// and measures the pool's typical latency and time to an answer on them.
+type poolSweep struct {
+	mu   sync.Mutex  // serializes passes
+	next int32       // guarded by mu: the next route slot to visit
+	lat  []float64   // guarded by mu: scratch for the typical latency
+	ttfb []LogNormal // guarded by mu: scratch for the typical time to an answer
+}
+
+// A pass visits 1/sweepShare of the routes (at least sweepMin), so every
+// route is refreshed at least every sweepShare sweeps, and measures the
+// typical values on at most typicalSamples of them.
+const (
+	sweepShare     = 8
+	sweepMin       = 64
+	typicalSamples = 256
+)
+
+// sweepPool runs one pass at ns.
+func (e *Engine) sweepPool(ns int64) {
+	n := e.routes.len()
+	if n == 0 {
+		return
+	}
+	p := &e.sweep
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	count := min(n, max(sweepMin, n/sweepShare))
+	step := max(1, count/typicalSamples)
+	p.lat, p.ttfb = p.lat[:0], p.ttfb[:0]
+	for i := range count {
+		slot := (p.next + i) % n
+		e.refresh(e.routes.get(slot), ns)
+		if i%step != 0 {
+			continue
+		}
+		// The typical latency is that of routes that can carry traffic:
+		// silent exits cut at their deadline are not the pool's pace.
+		if h, _ := e.store.Read(Key{Route: slot}); h.State.Usable() {
+			if h.LatencyAt != 0 {
+				p.lat = append(p.lat, h.Latency)
+			}
+			if h.TTFB.Known() {
+				p.ttfb = append(p.ttfb, h.TTFB)
+			}
+		}
+	}
+	p.next = (p.next + count) % n
+	if len(p.lat) > 0 {
+		slices.Sort(p.lat)
+		m := p.lat[len(p.lat)/2]
+		if old := e.typical(); old > 0 {
+			m = (old + m) / 2 // the slice changes every pass: smooth it
+		}
+		e.typicalLatency.Store(math.Float64bits(m))
+	}
+	if len(p.ttfb) > 0 {
+		slices.SortFunc(p.ttfb, func(a, b LogNormal) int {
+			return cmp.Compare(a.Quantile(zP99), b.Quantile(zP99))
+		})
+		e.typicalTTFB.store(p.ttfb[len(p.ttfb)/2])
+	}
+}

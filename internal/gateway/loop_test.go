@@ -1,0 +1,316 @@
+package gateway
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/route/routetest"
+)
+
+// timedEngine is the test engine with a deadline floor short enough for
+// tests and no candidate checks (no prober runs here).
+func timedEngine() engine.Config {
+	return engine.Config{
+		Picker: &engine.RoundRobin{}, Seed: 1, MaxRemovedShare: -1,
+		UncheckedCandidates: true, DeadlineFloor: 300 * time.Millisecond,
+	}
+}
+
+// noHedges is a budget with hedging off.
+var noHedges = engine.BudgetConfig{BudgetRatio: 0.2, HedgeRatio: 0}
+
+// warm sends n GETs to site through v, so that the engine knows the
+// site's times to an answer and gives leases deadlines and hedge delays.
+func (v *env) warm(t *testing.T, site *site, n int) {
+	t.Helper()
+	c := v.client(t, "")
+	for range n {
+		resp, err := c.Get(site.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}
+
+// firstOn sends requests made by newReq until one has route id as its
+// first pick, which it returns with its response, body read, and how long
+// it took. The round-robin picker alternates, so a few suffice.
+func (v *env) firstOn(t *testing.T, id string, newReq func() *http.Request, picked func() bool) (*http.Response, time.Duration) {
+	t.Helper()
+	c := v.client(t, "")
+	for range 4 {
+		start := time.Now()
+		resp, err := c.Do(newReq())
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if picked() {
+			return resp, time.Since(start)
+		}
+	}
+	t.Fatalf("route %s never picked first", id)
+	return nil, 0
+}
+
+// A silent exit is cut at its lease's deadline, a timeout with evidence,
+// and an idempotent request moves to another route long before the
+// attempt timeout; a POST that may have reached the target does not, and
+// is never sent twice.
+func TestDeadlineCutsSilence(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		tests := []struct {
+			method       string
+			wantStatus   int
+			wantAttempts string
+			wantHits     int // at the site, for the request picked onto the silent exit
+		}{
+			{http.MethodGet, http.StatusOK, "2", 1},
+			{http.MethodPost, http.StatusBadGateway, "1", 0},
+		}
+		for _, tc := range tests {
+			t.Run(tc.method, func(t *testing.T) {
+				t.Parallel()
+				site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") })
+				fast := routetest.NewProxy(t, routetest.Behavior{})
+				silent := routetest.NewProxy(t, routetest.Behavior{Silent: true})
+				const attemptTimeout = 1500 * time.Millisecond
+				v := newEnvEngine(t, timedEngine(), Config{Budget: noHedges, AttemptTimeout: attemptTimeout}, proxyLine(fast, ""))
+				v.warm(t, site, 5)
+				v.addRoute(t, proxyLine(silent, ""))
+
+				var hitsBefore int
+				resp, took := v.firstOn(t, v.id(1), func() *http.Request {
+					hitsBefore = site.Hits()
+					req, _ := http.NewRequest(tc.method, site.URL, strings.NewReader("x"))
+					return req
+				}, func() bool { return silent.Requests() > 0 })
+				if resp.StatusCode != tc.wantStatus || resp.Header.Get(headerAttempts) != tc.wantAttempts {
+					t.Errorf("status %d after %s attempts, want %d after %s", resp.StatusCode, resp.Header.Get(headerAttempts), tc.wantStatus, tc.wantAttempts)
+				}
+				if got := site.Hits() - hitsBefore; got != tc.wantHits {
+					t.Errorf("the site saw the request %d times, want %d", got, tc.wantHits)
+				}
+				if tc.method == http.MethodGet && took >= attemptTimeout {
+					t.Errorf("took %v: the silence was not cut before the attempt timeout", took)
+				}
+				v.waitOutcome(t, 1, engine.ProxyTimeout)
+			})
+		}
+	})
+}
+
+// A client that gives up is evidence only once the attempt ran past its
+// deadline.
+func TestLateCancelIsEvidence(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		tests := []struct {
+			desc          string
+			clientTimeout time.Duration
+			want          engine.Class
+		}{
+			{"before the deadline", 50 * time.Millisecond, engine.Canceled},
+			{"after the deadline", time.Second, engine.ProxyTimeout},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") })
+				fast := routetest.NewProxy(t, routetest.Behavior{})
+				silent := routetest.NewProxy(t, routetest.Behavior{Silent: true})
+				v := newEnvEngine(t, timedEngine(), Config{Budget: noHedges, MaxAttempts: 1}, proxyLine(fast, ""))
+				v.warm(t, site, 5)
+				v.addRoute(t, proxyLine(silent, ""))
+				if err := v.e.Drain(time.Now(), v.id(0)); err != nil {
+					t.Fatal(err)
+				}
+				c := v.client(t, "")
+				c.Timeout = tc.clientTimeout
+				if _, err := c.Get(site.URL); err == nil {
+					t.Fatal("an answer through a silent exit")
+				}
+				v.waitOutcome(t, 1, tc.want)
+			})
+		}
+	})
+}
+
+// A GET still waiting by its hedge delay gets a second attempt on another
+// route, whose answer wins; the silent first runs on to its deadline and
+// reports the timeout. A POST is never hedged.
+func TestHedge(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		tests := []struct {
+			method     string
+			wantHedges int
+		}{
+			{http.MethodGet, 1},
+			{http.MethodPost, 0},
+		}
+		for _, tc := range tests {
+			t.Run(tc.method, func(t *testing.T) {
+				t.Parallel()
+				site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") })
+				fast := routetest.NewProxy(t, routetest.Behavior{})
+				silent := routetest.NewProxy(t, routetest.Behavior{Silent: true})
+				rec := &recorder{}
+				v := newEnvEngine(t, timedEngine(), Config{Observer: rec, AttemptTimeout: time.Second}, proxyLine(fast, ""))
+				v.warm(t, site, 20) // hedges have no floor: 5% of 20 requests is one
+				v.addRoute(t, proxyLine(silent, ""))
+				rec.mu.Lock()
+				rec.hedges = 0
+				rec.mu.Unlock()
+
+				var hitsBefore int
+				resp, _ := v.firstOn(t, v.id(1), func() *http.Request {
+					hitsBefore = site.Hits()
+					req, _ := http.NewRequest(tc.method, site.URL, strings.NewReader("x"))
+					return req
+				}, func() bool { return silent.Requests() > 0 })
+				rec.mu.Lock()
+				hedges := rec.hedges
+				rec.mu.Unlock()
+				if hedges != tc.wantHedges {
+					t.Errorf("%d hedges, want %d", hedges, tc.wantHedges)
+				}
+				if tc.method == http.MethodPost {
+					if site.Hits() != hitsBefore {
+						t.Error("the POST reached the site through another route")
+					}
+					return
+				}
+				if resp.StatusCode != http.StatusOK || resp.Header.Get(headerRoute) != v.id(0) {
+					t.Errorf("status %d from %s, want 200 from the hedge on %s", resp.StatusCode, resp.Header.Get(headerRoute), v.id(0))
+				}
+				v.waitOutcome(t, 1, engine.ProxyTimeout)
+			})
+		}
+	})
+}
+
+// Hedges stay within their share of requests, however many requests wait
+// on a slow exit.
+func TestHedgeBudget(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newTarget(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Slow") != "" {
+				time.Sleep(50 * time.Millisecond)
+			}
+			io.WriteString(w, "fine")
+		})
+		a := routetest.NewProxy(t, routetest.Behavior{})
+		b := routetest.NewProxy(t, routetest.Behavior{})
+		rec := &recorder{}
+		const ratio = 0.1
+		v := newEnvEngine(t, timedEngine(), Config{Observer: rec, Budget: engine.BudgetConfig{BudgetRatio: 0.2, HedgeRatio: ratio}},
+			proxyLine(a, ""), proxyLine(b, ""))
+		v.warm(t, site, 10)
+		c := v.client(t, "")
+		const slow = 60
+		for range slow {
+			req, _ := http.NewRequest(http.MethodGet, site.URL, nil)
+			req.Header.Set("X-Slow", "1") // every attempt waits past the hedge delay
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		requests := len(rec.requests)
+		if limit := int(ratio * float64(requests)); rec.hedges == 0 || rec.hedges > limit {
+			t.Errorf("%d hedges over %d requests, want between 1 and %d", rec.hedges, requests, limit)
+		}
+	})
+}
+
+// The connect of a tunnel is hedged too, and only one tunnel survives: the
+// first to be built carries the client; the other, built late or cut at
+// its deadline, is closed and reported.
+func TestConnectHedge(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") })
+		echo := routetest.ServeTCP(t, func(c net.Conn) { io.Copy(c, c); c.Close() })
+		fast := routetest.NewProxy(t, routetest.Behavior{})
+		silent := routetest.NewProxy(t, routetest.Behavior{Silent: true})
+		rec := &recorder{}
+		v := newEnvEngine(t, timedEngine(), Config{Observer: rec, AttemptTimeout: 2 * time.Second}, proxyLine(fast, ""))
+		v.warm(t, site, 20) // the same target, 127.0.0.1; 5% of 20 requests is one hedge
+		v.addRoute(t, proxyLine(silent, ""))
+		for range 4 {
+			c, br, resp := connect(t, v, echo)
+			if resp.StatusCode != http.StatusOK || resp.Header.Get(headerRoute) != v.id(0) {
+				t.Fatalf("CONNECT: %d through %s, want 200 through %s", resp.StatusCode, resp.Header.Get(headerRoute), v.id(0))
+			}
+			io.WriteString(c, "ping")
+			got := make([]byte, 4)
+			if _, err := io.ReadFull(br, got); err != nil || string(got) != "ping" {
+				t.Fatalf("echo %q, %v", got, err)
+			}
+			c.Close()
+			if silent.Requests() > 0 {
+				break
+			}
+		}
+		if silent.Requests() == 0 {
+			t.Fatal("the silent route was never tried")
+		}
+		rec.mu.Lock()
+		hedges := rec.hedges
+		rec.mu.Unlock()
+		if hedges != 1 {
+			t.Errorf("%d hedges, want 1", hedges)
+		}
+		v.waitOutcome(t, 1, engine.ProxyTimeout)
+	})
+}
+
+// A tunnel where the client spoke and the server said nothing by the
+// lease's deadline is evidence against the pair, though the tunnel lives
+// on for the client to end.
+func TestTunnelSilenceIsEvidence(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") })
+		mute := routetest.ServeTCP(t, func(c net.Conn) { io.Copy(io.Discard, c); c.Close() })
+		v := newEnvEngine(t, timedEngine(), Config{Budget: noHedges}, "direct")
+		v.warm(t, site, 5)
+		c, _, resp := connect(t, v, mute)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("CONNECT: %d", resp.StatusCode)
+		}
+		io.WriteString(c, "hello?")
+		v.waitOutcome(t, 0, engine.TargetTimeout)
+		c.Close()
+	})
+}
+
+// connect opens a CONNECT tunnel to addr through v and returns the
+// connection, its reader and the gateway's answer.
+func connect(t *testing.T, v *env, addr string) (net.Conn, *bufio.Reader, *http.Response) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", v.url.Host, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "CONNECT "+addr+" HTTP/1.1\r\nHost: "+addr+"\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	return c, br, resp
+}

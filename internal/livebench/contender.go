@@ -1,0 +1,91 @@
+package livebench
+
+import (
+	"context"
+	"net/url"
+	"os/exec"
+	"time"
+)
+
+// contender is one way of carrying the load over a fleet: a gateway
+// process, or a client that picks exits itself.
+type contender struct {
+	name string
+	// missing says why the contender cannot run on this machine (its
+	// binary is not installed), or "" when it can.
+	missing func() string
+	// start makes it ready to carry traffic over f. dir is a scratch
+	// directory for its files.
+	start func(ctx context.Context, f *fleet, opts Options, dir string) (*session, error)
+}
+
+// session is a contender carrying traffic over one fleet.
+type session struct {
+	router router
+	// cpu is the CPU its process has used so far; nil for contenders that
+	// run inside the benchmark.
+	cpu func() (time.Duration, error)
+	// notes are lines for the report, taken after the load; nil for none.
+	notes func(ctx context.Context) []string
+	// stop ends everything start started.
+	stop func()
+}
+
+// installed is the missing of a contender that needs binary on PATH.
+func installed(binary string) func() string {
+	return func() string {
+		if _, err := exec.LookPath(binary); err != nil {
+			return binary + " is not on PATH"
+		}
+		return ""
+	}
+}
+
+// always is the missing of a contender that can always run.
+func always() string { return "" }
+
+// contenders are every contender, the oracle first.
+func contenders(switchyardBinary func() (string, error)) []contender {
+	return []contender{
+		oracleContender(),
+		switchyardContender(switchyardBinary),
+		haproxyContender(),
+		gliderContender(),
+		roundRobinContender(),
+	}
+}
+
+// gatewayProcess is how to run a gateway contender's process.
+type gatewayProcess struct {
+	bin    string
+	args   []string
+	env    []string // added to subprocessEnv
+	log    string   // its output
+	listen string   // its forward proxy's address
+	// ready answers nil once the process serves; waited for up to
+	// readyLimit.
+	ready func(context.Context) error
+}
+
+// runGateway starts g and, once it is ready, returns the session that
+// sends the load through its forward proxy. Stopping the session drops the
+// load's connections, then stops the process group.
+func runGateway(ctx context.Context, g gatewayProcess, workers int) (*session, error) {
+	p, err := startProcess(g.bin, g.args, g.log, g.env...)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.waitReady(ctx, readyLimit, g.ready); err != nil {
+		p.stop(stopGrace)
+		return nil, err
+	}
+	client := proxyClient(&url.URL{Scheme: "http", Host: g.listen}, workers)
+	return &session{
+		router: gateway{client},
+		cpu:    p.cpuTime,
+		stop: func() {
+			closeClients(client)
+			p.stop(stopGrace)
+		},
+	}, nil
+}

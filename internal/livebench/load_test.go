@@ -1,0 +1,84 @@
+package livebench
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// shortLoad is a load of a few workers for a fraction of a second over
+// testSites, for tests.
+func shortLoad(d time.Duration) load {
+	l := newLoad(Options{Duration: d, Workers: 4, Timeout: 200 * time.Millisecond}.withDefaults())
+	l.mix = []siteWeight{{"shop.test", 1}, {"news.test", 1}}
+	return l
+}
+
+func TestLoadStopsByItselfAndCountsWhatItSaw(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc          string
+		shapes        []Shape
+		wantCompleted bool
+		wantFailed    bool
+		wantOutcome   string // an outcome the attempts must include
+	}{
+		{"healthy exits complete every task", []Shape{fast(), fast()}, true, false, outcomeOK},
+		{"a captcha page is not a completed task", []Shape{fast().on("shop.test", captcha).on("news.test", captcha)}, false, true, outcomeCaptcha},
+		{"a ban is retried then fails", []Shape{fast().on("shop.test", banned).on("news.test", banned)}, false, true, "http 403"},
+		{"a blackhole times out", []Shape{blackholed()}, false, true, outcomeTimeout},
+		{"a dead exit is refused", []Shape{dead()}, false, true, outcomeRefused},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			f := testFleet(t, tt.shapes...)
+			clients := directClients(f, 4)
+			defer closeClients(clients...)
+			const d = 700 * time.Millisecond
+			start := time.Now()
+			res := shortLoad(d).run(t.Context(), &roundRobin{clients: clients})
+			// The load ends at its duration: attempts in flight are cut then.
+			if took := time.Since(start); took > d+3*time.Second {
+				t.Fatalf("the load took %v for a duration of %v", took, d)
+			}
+			if (res.completed > 0) != tt.wantCompleted || (res.failed > 0) != tt.wantFailed {
+				t.Fatalf("completed %d, failed %d; want completed %v, failed %v (outcomes %v)",
+					res.completed, res.failed, tt.wantCompleted, tt.wantFailed, res.outcomes)
+			}
+			if res.outcomes[tt.wantOutcome].count == 0 {
+				t.Fatalf("no %q attempt among %v", tt.wantOutcome, res.outcomes)
+			}
+			if got := len(res.latencies); got != res.completed+res.failed {
+				t.Fatalf("%d latencies for %d finished tasks", got, res.completed+res.failed)
+			}
+			if res.failed > 0 && res.attempts < 3*res.failed {
+				t.Fatalf("%d attempts for %d failed tasks: a failed task makes 3", res.attempts, res.failed)
+			}
+		})
+	}
+}
+
+func TestLoadOracleCompletesOnAMixedFleet(t *testing.T) {
+	t.Parallel()
+	f := testFleet(t, dead(), blackholed(), fast().on("shop.test", banned), fast().on("news.test", captcha), fast())
+	clients := directClients(f, 4)
+	defer closeClients(clients...)
+	res := shortLoad(500*time.Millisecond).run(t.Context(), newOracle(f.world, clients, 4, 1))
+	if res.failed > 0 || res.completed == 0 || res.attempts != res.completed {
+		t.Fatalf("the oracle: completed %d, failed %d, attempts %d (%v)", res.completed, res.failed, res.attempts, res.outcomes)
+	}
+}
+
+func TestSiteMixFollowsTheWeights(t *testing.T) {
+	t.Parallel()
+	l := load{mix: []siteWeight{{"a.test", 3}, {"b.test", 1}}}
+	rng := rand.New(rand.NewPCG(1, 2))
+	counts := map[string]int{}
+	for range 4000 {
+		counts[l.site(rng)]++
+	}
+	if a := counts["a.test"]; a < 2800 || a > 3200 {
+		t.Fatalf("a.test drawn %d of 4000, want about 3000 (%v)", a, counts)
+	}
+}

@@ -1,0 +1,253 @@
+package livebench
+
+import (
+	"context"
+	"debug/buildinfo"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// stopGrace is how long a stopped gateway may take to exit before it is
+// killed. The load's clients are gone by then, so nothing is in flight
+// that deserves the gateway's own 30 s shutdown grace.
+const stopGrace = 3 * time.Second
+
+// switchyardBinary returns a func that gives the binary to measure: given
+// (Options.Binary), or ./cmd/switchyard of this module built into dir,
+// once.
+func switchyardBinary(given, dir string) func() (string, error) {
+	return sync.OnceValues(func() (string, error) {
+		if given != "" {
+			return filepath.Abs(given)
+		}
+		root, err := moduleRoot()
+		if err != nil {
+			return "", err
+		}
+		bin := filepath.Join(dir, "switchyard")
+		cmd := exec.Command("go", "build", "-o", bin, "./cmd/switchyard")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("go build ./cmd/switchyard: %v\n%s", err, out)
+		}
+		return bin, nil
+	})
+}
+
+// moduleRoot is the directory of the main module, from the go command.
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -m: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// switchyardContender runs the real gateway as a new user's quick start
+// would: a proxy list and flags, no config file.
+func switchyardContender(binary func() (string, error)) contender {
+	return contender{name: "switchyard", missing: always, start: func(ctx context.Context, f *fleet, opts Options, dir string) (*session, error) {
+		bin, err := binary()
+		if err != nil {
+			return nil, err
+		}
+		listen, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		admin, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		list := filepath.Join(dir, "proxies.txt")
+		if err := os.WriteFile(list, []byte(proxyList(f.urls())), 0o600); err != nil {
+			return nil, err
+		}
+		adminURL := "http://" + admin
+		s, err := runGateway(ctx, gatewayProcess{
+			bin: bin, args: []string{"serve", "--listen", listen, "--admin", admin, "--proxies", list},
+			env: opts.SwitchyardEnv, log: filepath.Join(dir, "switchyard.log"),
+			listen: listen, ready: httpOK(adminURL + "/readyz"),
+		}, opts.Workers)
+		if err != nil {
+			return nil, err
+		}
+		head := "switchyard binary: " + bin + " (" + binaryVersion(bin) + ")"
+		if len(opts.SwitchyardEnv) > 0 {
+			head += ", environment " + strings.Join(opts.SwitchyardEnv, " ")
+		}
+		s.notes = func(ctx context.Context) []string {
+			return append([]string{head}, switchyardNotes(ctx, adminURL, f)...)
+		}
+		return s, nil
+	}}
+}
+
+// binaryVersion says which source bin was built from: the VCS revision
+// the go command stamped into it, "+modified" for a dirty tree.
+func binaryVersion(bin string) string {
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return "build info unreadable: " + err.Error()
+	}
+	rev, modified := "", false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return info.GoVersion + ", no VCS revision stamped"
+	}
+	if modified {
+		rev += "+modified"
+	}
+	return info.GoVersion + ", revision " + rev
+}
+
+// incidents lists the target incidents the gateway has open (the site is
+// failing, not the exits: penalties frozen), from /api/targets.
+func incidents(ctx context.Context, adminURL string) string {
+	text, _, err := get(ctx, adminURL+"/api/targets")
+	if err != nil {
+		return err.Error()
+	}
+	var open struct {
+		Incidents []struct{ Target, Class string }
+	}
+	if err := json.Unmarshal([]byte(text), &open); err != nil {
+		return "unreadable: " + err.Error()
+	}
+	if len(open.Incidents) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(open.Incidents))
+	for i, in := range open.Incidents {
+		parts[i] = in.Target + " (" + in.Class + ")"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// events summarizes the gateway's recent state and incident events (as
+// many as /api/events keeps): state changes by new state, route-wide or
+// per target, and incidents opened and closed by target.
+func events(ctx context.Context, adminURL string) string {
+	text, _, err := get(ctx, adminURL+"/api/events")
+	if err != nil {
+		return err.Error()
+	}
+	var evs []struct {
+		Kind, Target, To, Class string
+		Open                    bool
+	}
+	if err := json.Unmarshal([]byte(text), &evs); err != nil {
+		return "unreadable: " + err.Error()
+	}
+	counts := make(map[string]float64)
+	for _, e := range evs {
+		switch {
+		case e.Kind == "incident" && e.Open:
+			counts["incident opened on "+e.Target+" ("+e.Class+")"]++
+		case e.Kind == "incident":
+			counts["incident closed on "+e.Target]++
+		case e.Target != "":
+			counts["→"+e.To+" per target"]++
+		default:
+			counts["→"+e.To+" route-wide"]++
+		}
+	}
+	return fmt.Sprintf("%d kept: %s", len(evs), formatCounts(counts))
+}
+
+// proxyList is the proxy list file of exits, one line each.
+func proxyList(exits []*url.URL) string {
+	var b strings.Builder
+	b.WriteString("# livebench fleet\n")
+	for _, u := range exits {
+		b.WriteString(u.String() + "\n")
+	}
+	return b.String()
+}
+
+// adminClient talks to admin endpoints directly, whatever the
+// environment's proxy settings.
+var adminClient = &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 5 * time.Second}
+
+// httpOK is a readiness check: GET u answers 200.
+func httpOK(u string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		body, status, err := get(ctx, u)
+		if err == nil && status != http.StatusOK {
+			err = fmt.Errorf("%s: %d %s", u, status, strings.TrimSpace(body))
+		}
+		return err
+	}
+}
+
+// get fetches u with adminClient.
+func get(ctx context.Context, u string) (body string, status int, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return "", 0, err
+	}
+	resp, err := adminClient.Do(req)
+	if err != nil {
+		return "", 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	return string(b), resp.StatusCode, err
+}
+
+// switchyardNotes says what the gateway thought, from its /metrics: its
+// attempts by outcome class and by kind of exit, and the routes' states
+// at the end.
+func switchyardNotes(ctx context.Context, adminURL string, f *fleet) []string {
+	text, _, err := get(ctx, adminURL+"/metrics")
+	if err != nil {
+		return []string{"switchyard /metrics: " + err.Error()}
+	}
+	samples := parseMetrics(text)
+	kinds := make(map[string]string) // route id → kind of exit
+	for i, u := range f.urls() {
+		kinds[u.String()] = f.world.shapes[i].kind(f.world.sites)
+	}
+	byClass := make(map[string]float64)
+	byKind := make(map[string]map[string]float64)
+	states := make(map[string]float64)
+	for _, s := range samples {
+		switch s.name {
+		case "switchyard_attempts_total":
+			byClass[s.labels["class"]] += s.value
+			k := kinds[s.labels["route"]]
+			if byKind[k] == nil {
+				byKind[k] = make(map[string]float64)
+			}
+			byKind[k][s.labels["class"]] += s.value
+		case "switchyard_routes":
+			states[s.labels["state"]] += s.value
+		}
+	}
+	notes := []string{
+		"switchyard attempts by class: " + formatCounts(byClass),
+		"switchyard routes by state at the end: " + formatCounts(states),
+		"switchyard target incidents open at the end: " + incidents(ctx, adminURL),
+		"switchyard recent events: " + events(ctx, adminURL),
+	}
+	for _, k := range sortedKeys(byKind) {
+		notes = append(notes, "switchyard attempts on "+k+" exits: "+formatCounts(byKind[k]))
+	}
+	return notes
+}

@@ -1,0 +1,59 @@
+package route
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// Progress is how far one attempt through an Exit got, recorded by the
+// Exit as the attempt goes (RoundTrip's connection and first answer byte,
+// DialTarget's finished stream), so that Classify can lay a failure at the
+// layer it reached. The zero value is an attempt not yet started; one
+// Progress serves one attempt.
+type Progress struct {
+	direct    bool        // the route is Direct; set before the attempt starts
+	connected atomic.Bool // the connection was obtained: to the proxy (HTTP, HTTPS) or the stream to the target (SOCKS5, Direct)
+	answered  atomic.Bool // the first byte of the answer arrived
+}
+
+// Classify maps how an attempt through an Exit ended to its outcome class
+// (SPEC §2.1), and says whether bytes of the request may have reached the
+// target, so that only idempotent requests are retried then. err is the
+// attempt's error, from the Exit or from reading the answer's body; p is
+// what the Exit recorded of the attempt. By layer:
+//
+//	nil                 ok
+//	*Error              Error.Class; reached nothing (Error.NeverLeft)
+//	context.Canceled    canceled: the caller gave up
+//	a timeout           of the layer reached: the exit (proxy_timeout) until the
+//	                    answer began, the target (target_timeout) once it did, or
+//	                    from the start on a Direct route, which has no exit of its own
+//	anything else       proxy_connect_failed before the connection was obtained,
+//	                    target_reset after: closed or reset
+//
+// A timeout is the deadline of the attempt's context (context.DeadlineExceeded
+// as its cause) or a net timeout. Bytes may have reached the target once the
+// connection was obtained, even when the proxy is the one that went quiet.
+func Classify(err error, p *Progress) (class engine.Class, reached bool) {
+	reached = p.connected.Load()
+	var e *Error
+	switch {
+	case err == nil:
+		return engine.OK, reached
+	case errors.As(err, &e):
+		return e.Class(), !e.NeverLeft()
+	case errors.Is(err, context.Canceled):
+		return engine.Canceled, reached
+	case isTimeout(err):
+		if p.direct || p.answered.Load() {
+			return engine.TargetTimeout, reached
+		}
+		return engine.ProxyTimeout, reached
+	case !reached:
+		return engine.ProxyConnectFailed, false
+	}
+	return engine.TargetReset, true
+}

@@ -1,0 +1,135 @@
+package route
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"syscall"
+	"time"
+)
+
+// Exit is one route's way out, built once per route so that connections
+// through it are reused: the transport of absolute-form requests
+// (RoundTrip), the tunnel dial (DialTarget) and the neutral check (Check).
+// Users' traffic and probes go out the same way. Failures to get through
+// the route are *Error, and each attempt records its Progress, so that
+// Classify can name the outcome by the layer it reached. Safe for
+// concurrent use.
+type Exit struct {
+	// Immutable after NewExit.
+	route     *Route
+	timeouts  Timeouts // defaults applied
+	control   func(host string) func(network, address string, c syscall.RawConn) error
+	tls       *tls.Config // TLS to the HTTPS proxy; nil for other schemes
+	transport *http.Transport
+}
+
+// NewExit builds the exit of r, dialling as d says. r must be Direct or
+// name its proxy (HTTP, HTTPS, SOCKS5).
+func NewExit(r *Route, d Dialer) (*Exit, error) {
+	switch {
+	case r.Scheme == Direct:
+	case r.Scheme != HTTP && r.Scheme != HTTPS && r.Scheme != SOCKS5:
+		return nil, fmt.Errorf("route %s: cannot dial scheme %q", r.ID, r.Scheme)
+	case r.URL == nil:
+		return nil, fmt.Errorf("route %s: %s route without a proxy address", r.ID, r.Scheme)
+	}
+	x := &Exit{route: r, timeouts: d.Timeouts.withDefaults(), control: d.Control}
+	x.transport = &http.Transport{
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     90 * time.Second,
+		// The client's Accept-Encoding goes through untouched; the answer
+		// must reach it as the target sent it.
+		DisableCompression: true,
+	}
+	switch r.Scheme {
+	case HTTP, HTTPS:
+		// Absolute-form requests to the proxy; Go adds the route's
+		// Proxy-Authorization.
+		x.transport.Proxy = http.ProxyURL(r.URL)
+		x.transport.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return x.dialProxy(ctx)
+		}
+		if r.Scheme == HTTPS {
+			x.tls = proxyTLSConfig(d.TLS, r.URL.Hostname())
+			// With an https:// proxy, Go dials the proxy through DialTLSContext.
+			x.transport.DialTLSContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return x.negotiate(ctx, x.proxyTLS)
+			}
+		}
+	default:
+		// SOCKS5 and Direct: the request rides a tunnel to the target.
+		x.transport.DialContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return x.dialTarget(ctx, addr)
+		}
+	}
+	return x, nil
+}
+
+// RoundTrip sends req, an absolute-form http:// request, out through the
+// exit, recording into p how far it got. The proxy's 407 comes back as an
+// *Error (PhaseProxyAuth), as it does for a CONNECT: the proxy forwarded
+// nothing. When req's context ends, the error, or that of reading the
+// body, carries its cause (net/http's own behaviour).
+func (x *Exit) RoundTrip(req *http.Request, p *Progress) (*http.Response, error) {
+	p.direct = x.route.Scheme == Direct
+	trace := &httptrace.ClientTrace{
+		GotConn:              func(httptrace.GotConnInfo) { p.connected.Store(true) },
+		GotFirstResponseByte: func() { p.answered.Store(true) },
+	}
+	resp, err := x.transport.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusProxyAuthRequired && (x.route.Scheme == HTTP || x.route.Scheme == HTTPS) {
+		resp.Body.Close()
+		return nil, &Error{Phase: PhaseProxyAuth, Status: resp.StatusCode, Route: x.route.ID}
+	}
+	return resp, nil
+}
+
+// DialTarget opens a byte stream to addr ("host:port") through the exit:
+// directly (Direct), through an HTTP CONNECT tunnel (HTTP; HTTPS speaks
+// TLS to the proxy first, verifying its certificate against Dialer.TLS's
+// roots), or through SOCKS5, which resolves names at the proxy.
+// Credentials in the route's URL are sent as Proxy-Authorization: Basic
+// (HTTP, HTTPS) or SOCKS5 username/password. p records the stream once it
+// exists.
+//
+// ctx bounds the whole call and Dialer.Timeouts each phase. Every failure
+// to reach the target through the route is an *Error; a malformed addr is
+// a plain error.
+func (x *Exit) DialTarget(ctx context.Context, addr string, p *Progress) (net.Conn, error) {
+	p.direct = x.route.Scheme == Direct
+	c, err := x.dialTarget(ctx, addr)
+	if err == nil {
+		p.connected.Store(true)
+	}
+	return c, err
+}
+
+// Check is the neutral check of the exit: a TCP connection to its proxy,
+// which tells a dead or hanging exit from a live one, not a bad password.
+// The gateway's own connection (Direct) has nothing to check. A failure
+// is an *Error.
+func (x *Exit) Check(ctx context.Context) error {
+	if x.route.Scheme == Direct {
+		return nil
+	}
+	c, err := x.dialProxy(ctx)
+	if err != nil {
+		return err
+	}
+	c.Close()
+	return nil
+}
+
+// Route is the route the exit was built for.
+func (x *Exit) Route() *Route { return x.route }
+
+// CloseIdleConnections closes the exit's idle connections; requests in
+// progress are not cut.
+func (x *Exit) CloseIdleConnections() { x.transport.CloseIdleConnections() }

@@ -1,0 +1,114 @@
+package sim
+
+import (
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+)
+
+// HAProxy's health-check defaults for a server line with `check`: a TCP
+// connect every 2s, down after 3 failures in a row, up after 2 successes.
+const (
+	haproxyCheckInterval = 2 * time.Second
+	haproxyFall          = 3
+	haproxyRise          = 2
+)
+
+var (
+	_ Policy  = (*leastLoaded)(nil)
+	_ retrier = (*leastLoaded)(nil)
+)
+
+// leastLoaded is HAProxy's `balance leastconn` over a pool of HTTP proxies
+// as its documentation configures one: TCP health checks (`check`), and
+// `retries` with `option redispatch`, which retry a failed connection on
+// another server and nothing else; a fixed `timeout server`, no deadlines,
+// no hedges, no view of what the site answered.
+type leastLoaded struct {
+	// Owner goroutine only.
+	rng       *rand.Rand
+	routes    int
+	inflight  []int32
+	up        []bool
+	streak    []int8 // consecutive check results: > 0 successes, < 0 failures
+	nextCheck time.Time
+	upList    []int // scratch
+}
+
+// NewLeastLoaded returns the least_loaded baseline: two random routes the
+// health checks say are up, the one with fewer attempts in flight.
+func NewLeastLoaded(w World, seed uint64) Policy {
+	n := w.Routes()
+	p := &leastLoaded{
+		rng:      rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		routes:   n,
+		inflight: make([]int32, n),
+		up:       make([]bool, n),
+		streak:   make([]int8, n),
+	}
+	for i := range p.up {
+		p.up[i] = true // HAProxy starts a checked server up
+	}
+	return p
+}
+
+// Pick implements Policy. The ticket is the route.
+func (p *leastLoaded) Pick(_ time.Time, _ int, _ string, avoid []int) (Attempt, bool) {
+	p.upList = p.upList[:0]
+	for r := range p.routes {
+		if p.up[r] && !slices.Contains(avoid, r) {
+			p.upList = append(p.upList, r)
+		}
+	}
+	if len(p.upList) == 0 {
+		return Attempt{}, false // HAProxy answers 503: no server available
+	}
+	a := p.upList[p.rng.IntN(len(p.upList))]
+	if b := p.upList[p.rng.IntN(len(p.upList))]; p.inflight[b] < p.inflight[a] {
+		a = b
+	}
+	p.inflight[a]++
+	return Attempt{Route: a, Ticket: uint64(a)}, true
+}
+
+// Report implements Policy: HAProxy does not judge servers by the answers
+// it relays.
+func (p *leastLoaded) Report(_ time.Time, ticket uint64, _ Result) { p.inflight[ticket]-- }
+
+// Request implements retrier.
+func (p *leastLoaded) Request(time.Time) {}
+
+// Retry implements retrier: redispatch after a failed connection only.
+func (p *leastLoaded) Retry(_ time.Time, _ int, c engine.Class) bool {
+	return c == engine.ProxyConnectFailed
+}
+
+// Tick implements Policy: the TCP health checks.
+func (p *leastLoaded) Tick(now time.Time, probe Prober) {
+	if now.Before(p.nextCheck) {
+		return
+	}
+	p.nextCheck = now.Add(haproxyCheckInterval)
+	for r := range p.routes {
+		probe(r, tcpCheck, func(_ time.Time, res Result) {
+			ok := res.Class == engine.OK
+			switch {
+			case ok && p.streak[r] < 0, !ok && p.streak[r] > 0:
+				p.streak[r] = 0
+			}
+			if ok {
+				p.streak[r] = min(p.streak[r]+1, haproxyRise)
+			} else {
+				p.streak[r] = max(p.streak[r]-1, -haproxyFall)
+			}
+			switch {
+			case p.streak[r] >= haproxyRise:
+				p.up[r] = true
+			case p.streak[r] <= -haproxyFall:
+				p.up[r] = false
+			}
+		})
+	}
+}
