@@ -227,13 +227,13 @@ func (e *Engine) targetFactor(slot int32, t *target, ignorePairs bool, ns int64)
 	if !ok {
 		return 1
 	}
-	f := math.Pow(h.targetFactor(&e.cfg), e.cfg.Gamma*e.cfg.Sharpness) * h.slowStart(&e.cfg, ns)
+	f := pow(h.targetFactor(&e.cfg), e.cfg.Gamma*e.cfg.Sharpness) * h.slowStart(&e.cfg, ns)
 	if h.LatencyAt != 0 {
 		g, _ := e.store.Read(Key{Route: slot})
 		route := g.latencyEstimate(e.typical(), &e.cfg, ns)
 		// The pair's own estimate ages toward its route's, not the pool's.
 		if pair := h.latencyEstimate(route, &e.cfg, ns); pair > route && route > 0 {
-			f *= math.Pow(route/pair, e.cfg.Sharpness)
+			f *= pow(route/pair, e.cfg.Sharpness)
 		}
 	}
 	switch {

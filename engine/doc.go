@@ -20,15 +20,16 @@
 // whether it feeds the failure thresholds, whether the request may be
 // retried elsewhere, whether it cools at once, and the cooldown it starts.
 // A 403 from one site never lowers the route's global score; only successes
-// feed the latency average, so a fast rejection never looks like a fast
-// exit.
+// and timeouts feed the latency estimate, so a fast rejection never looks
+// like a fast exit.
 //
 // # Evidence and states
 //
-// Each record keeps an EWMA of success (Config.Alpha), an EWMA of success
-// latency, a six-bucket sliding window of failures, consecutive counts and
-// last times. Its score is success × LatencyRef/(LatencyRef+latency), shrunk
-// toward Config.Prior until Config.PriorSamples outcomes exist. Pair records
+// Each record keeps an EWMA of success (Config.Alpha), a peak-EWMA of
+// latency (Config.LatencyDecay), a log-normal fit of the time to an answer
+// (LogNormal), a six-bucket sliding window of failures, consecutive counts
+// and last times. Its score is the success EWMA shrunk toward Config.Prior
+// until Config.PriorSamples outcomes exist. Pair records
 // are created only by negative evidence or a session and are evicted when
 // idle (Config.PairTTL); without one, a route's target factor is 1.
 //
@@ -75,15 +76,33 @@
 // Acquire wakes due cooldowns, honours a sticky session (or fails with
 // ErrSessionRestartRequired, never switching exits silently), applies hard
 // label constraints through a per-label index, and lets the Picker draw
-// from a sharded weighted index where each route weighs
+// from a sharded weighted index where each route weighs its speed
 //
-//	(score^γ · slow start · suspect term · Weight/(1+Cost)) / (1 + in-flight)
+//	cost = latency · (1 + in-flight) / score^γ
+//	weight = Weight/(1+Cost) · slow start · suspect term · cost^-Sharpness
 //
-// The target factor (pair score^γ, 0 when the pair is cooling) is applied
-// by rejection, so a pick costs O(log n) with no per-target index, no
-// allocation and no global lock. The lease is taken atomically against the
-// route's max_inflight and expires after LeaseTTL (reaped by Sweep as an
-// ambiguous target timeout).
+// cost being the expected time to a valid answer (docs/design/005-cost.md):
+// no absolute latency reference, only ratios. The target factor (pair
+// score^(γ·Sharpness), the route-to-pair latency ratio when the pair is
+// slower, 0 when the pair is cooling) is applied by rejection, so a pick
+// costs O(log n) with no per-target index, no allocation and no global
+// lock. The default Picker, PowerOfTwo, keeps the heavier of two draws. The
+// lease is taken atomically against the route's max_inflight and expires
+// after LeaseTTL (reaped by Sweep as an ambiguous target timeout). New
+// routes take no traffic until a neutral probe succeeded, unless
+// Config.UncheckedCandidates.
+//
+// # Time
+//
+// Given Request.Timeout, a Lease carries a Deadline (Config.DeadlineFactor
+// × the route's 99th percentile time to an answer at the target, at least
+// Config.DeadlineFloor, at most the timeout) past which the caller cuts the
+// attempt and reports a timeout, and a HedgeAfter past which an idempotent
+// request is worth a second attempt elsewhere. Lease.Canceled turns a
+// caller's give-up into evidence once the deadline passed. Budget caps
+// retries and hedges pool-wide. Pacing learned from the sites' 429s and
+// from their bans after bursts holds each route×target pair under what the
+// site tolerates (pace.go), and a pick passes over a pair that must wait.
 //
 // # Routes and reloads
 //

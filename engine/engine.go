@@ -73,6 +73,8 @@ type Engine struct {
 	typicalLatency atomic.Uint64
 	typicalTTFB    atomicLogNormal
 	sweep          poolSweep
+
+	share paceShare // learned pacing shared with other processes (pace_share.go)
 }
 
 type route struct {
@@ -168,7 +170,7 @@ type Lease struct {
 	// silence is evidence (docs/design/005-cost.md): DeadlineFactor × the
 	// route's 99th percentile time to an answer for this target, clamped
 	// to [DeadlineFloor, Request.Timeout]; Request.Timeout when nothing is
-	// known yet, 0 when the request gave none.
+	// known yet (Provisional), 0 when the request gave none.
 	Deadline time.Duration
 	// HedgeAfter is when an idempotent request still waiting on this
 	// attempt is worth a second one on another route: the later of the
@@ -177,6 +179,11 @@ type Lease struct {
 	// what is known of both, not for every answer in the site's usual
 	// tail. 0 while nothing is known of the target, or without a Timeout.
 	HedgeAfter time.Duration
+	// Provisional says nothing was known of answer times when the lease
+	// was taken: a caller still waiting once the pool has answered asks
+	// Timing again, so that the first wave of a cold start does not wait
+	// the whole timeout on a silent exit.
+	Provisional bool
 }
 
 // Canceled is the class to report for this attempt when its caller gave
@@ -219,6 +226,7 @@ func New(cfg Config, store Store) (*Engine, error) {
 	if n, ok := store.(Notifier); ok {
 		n.Listen(e.remoteChange)
 	}
+	e.initPaceShare(store)
 	return e, nil
 }
 
@@ -486,37 +494,51 @@ func (e *Engine) lease(ns int64, r *route, t *target, req *Request, fallback boo
 		ID: rec.ID, Route: r.id, Target: t.name, Session: req.Session,
 		Expires: time.Unix(0, rec.Expires), Fallback: fallback, Incident: incident,
 	}
-	l.Deadline, l.HedgeAfter = e.timing(r, t, req.Timeout)
+	l.Deadline, l.HedgeAfter, l.Provisional = e.timing(r, t, req.Timeout)
 	return l, true
+}
+
+// Timing returns l's deadline and hedge delay (see Lease) from what is
+// known now, for a Provisional lease; a lease of a route or target the
+// engine no longer knows keeps its own.
+func (e *Engine) Timing(l Lease, timeout time.Duration) (deadline, hedgeAfter time.Duration) {
+	slot, ok := e.byID.load(l.Route)
+	t, known := e.byName.load(l.Target)
+	if !ok || !known {
+		return l.Deadline, l.HedgeAfter
+	}
+	deadline, hedgeAfter, _ = e.timing(e.routes.get(slot), t, timeout)
+	return deadline, hedgeAfter
 }
 
 // timing is an attempt's deadline through r to t and its hedge delay (see
 // Lease). The route's time to an answer at t is its pair's when the pair
-// has one, else the slower of the route's and the target's, else the
-// pool's.
-func (e *Engine) timing(r *route, t *target, timeout time.Duration) (deadline, hedge time.Duration) {
+// has one; else, when the route has answered elsewhere, the slower of its
+// own and the target's across routes; else what a typical route takes,
+// or the target's median if that is slower. Not the target's tail: that
+// mixes the slow exits' answers in, and a silent exit given their time
+// outlasts the clients' patience, so its silence is never evidence.
+func (e *Engine) timing(r *route, t *target, timeout time.Duration) (deadline, hedge time.Duration, provisional bool) {
 	if timeout <= 0 {
-		return 0, 0
+		return 0, 0, false
 	}
 	site := t.ttfb.load()
 	var own time.Duration
 	if p, ok := e.store.Read(Key{Route: r.slot, Target: t.n}); ok && p.TTFB.Known() {
 		own = p.TTFB.Quantile(zP99)
-	} else {
-		g, _ := e.store.Read(Key{Route: r.slot})
+	} else if g, _ := e.store.Read(Key{Route: r.slot}); g.TTFB.Known() {
 		own = max(g.TTFB.Quantile(zP99), site.Quantile(zP99))
-		if own == 0 {
-			own = e.typicalTTFB.load().Quantile(zP99)
-		}
+	} else {
+		own = max(e.typicalTTFB.load().Quantile(zP99), site.Quantile(0))
 	}
 	if own == 0 {
-		return timeout, 0
+		return timeout, 0, true
 	}
 	deadline = min(max(time.Duration(e.cfg.DeadlineFactor*float64(own)), e.cfg.DeadlineFloor), timeout)
 	if site.Known() {
 		hedge = max(site.Quantile(zP95), own)
 	}
-	return deadline, hedge
+	return deadline, hedge, false
 }
 
 // Retryable reports whether an attempt at target that failed with c is
@@ -783,7 +805,7 @@ func (e *Engine) refreshLocked(r *route, ns int64) {
 	inflight := e.store.Inflight(r.slot)
 	full := rc.limit > 0 && inflight >= rc.limit
 	cost := e.cost(&h, inflight, ns)
-	base := rc.static * h.slowStart(&e.cfg, ns) * math.Pow(cost, -e.cfg.Sharpness)
+	base := rc.static * h.slowStart(&e.cfg, ns) * pow(cost, -e.cfg.Sharpness)
 	w, all := base, max(base, minWeight)
 	switch {
 	case full || h.State == Draining || (h.State == Ejected && h.Until == math.MaxInt64):

@@ -103,6 +103,14 @@ func TestDeadRouteIsRoutedAround(t *testing.T) {
 	t.Parallel()
 	e := newTestEngine(t, Config{MaxRemovedShare: -1}, 5)
 	now := start
+	// Its first attempt, so that the rest is about what that taught.
+	first, err := e.Acquire(now, Request{Target: "example.com", Avoid: []string{"r1", "r2", "r3", "r4"}, Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Report(now, first, Outcome{Class: ProxyConnectFailed}); err != nil {
+		t.Fatal(err)
+	}
 	counts := map[string]int{}
 	for i := range 2000 {
 		now = now.Add(10 * time.Millisecond)
@@ -541,9 +549,11 @@ func TestOperatorActions(t *testing.T) {
 // score^γ.
 func TestSelectionHonoursWeights(t *testing.T) {
 	t.Parallel()
-	e := newTestEngine(t, Config{Picker: WeightedRandom{}}, 3)
+	// Sharpness 2 rather than the default 4, so that the slow route's
+	// share is large enough to measure.
+	e := newTestEngine(t, Config{Picker: WeightedRandom{}, Sharpness: 2}, 3)
 	// r0 veteran fast, r1 veteran ten times slower: a tenth of the speed,
-	// a hundredth of the weight at Sharpness 2.
+	// a hundredth of the weight.
 	for range 50 {
 		e.Feedback(start, "r0", "", Outcome{Class: OK, Latency: 100 * time.Millisecond})
 		e.Feedback(start, "r1", "", Outcome{Class: OK, Latency: time.Second})

@@ -107,3 +107,15 @@ func absDuration(d time.Duration) time.Duration {
 	}
 	return d
 }
+
+// pow's shortcuts agree with math.Pow.
+func TestPow(t *testing.T) {
+	t.Parallel()
+	for _, x := range []float64{1e-9, 0.03, 0.5, 1, 1.7, 250} {
+		for _, y := range []float64{1, 2, -2, 4, -4, 8, 3, 0.5, -1.5} {
+			if got, want := pow(x, y), math.Pow(x, y); math.Abs(got-want) > 1e-12*math.Abs(want) {
+				t.Errorf("pow(%g, %g) = %g, want %g", x, y, got, want)
+			}
+		}
+	}
+}

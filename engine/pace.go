@@ -36,8 +36,9 @@ import (
 // max_inflight, even in panic and fallback. A target gets pacing state at
 // its first 429 or ban, or once it has taken watchAfter requests, so that
 // what each exit sent is counted before a wave of bans: most sites never
-// get one. The state is this process's: with shared state, each gateway
-// paces on its own.
+// get one. With a store that shares pacing (PaceSharer, pace_share.go),
+// the limits, the counts and the waves are the fleet's, and each process
+// sends its share of every limit.
 
 // Constants of learned pacing.
 const (
@@ -67,11 +68,11 @@ const (
 )
 
 // targetPace is the pacing learned for one target. Picks read its pairs
-// without a lock (copy-on-write): most pairs of even a paced target were
+// without a lock (pace_table.go): most pairs of even a paced target were
 // never limited, and a shared lock would be contended on every draw.
 type targetPace struct {
-	mu    sync.Mutex                          // serializes writers
-	pairs atomic.Pointer[map[int32]*pairPace] // by route slot: every pair leased since the target was paced
+	mu    sync.Mutex // serializes writers
+	pairs pairTable  // by route slot: every pair leased since the target was paced
 
 	// tolerance is the requests per PaceWindow one exit may send, as
 	// float64 bits (0: none learned), tolAt when it was learned, and
@@ -86,8 +87,15 @@ type targetPace struct {
 	holdOff    int64 // guarded by mu: no tolerance is learned before then
 	// tripped counts the exits that had a first 429 here.
 	tripped atomic.Int32
-	// wave holds the last bans that showed a tolerance, oldest first.
+	// wave holds the last bans that showed a tolerance.
 	wave []waveBan // guarded by mu
+
+	// shared is set, for good, when the store shares pacing; procs is then
+	// how many processes pace the target (0 or 1: this one alone), and sh
+	// what is exchanged with them (pace_share.go).
+	shared bool
+	procs  atomic.Int32
+	sh     targetShare // guarded by mu
 }
 
 // waveBan is a ban of the exit that sent the most: route slot had sent
@@ -103,6 +111,7 @@ type waveBan struct {
 // bucket (burst 1) at the rate its 429s taught.
 type pairPace struct {
 	mu     sync.Mutex
+	slot   int32   // immutable: the route's
 	rate   float64 // guarded by mu: requests/s its last 429 allowed; 0 when it had none
 	cut    int64   // guarded by mu: when that 429 came, Unix ns
 	tokens float64 // guarded by mu
@@ -124,6 +133,8 @@ type pairPace struct {
 	since  int64      // guarded by mu
 	banned int64      // guarded by mu: its last ban at the target, Unix ns
 	okAt   int64      // guarded by mu: its last success there, Unix ns
+	// sh is nil unless the store shares pacing (pace_share.go).
+	sh *pairShare // guarded by mu
 }
 
 // served reports whether the pair is served: not banned since its last
@@ -143,11 +154,29 @@ func (p *pairPace) rateAt(c *Config, ns int64) float64 {
 	return rate
 }
 
-// count returns the requests the pair sent in the window at ns and the
-// span they were counted over. Caller holds p.mu.
+// count returns the requests the pair sent in the window at ns, through
+// every process sharing pacing, and the span they were counted over.
+// Caller holds p.mu.
 func (p *pairPace) count(c *Config, ns int64) (n int, span time.Duration) {
-	n, _ = p.sent.counts(ns, int64(c.PaceWindow)/windowBuckets)
+	width := int64(c.PaceWindow) / windowBuckets
+	n, _ = p.sent.counts(ns, width)
+	if p.sh != nil {
+		others, _ := p.sh.others.counts(ns, width)
+		n += others
+	}
 	return n, max(min(time.Duration(ns-p.since), c.PaceWindow), time.Second)
+}
+
+// peak is the pair's busiest sixth of the window at ns, through every
+// process sharing pacing, in requests/s (failWindow.peak). Caller holds
+// p.mu.
+func (p *pairPace) peak(c *Config, ns int64) float64 {
+	width := int64(c.PaceWindow) / windowBuckets
+	if p.sh == nil {
+		return p.sent.peak(ns, width, p.since)
+	}
+	all := sum(&p.sent, &p.sh.others)
+	return all.peak(ns, width, p.since)
 }
 
 // press notes that the pair's rate held a request back at ns. Caller
@@ -161,27 +190,37 @@ func (p *pairPace) press(ns int64) {
 
 // rateIn is the rate a pair's token bucket runs at: the lower of its own
 // (own, 0 for none) and the target's tolerance (requests a window, 0 for
-// none) spread evenly over the window; 0 when neither holds it.
+// none) spread evenly over the window, divided among the processes that
+// share the target's pacing; 0 when neither holds it.
 func (tp *targetPace) rateIn(own, tol float64, c *Config) float64 {
+	rate := own
 	if tol > 0 {
 		if spread := tol / c.PaceWindow.Seconds(); own == 0 || spread < own {
-			return spread
+			rate = spread
 		}
 	}
-	return own
+	if n := tp.procs.Load(); n > 1 {
+		rate /= float64(n)
+	}
+	return rate
 }
 
 // toleranceAt is the requests per PaceWindow one exit may send to the
 // target at ns, grown by PaceGrowth a minute since it was learned; 0 when
 // none is learned.
 func (tp *targetPace) toleranceAt(c *Config, ns int64) float64 {
-	tol := math.Float64frombits(tp.tolerance.Load())
+	return tolerance(c, math.Float64frombits(tp.tolerance.Load()), tp.tolAt.Load(), tp.tolCeiling.Load(), ns)
+}
+
+// tolerance is a tolerance of tol requests a window learned at, after a
+// ban at ceiling, as it has grown by ns.
+func tolerance(c *Config, tol float64, at, ceiling, ns int64) float64 {
 	if tol == 0 {
 		return 0
 	}
-	since := float64(max(ns-tp.tolAt.Load(), 0))
+	since := float64(max(ns-at, 0))
 	tol *= math.Pow(c.PaceGrowth, since/float64(time.Minute))
-	return min(tol, toleranceMargin*float64(tp.tolCeiling.Load())*math.Pow(c.PaceGrowth, since/float64(ceilingDrift)))
+	return min(tol, toleranceMargin*float64(ceiling)*math.Pow(c.PaceGrowth, since/float64(ceilingDrift)))
 }
 
 // PacedError is ErrPaced with how long until the first of the target's
@@ -204,7 +243,7 @@ func RetryAfterSeconds(wait time.Duration) int {
 }
 
 // pair returns route slot's pacing toward the target, or nil.
-func (tp *targetPace) pair(slot int32) *pairPace { return (*tp.pairs.Load())[slot] }
+func (tp *targetPace) pair(slot int32) *pairPace { return tp.pairs.get(slot) }
 
 // pairAt returns route slot's pacing, creating it, counting from ns, when
 // there is none.
@@ -217,20 +256,18 @@ func (tp *targetPace) pairAt(slot int32, ns int64) *pairPace {
 	if p := tp.pair(slot); p != nil {
 		return p
 	}
-	p := &pairPace{tokens: 1, last: ns, since: ns}
-	tp.edit(func(m map[int32]*pairPace) { m[slot] = p })
+	p := tp.newPair(slot, ns)
+	tp.pairs.add(p)
 	return p
 }
 
-// edit replaces the pairs with a copy changed by fn. Caller holds mu.
-func (tp *targetPace) edit(fn func(map[int32]*pairPace)) {
-	old := *tp.pairs.Load()
-	next := make(map[int32]*pairPace, len(old)+1)
-	for k, v := range old {
-		next[k] = v
+// newPair is route slot's pacing, counting from ns.
+func (tp *targetPace) newPair(slot int32, ns int64) *pairPace {
+	p := &pairPace{slot: slot, tokens: 1, last: ns, since: ns}
+	if tp.shared {
+		p.sh = &pairShare{}
 	}
-	fn(next)
-	tp.pairs.Store(&next)
+	return p
 }
 
 // watch returns t's pacing, allocating it: t has sent its first 429 or
@@ -242,10 +279,10 @@ func (e *Engine) watch(t *target) *targetPace {
 	if tp := t.pace.Load(); tp != nil {
 		return tp
 	}
-	tp := &targetPace{}
-	empty := map[int32]*pairPace{}
-	tp.pairs.Store(&empty)
-	t.pace.CompareAndSwap(nil, tp)
+	tp := &targetPace{shared: e.share.sharer != nil}
+	if t.pace.CompareAndSwap(nil, tp) && tp.shared {
+		e.share.paced(t)
+	}
 	return t.pace.Load()
 }
 
@@ -264,14 +301,14 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	}
 	p := tp.pairAt(slot, ns)
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.cut != 0 && taken < p.cut {
+		p.mu.Unlock()
 		return
 	}
 	n, span := p.count(&e.cfg, ns)
 	n-- // the request that tripped
 	held := p.rateAt(&e.cfg, ns)
-	switch width := int64(e.cfg.PaceWindow) / windowBuckets; {
+	switch {
 	case held > 0 && n < paceMinCount:
 		p.rate = held / 2
 	case held > 0:
@@ -279,15 +316,24 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	case n >= paceMinCount:
 		// The 429 came at a burst, not at the average: the busiest sixth
 		// of the window is nearer the rate that tripped.
-		p.rate = rateMargin * max(float64(n)/span.Seconds(), p.sent.peak(ns, width, p.since))
+		p.rate = rateMargin * max(float64(n)/span.Seconds(), p.peak(&e.cfg, ns))
 	default:
 		p.rate = e.cfg.PaceStart
 	}
 	p.rate = min(max(p.rate, e.cfg.PaceFloor), e.cfg.PaceMax)
 	p.ceiling = held
+	base := p.cut
 	p.cut, p.tokens, p.last = ns, 0, ns
 	p.pressed, p.pressedAt = 0, 0
 	p.sent, p.since = failWindow{}, ns+int64(retryAfter)
+	if sh := p.sh; sh != nil {
+		// A new epoch: the fleet's count of the pair restarts too.
+		sh.reported, sh.others = failWindow{}, failWindow{}
+		sh.epoch, sh.base, sh.first, sh.dirty = ns, base, held == 0, true
+	}
+	p.mu.Unlock()
+	// The freeze locks the other pairs: not while holding this one, which
+	// a freeze of theirs would lock.
 	if held == 0 && tp.tripped.Add(1) >= freezeAfter {
 		tp.freeze(&e.cfg, slot, ns)
 	}
@@ -300,19 +346,21 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 // onto the others until they trip in turn. Each grows from there under
 // pressure, finding its own limit without a cascade.
 func (tp *targetPace) freeze(c *Config, tripped int32, ns int64) {
-	width := int64(c.PaceWindow) / windowBuckets
-	for slot, q := range *tp.pairs.Load() {
-		if slot == tripped {
-			continue
+	tp.pairs.each(func(q *pairPace) {
+		if q.slot == tripped {
+			return
 		}
 		q.mu.Lock()
 		if q.rate == 0 {
-			q.rate = min(max(2*q.sent.peak(ns, width, q.since), c.PaceFloor), c.PaceMax)
+			q.rate = min(max(2*q.peak(c, ns), c.PaceFloor), c.PaceMax)
 			q.cut, q.tokens, q.last = ns, 1, ns
 			q.pressed, q.pressedAt = 0, 0
+			if q.sh != nil {
+				q.sh.base, q.sh.first, q.sh.dirty = 0, false, true
+			}
 		}
 		q.mu.Unlock()
-	}
+	})
 }
 
 // learnTolerance weighs a ban of route slot at t at ns (a 403 or a captcha
@@ -328,8 +376,10 @@ func (e *Engine) learnTolerance(t *target, slot int32, ns int64) {
 	p := tp.pairAt(slot, ns)
 	p.mu.Lock()
 	n, _ := p.count(&e.cfg, ns)
+	// A ban another process saw counts: the site bans the exit, whoever
+	// sends through it.
 	recent := p.banned != 0 && ns-p.banned < window
-	p.banned = ns
+	p.banned = max(p.banned, ns)
 	p.mu.Unlock()
 
 	tp.mu.Lock()
@@ -345,6 +395,7 @@ func (e *Engine) learnTolerance(t *target, slot int32, ns int64) {
 			// Bans the hold did not stop: not the site counting.
 			tp.tolerance.Store(0)
 			tp.holdOff = ns + int64(e.cfg.PairTTL)
+			tp.changed(ns)
 		case float64(n) >= tol/2 && !recent:
 			// A rare ban near the hold: it has grown past the site's
 			// tolerance, which is under what this exit sent.
@@ -358,9 +409,9 @@ func (e *Engine) learnTolerance(t *target, slot int32, ns int64) {
 		return
 	}
 	most := 0 // the most a pair still served sent in the window
-	for s, q := range *tp.pairs.Load() {
-		if s == slot {
-			continue
+	tp.pairs.each(func(q *pairPace) {
+		if q.slot == slot {
+			return
 		}
 		q.mu.Lock()
 		if q.served() {
@@ -368,12 +419,29 @@ func (e *Engine) learnTolerance(t *target, slot int32, ns int64) {
 			most = max(most, m)
 		}
 		q.mu.Unlock()
-	}
+	})
 	if most >= n {
 		return // others sent as much and are served: not the count
 	}
-	tp.wave = slices.DeleteFunc(tp.wave, func(b waveBan) bool { return b.slot == slot || ns-b.at > window/windowBuckets })
-	tp.wave = append(tp.wave, waveBan{at: ns, slot: slot, sent: n, most: most})
+	if tp.shared {
+		tp.sh.bans = append(tp.sh.bans, PaceBan{Route: slot, Target: t.n, At: ns, Sent: int32(min(n, math.MaxInt32)), Most: int32(min(most, math.MaxInt32))})
+	}
+	tp.addBan(waveBan{at: ns, slot: slot, sent: n, most: most}, window, ns)
+}
+
+// addBan adds b, a ban of the exit that sent the most, to the wave, and
+// holds every exit when it makes one: toleranceBans bans of distinct exits
+// within a sixth of the window. Caller holds tp.mu.
+func (tp *targetPace) addBan(b waveBan, window, ns int64) {
+	newest := b.at
+	for _, w := range tp.wave {
+		newest = max(newest, w.at)
+	}
+	tp.wave = slices.DeleteFunc(tp.wave, func(w waveBan) bool { return w.slot == b.slot || newest-w.at > window/windowBuckets })
+	if newest-b.at > window/windowBuckets {
+		return
+	}
+	tp.wave = append(tp.wave, b)
 	if len(tp.wave) < toleranceBans {
 		return
 	}
@@ -381,8 +449,8 @@ func (e *Engine) learnTolerance(t *target, slot int32, ns int64) {
 	// any banned one: hold every exit under what the evidence allows, and
 	// let growth probe up.
 	tolerated, banned := 0, math.MaxInt
-	for _, b := range tp.wave {
-		tolerated, banned = max(tolerated, b.most), min(banned, b.sent)
+	for _, w := range tp.wave {
+		tolerated, banned = max(tolerated, w.most), min(banned, w.sent)
 	}
 	tp.hold(ns, max(tolerated, banned/2), banned)
 	tp.wave = tp.wave[:0]
@@ -395,6 +463,7 @@ func (tp *targetPace) hold(ns int64, tolerated, banned int) {
 	tp.tolCeiling.Store(int64(banned))
 	tp.tolerance.Store(math.Float64bits(max(toleranceMargin*float64(tolerated), 1)))
 	tp.sent, tp.bans = 0, 0
+	tp.changed(ns)
 }
 
 // served notes a success of route slot at t at ns, for learnTolerance.
@@ -481,20 +550,16 @@ func (tp *targetPace) evict(c *Config, ns int64) {
 	if tp.toleranceAt(c, ns) >= c.PaceMax*c.PaceWindow.Seconds() {
 		tp.tolerance.Store(0)
 	}
-	var idle []int32
-	for slot, p := range *tp.pairs.Load() {
+	idle := make(map[*pairPace]bool)
+	tp.pairs.each(func(p *pairPace) {
 		p.mu.Lock()
 		held := p.rate > 0 && p.rateAt(c, ns) < c.PaceMax && ns-max(p.pressedAt, p.cut) < int64(c.PairTTL)
 		if n, _ := p.count(c, ns); !held && n == 0 {
-			idle = append(idle, slot)
+			idle[p] = true
 		}
 		p.mu.Unlock()
-	}
+	})
 	if len(idle) > 0 {
-		tp.edit(func(m map[int32]*pairPace) {
-			for _, slot := range idle {
-				delete(m, slot)
-			}
-		})
+		tp.pairs.remove(func(p *pairPace) bool { return idle[p] })
 	}
 }

@@ -321,7 +321,7 @@ func TestPaceEviction(t *testing.T) {
 	e := newTestEngine(t, Config{MaxRemovedShare: -1}, 3)
 	attemptAt(t, e, start, "r0", "s.com", 3, rateLimited)
 	tracked := func() int {
-		return len(*e.target("s.com").pace.Load().pairs.Load())
+		return e.target("s.com").pace.Load().pairs.n
 	}
 	e.Sweep(start.Add(time.Minute)) // an eviction pass: r0 is still held
 	if tracked() != 1 {

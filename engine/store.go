@@ -158,6 +158,33 @@ type Notifier interface {
 	Listen(fn func(k Key, old Health, known bool, now Health))
 }
 
+// PaceSharer is implemented by a Store shared with other processes, so
+// that the pacing each learns from the sites holds for all of them (a site
+// sees an exit's total, not each gateway's part of it): limits learned
+// from 429s and bans, what each pair sent, and how many processes share
+// the work (pace_share.go, docs/design/005-cost.md). New detects it; Sweep
+// calls SharePace once a pass.
+//
+// out is what this process learned and sent since the last call; in is
+// what the store heard from the others since then. The store promises:
+//   - SharePace returns at once, never waiting on I/O: out is sent, and in
+//     was received, by the store's own loop, so in may be one exchange
+//     old.
+//   - Limits (in.Pairs, in.Targets) are merged by Supersedes wherever they
+//     meet, so every process ends with the same winner; a limit may come
+//     back more than once, or lose to one the engine holds, which the
+//     engine drops by the same rule.
+//   - in.Others counts only the other processes' sends, per pair, bucket
+//     and epoch, complete for each target in in.Shares; in.Shares counts
+//     this process and the others alive that sent to the target within
+//     the window.
+//   - When it cannot reach the others, in.Alone is set: the engine paces
+//     on its own counts with the whole of every limit, until counts and
+//     shares come again.
+type PaceSharer interface {
+	SharePace(out PaceNews) (in PaceNews)
+}
+
 // Apply runs op on h: the one transition function every store uses.
 func (h *Health) Apply(c *Config, k Key, op Op, now int64) Change {
 	scope := ScopeTarget

@@ -182,6 +182,7 @@ func (e *Engine) Sweep(now time.Time) {
 	}
 	e.slow.mu.Unlock()
 	e.sweepPool(ns)
+	e.sharePace(ns) // pace_share.go
 	e.store.ExpireSessions(ns)
 	if ns >= e.nextEvict.Load() {
 		e.nextEvict.Store(ns + int64(e.cfg.PairTTL/4))

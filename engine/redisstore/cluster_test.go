@@ -37,6 +37,12 @@ func TestCluster(t *testing.T) {
 	fresh := func(t *testing.T) engine.Store { return open(t, "t-"+rand.Text()[:10], Options{}) }
 	t.Run("conformance", func(t *testing.T) { storetest.Run(t, fresh) })
 	t.Run("engine parity", func(t *testing.T) { storetest.RunEngine(t, fresh) })
+	t.Run("pacing", func(t *testing.T) {
+		storetest.RunPace(t, func(t *testing.T) func() engine.Store {
+			prefix := "t-" + rand.Text()[:10]
+			return func() engine.Store { return open(t, prefix, Options{}) }
+		})
+	})
 	t.Run("two processes", func(t *testing.T) {
 		a, b := open(t, "shared", Options{}), open(t, "shared", Options{})
 		cfg := engine.DefaultConfig()

@@ -101,6 +101,7 @@ func (s *Store) AddTarget(n int32, name string) {
 	for slot, rec := range waiting {
 		s.applyRemote(engine.Key{Route: slot, Target: n}, rec)
 	}
+	s.announced(name)
 }
 
 func (s *Store) route(slot int32) *routeState {

@@ -60,6 +60,11 @@ type Options struct {
 	// a lease expires at the time its holder's engine set, judged by the
 	// clock of the engine taking the next one.
 	Now func() time.Time
+	// PaceLive is how long a process counts as sharing the pacing of the
+	// targets it sends to after its last exchange (its engine's Sweep,
+	// about once a second): a process gone that long leaves its share to
+	// the others. Default 3s.
+	PaceLive time.Duration
 	// Log receives the transitions to and from degraded, once each; nil
 	// discards them.
 	Log *slog.Logger
@@ -90,6 +95,9 @@ func (o Options) withDefaults() Options {
 	if o.IncidentTTL <= 0 {
 		o.IncidentTTL = time.Hour
 	}
+	if o.PaceLive <= 0 {
+		o.PaceLive = 3 * time.Second
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -118,6 +126,7 @@ type Store struct {
 	incidents sync.Map // target number → engine.Class of the open incident
 
 	notes    notifications
+	pace     pacing // shared pacing (pace.go)
 	flushes  keySet // records with successes waiting to be written
 	listener atomic.Pointer[func(engine.Key, engine.Health, bool, engine.Health)]
 
@@ -168,6 +177,7 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	s.leases.init()
 	s.sessions.init()
 	s.notes.init()
+	s.pace.init()
 	return s
 }
 
@@ -241,8 +251,9 @@ func (s *Store) Run(ctx context.Context) {
 		}
 	}()
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); s.notes.deliver(ctx, s.listener.Load) }()
+	go func() { defer wg.Done(); s.paceLoop(ctx) }()
 	// Subscribed before the first resync, so no change falls between them;
 	// the first resync covers the routes announced so far.
 	sub := s.subscribe(ctx)
@@ -388,6 +399,7 @@ type Stats struct {
 	Outages     uint64 // transitions into degraded
 	Conflicts   uint64 // compare-and-set retries: another process wrote first
 	RemoteNotes uint64 // records changed by other processes, applied here
+	PaceRounds  uint64 // exchanges of shared pacing that reached Redis
 }
 
 // Stats returns the store's counters.
@@ -399,6 +411,7 @@ func (s *Store) Stats() Stats {
 		Outages:     s.stats.degradedFor.Load(),
 		Conflicts:   s.stats.conflicts.Load(),
 		RemoteNotes: s.stats.remote.Load(),
+		PaceRounds:  s.pace.rounds.Load(),
 	}
 }
 

@@ -47,3 +47,12 @@ func TestRecordKeys(t *testing.T) {
 		}
 	}
 }
+
+// The store shares learned pacing by the PaceSharer promises.
+func TestPaceConformance(t *testing.T) {
+	addr := redisAddr(t)
+	storetest.RunPace(t, func(t *testing.T) func() engine.Store {
+		prefix := testPrefix(t, addr)
+		return func() engine.Store { return newStore(t, addr, prefix, Options{}) }
+	})
+}

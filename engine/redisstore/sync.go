@@ -27,9 +27,10 @@ func parseVersion(v any) (int64, error) {
 	return 0, errBadReply
 }
 
-// header starts a notification: origin, kind ('h' record, 'i' incident),
-// route and target, each ended by NUL; a record's version and encoding
-// follow.
+// header starts a notification: origin, kind ('h' record, 'i' incident;
+// for shared pacing, pace.go: 'p' a pair's limit, 't' a target's, 'w' a
+// wave ban or a pair seen), route and target, each ended by NUL; a
+// record's version and encoding, or the rest, follow.
 func (s *Store) header(kind byte, route, target string) string {
 	return s.origin + "\x00" + string(kind) + "\x00" + route + "\x00" + target + "\x00"
 }
@@ -38,7 +39,7 @@ func (s *Store) header(kind byte, route, target string) string {
 type note struct {
 	origin, route, target string
 	kind                  byte
-	rest                  string // record: "version\x00encoding"; incident: the class, "" when closed
+	rest                  string // record: "version\x00encoding"; incident: the class, "" when closed; pacing: pace.go
 }
 
 func parseNote(payload string) (note, bool) {
@@ -103,6 +104,15 @@ func (s *Store) applyNote(n note) {
 		} else if c, err := engine.ParseClass(n.rest); err == nil {
 			s.incidents.Store(num, c)
 		}
+	case 'p':
+		s.heardLimit(n.target, "r:"+n.route, n.rest)
+		s.pace.heard.Add(1)
+	case 't':
+		s.heardLimit(n.target, "t", n.rest)
+		s.pace.heard.Add(1)
+	case 'w':
+		s.heardWave(n)
+		s.pace.heard.Add(1)
 	}
 }
 
@@ -318,19 +328,29 @@ func (s *Store) merge(k engine.Key) error {
 const resyncBatch = 512
 
 // resync reads every record of the deployment and takes those newer than
-// the local ones: it heals notifications lost to a disconnect. A cluster
-// is scanned node by node.
+// the local ones, and every learned pacing limit: it heals notifications
+// lost to a disconnect. A cluster is scanned node by node.
 func (s *Store) resync(ctx context.Context) error {
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		if err := s.scan(ctx, c); err != nil {
+			return err
+		}
+		return s.scanLimits(ctx, c)
+	}
+	n := s.pace.beginResync()
 	var err error
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			return s.scan(ctx, node)
+			return scan(ctx, node)
 		})
 	} else {
-		err = s.scan(ctx, s.rdb)
+		err = scan(ctx, s.rdb)
 	}
 	if err != nil && ctx.Err() == nil {
 		s.failed(err)
+	}
+	if err == nil {
+		s.pace.forget(n)
 	}
 	return err
 }

@@ -103,6 +103,7 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 	s.mux.Handle("/metrics", readOnly(m.handler()))
 	s.mux.Handle("/api/routes", readOnly(http.HandlerFunc(s.listRoutes)))
 	s.mux.Handle("/api/targets", readOnly(http.HandlerFunc(s.targets)))
+	s.mux.Handle("/api/targets/{target}/pace", readOnly(http.HandlerFunc(s.targetPace)))
 	s.mux.Handle("/api/events", readOnly(http.HandlerFunc(s.listEvents)))
 	// Route ids hold "/" (http://user@host:port), so clients path-escape
 	// them (url.PathEscape); the mux matches and unescapes each segment.
@@ -272,6 +273,37 @@ func (s *Server) targets(w http.ResponseWriter, _ *http.Request) {
 		out.Incidents = append(out.Incidents, incidentJSON{Target: in.Target, Class: in.Class.String()})
 	}
 	slices.SortFunc(out.Incidents, func(a, b incidentJSON) int { return strings.Compare(a.Target, b.Target) })
+	writeJSON(w, http.StatusOK, out)
+}
+
+// paceJSON is engine.PaceStatus: the pacing learned for one target.
+type paceJSON struct {
+	Target    string         `json:"target"`
+	Tolerance float64        `json:"tolerance"` // requests per pace window per exit, all gateways; 0: none
+	Gateways  int            `json:"gateways"`  // gateways sharing the limits (1: this one alone)
+	Pairs     []pairPaceJSON `json:"pairs"`
+}
+
+type pairPaceJSON struct {
+	Route string  `json:"route"`
+	Rate  float64 `json:"rate"`  // requests/s its 429s allow, all gateways; 0: none
+	Own   float64 `json:"own"`   // requests/s this gateway sends it at; 0: not paced
+	Sent  int     `json:"sent"`  // sent in the pace window, all gateways
+	Local int     `json:"local"` // of which through this gateway
+}
+
+// targetPace is GET /api/targets/{target}/pace: what the target's 429s
+// and bans taught.
+func (s *Server) targetPace(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.engine.Pace(time.Now(), r.PathValue("target"))
+	if !ok {
+		writeError(w, http.StatusNotFound, "no pacing learned for this target")
+		return
+	}
+	out := paceJSON{Target: st.Target, Tolerance: st.Tolerance, Gateways: st.Processes, Pairs: make([]pairPaceJSON, len(st.Pairs))}
+	for i, p := range st.Pairs {
+		out.Pairs[i] = pairPaceJSON{Route: p.Route, Rate: p.Rate, Own: p.Own, Sent: p.Sent, Local: p.Local}
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 

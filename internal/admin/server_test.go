@@ -313,6 +313,27 @@ func TestTargets(t *testing.T) {
 	}
 }
 
+func TestTargetPace(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	// A 429 teaches bob a rate at shop.example.
+	at := time.Now().Add(-time.Minute)
+	if err := f.e.Feedback(at, bob, "shop.example", engine.Outcome{Class: engine.RateLimited, RetryAfter: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	var got paceJSON
+	f.getJSON(t, "/api/targets/shop.example/pace", &got)
+	if got.Target != "shop.example" || got.Gateways != 1 || len(got.Pairs) != 1 {
+		t.Fatalf("pace %+v, want bob's pair at shop.example, one gateway", got)
+	}
+	if p := got.Pairs[0]; p.Route != bob || p.Rate <= 0 || p.Own != p.Rate {
+		t.Errorf("pair %+v, want bob held to a rate, all of it here", p)
+	}
+	if status, _, body := f.do(t, http.MethodGet, "/api/targets/never.example/pace", ""); status != http.StatusNotFound {
+		t.Errorf("unpaced target: %d %s, want 404", status, body)
+	}
+}
+
 func TestEvents(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, Options{})
@@ -524,6 +545,7 @@ func TestNoPasswordInAnyResponse(t *testing.T) {
 		{http.MethodGet, "/metrics", ""},
 		{http.MethodGet, "/api/routes", ""},
 		{http.MethodGet, "/api/targets", ""},
+		{http.MethodGet, "/api/targets/a.example/pace", ""},
 		{http.MethodGet, "/api/events", ""},
 		{http.MethodGet, "/api/events?limit=bad", ""},
 		{http.MethodGet, "/nowhere/" + url.PathEscape(typedWithPassword), ""},

@@ -1,0 +1,410 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+)
+
+// sharingStore is a memory store that shares pacing with nobody: the test
+// reads what the engine hands it and says what it hears.
+type sharingStore struct {
+	*MemoryStore
+	mu   sync.Mutex
+	outs []PaceNews
+	next PaceNews
+}
+
+func (s *sharingStore) SharePace(out PaceNews) PaceNews {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.outs = append(s.outs, out)
+	in := s.next
+	s.next = PaceNews{}
+	return in
+}
+
+// last is what the engine handed at its last Sweep.
+func (s *sharingStore) last() PaceNews {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.outs[len(s.outs)-1]
+}
+
+// hear makes the engine take in at its next Sweep.
+func (s *sharingStore) hear(in PaceNews) {
+	s.mu.Lock()
+	s.next = in
+	s.mu.Unlock()
+}
+
+func newSharingEngine(t *testing.T, cfg Config, routes int) (*Engine, *sharingStore) {
+	t.Helper()
+	cfg.Seed, cfg.UncheckedCandidates = 1, true
+	s := &sharingStore{MemoryStore: NewMemoryStore()}
+	e, err := New(cfg, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range routes {
+		if err := e.AddRoute(start, RouteSpec{ID: fmt.Sprintf("r%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e, s
+}
+
+// The merge rule: a limit learned knowing the current one replaces it, a
+// stale one loses, concurrent ones merge to the stricter; and of two
+// different limits exactly one supersedes the other.
+func TestLimitSupersedes(t *testing.T) {
+	t.Parallel()
+	s := int64(time.Second)
+	pairs := []struct {
+		desc    string
+		l, cur  PairLimit
+		replace bool
+	}{
+		{desc: "any limit replaces none", l: PairLimit{Rate: 5, Cut: s}, replace: true},
+		{desc: "none replaces nothing", cur: PairLimit{Rate: 5, Cut: s}},
+		{desc: "learned knowing cur, looser: replaces", l: PairLimit{Rate: 8, Cut: 5 * s, Base: s}, cur: PairLimit{Rate: 2, Cut: s}, replace: true},
+		{desc: "learned knowing cur, stricter: replaces", l: PairLimit{Rate: 1, Cut: 5 * s, Base: s}, cur: PairLimit{Rate: 2, Cut: s}, replace: true},
+		{desc: "cur was learned knowing it: stale", l: PairLimit{Rate: 1, Cut: s}, cur: PairLimit{Rate: 2, Cut: 5 * s, Base: s}},
+		{desc: "concurrent, stricter: replaces", l: PairLimit{Rate: 1, Cut: s}, cur: PairLimit{Rate: 2, Cut: 2 * s}, replace: true},
+		{desc: "concurrent, looser: loses though newer", l: PairLimit{Rate: 3, Cut: 3 * s}, cur: PairLimit{Rate: 2, Cut: 2 * s}},
+		{desc: "concurrent, same rate: the tighter ceiling", l: PairLimit{Rate: 2, Ceiling: 3, Cut: s}, cur: PairLimit{Rate: 2, Cut: 2 * s}, replace: true},
+		{desc: "the same limit does not replace itself", l: PairLimit{Rate: 2, Cut: s}, cur: PairLimit{Rate: 2, Cut: s}},
+	}
+	for _, tt := range pairs {
+		if got := tt.l.Supersedes(tt.cur); got != tt.replace {
+			t.Errorf("pair: %s: Supersedes = %v", tt.desc, got)
+		}
+	}
+	targets := []struct {
+		desc    string
+		l, cur  TargetLimit
+		replace bool
+	}{
+		{desc: "any limit replaces none", l: TargetLimit{Tolerance: 10, At: s}, replace: true},
+		{desc: "a lift learned knowing the hold replaces it", l: TargetLimit{At: 9 * s, Base: s, HoldOff: 99 * s}, cur: TargetLimit{Tolerance: 10, At: s}, replace: true},
+		{desc: "a concurrent lift loses to a hold", l: TargetLimit{At: 9 * s, HoldOff: 99 * s}, cur: TargetLimit{Tolerance: 10, At: s}},
+		{desc: "concurrent holds: the stricter", l: TargetLimit{Tolerance: 8, At: s}, cur: TargetLimit{Tolerance: 10, At: 2 * s}, replace: true},
+		{desc: "a cut knowing the hold replaces it", l: TargetLimit{Tolerance: 6, At: 9 * s, Base: s}, cur: TargetLimit{Tolerance: 10, At: s}, replace: true},
+		{desc: "stale", l: TargetLimit{Tolerance: 6, At: s}, cur: TargetLimit{Tolerance: 10, At: 9 * s, Base: s}},
+	}
+	for _, tt := range targets {
+		if got := tt.l.Supersedes(tt.cur); got != tt.replace {
+			t.Errorf("target: %s: Supersedes = %v", tt.desc, got)
+		}
+	}
+	// Exactly one of two different limits wins, whichever is asked.
+	var ps []PairLimit
+	for _, rate := range []float64{1, 2} {
+		for _, cut := range []int64{s, 2 * s} {
+			for _, base := range []int64{0, s, 2 * s} {
+				for _, ceiling := range []float64{0, 3} {
+					ps = append(ps, PairLimit{Rate: rate, Cut: cut, Base: min(base, cut), Ceiling: ceiling, Epoch: cut})
+				}
+			}
+		}
+	}
+	for _, a := range ps {
+		for _, b := range ps {
+			if a != b && a.Supersedes(b) == b.Supersedes(a) {
+				t.Fatalf("%+v and %+v: Supersedes %v both ways", a, b, a.Supersedes(b))
+			}
+		}
+	}
+	var ts []TargetLimit
+	for _, tol := range []float64{0, 8, 10} {
+		for _, at := range []int64{s, 2 * s} {
+			for _, base := range []int64{0, s, 2 * s} {
+				ts = append(ts, TargetLimit{Tolerance: tol, At: at, Base: min(base, at), Ceiling: 12})
+			}
+		}
+	}
+	for _, a := range ts {
+		for _, b := range ts {
+			if a != b && a.Supersedes(b) == b.Supersedes(a) {
+				t.Fatalf("%+v and %+v: Supersedes %v both ways", a, b, a.Supersedes(b))
+			}
+		}
+	}
+}
+
+// What the engine hands the store: a learned limit once, its sends per
+// bucket as deltas, each once.
+func TestPaceNewsOut(t *testing.T) {
+	t.Parallel()
+	e, s := newSharingEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 2)
+	attemptAt(t, e, start, "r0", "s.com", 2, rateLimited)
+	now := start.Add(time.Second)
+	e.Sweep(now)
+	out := s.last()
+	tg := e.target("s.com")
+	if len(out.Pairs) != 1 || out.Pairs[0] != (PairLimit{
+		Route: 0, Target: tg.n, Rate: 4, Cut: start.UnixNano(), Epoch: start.UnixNano(), Since: start.Add(time.Millisecond).UnixNano(), First: true,
+	}) {
+		t.Fatalf("handed %+v, want r0's limit from its first 429", out.Pairs)
+	}
+	if out.Now != now.UnixNano() || out.Window != time.Minute || out.Width != 10*time.Second {
+		t.Errorf("exchange at %d, window %v, width %v", out.Now, out.Window, out.Width)
+	}
+	for range 2 {
+		attemptAt(t, e, now, "r0", "s.com", 2, okOutcome)
+		now = now.Add(time.Second)
+	}
+	e.Sweep(now)
+	out = s.last()
+	bucket := now.UnixNano() / int64(10*time.Second)
+	if len(out.Pairs) != 0 || len(out.Sent) != 1 || out.Sent[0] != (PaceCount{Route: 0, Target: tg.n, Epoch: start.UnixNano(), Bucket: bucket, N: 2}) {
+		t.Errorf("handed %+v and %+v, want no limit again and r0's two sends", out.Pairs, out.Sent)
+	}
+	e.Sweep(now)
+	if out = s.last(); len(out.Sent) != 0 {
+		t.Errorf("handed %+v again", out.Sent)
+	}
+}
+
+// What the engine takes from the store: another process's limit holds the
+// pair, the share divides it, the others' counts fill the count guard, and
+// alone the whole limit comes back.
+func TestPaceNewsIn(t *testing.T) {
+	t.Parallel()
+	e, s := newSharingEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 2)
+	tg := e.target("s.com")
+	now := start
+	cut := now.Add(-time.Second).UnixNano()
+	s.hear(PaceNews{Pairs: []PairLimit{{Route: 0, Target: tg.n, Rate: 2, Cut: cut, Epoch: cut, Since: cut}}})
+	e.Sweep(now)
+	st, ok := e.Pace(now, "s.com")
+	if !ok || len(st.Pairs) != 1 || st.Pairs[0].Rate != 2 || st.Pairs[0].Own != 2 {
+		t.Fatalf("pacing %+v, want r0 held to the 2/s heard", st)
+	}
+	// Two processes: half each.
+	bucket := now.UnixNano() / int64(10*time.Second)
+	s.hear(PaceNews{Shares: []PaceShare{{Target: tg.n, Procs: 2}}, Others: []PaceCount{
+		{Route: 0, Target: tg.n, Epoch: cut, Bucket: bucket, N: 7},
+		{Route: 1, Target: tg.n, Epoch: 0, Bucket: bucket, N: 5},  // a pair only the others used
+		{Route: 0, Target: tg.n, Epoch: 42, Bucket: bucket, N: 9}, // counted under another epoch: not this one's
+	}})
+	e.Sweep(now)
+	st, _ = e.Pace(now, "s.com")
+	if st.Processes != 2 || len(st.Pairs) != 2 {
+		t.Fatalf("pacing %+v, want two processes and both pairs", st)
+	}
+	if p := st.Pairs[0]; p.Own != 1 || p.Sent != 7 || p.Local != 0 {
+		t.Errorf("r0: %+v, want its half of 2/s and the others' 7 sent", p)
+	}
+	if p := st.Pairs[1]; p.Sent != 5 || p.Rate != 0 {
+		t.Errorf("r1: %+v, want the others' 5 sent and no rate", p)
+	}
+	// The next exchange replaces the counts, not adds to them.
+	s.hear(PaceNews{Shares: []PaceShare{{Target: tg.n, Procs: 2}}, Others: []PaceCount{{Route: 0, Target: tg.n, Epoch: cut, Bucket: bucket, N: 8}}})
+	e.Sweep(now)
+	if st, _ = e.Pace(now, "s.com"); st.Pairs[0].Sent != 8 || st.Pairs[1].Sent != 0 {
+		t.Errorf("counts %+v after the next exchange, want 8 and 0", st.Pairs)
+	}
+	// Alone: the whole limit, this process's own counts.
+	s.hear(PaceNews{Alone: true})
+	e.Sweep(now)
+	st, _ = e.Pace(now, "s.com")
+	if p := st.Pairs[0]; st.Processes != 1 || p.Own != 2 || p.Sent != 0 {
+		t.Errorf("alone: %+v, want the whole 2/s and no count but its own", st)
+	}
+	// A stale limit (one this process's was learned knowing) is dropped.
+	s.hear(PaceNews{Pairs: []PairLimit{{Route: 0, Target: tg.n, Rate: 9, Cut: cut - 1, Epoch: cut - 1}}})
+	e.Sweep(now)
+	if st, _ = e.Pace(now, "s.com"); st.Pairs[0].Rate != 2 {
+		t.Errorf("a stale limit moved the rate to %v", st.Pairs[0].Rate)
+	}
+}
+
+// The others' counts and a tolerance heard from them make the count guard
+// hold a pair that sent little here.
+func TestPaceCountGuardReadsTheFleet(t *testing.T) {
+	t.Parallel()
+	e, s := newSharingEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 1)
+	tg := e.target("s.com")
+	now := start
+	bucket := now.UnixNano() / int64(10*time.Second)
+	s.hear(PaceNews{
+		Targets: []TargetLimit{{Target: tg.n, Tolerance: 10, Ceiling: 20, At: now.Add(-time.Second).UnixNano()}},
+		Shares:  []PaceShare{{Target: tg.n, Procs: 2}},
+	})
+	e.Sweep(now)
+	mustAcquire(t, e, now, Request{Target: "s.com"}) // the pair is made; sends one
+	s.hear(PaceNews{
+		Shares: []PaceShare{{Target: tg.n, Procs: 2}},
+		Others: []PaceCount{{Route: 0, Target: tg.n, Bucket: bucket, N: 9}},
+	})
+	later := now.Add(time.Minute / 10) // a token's worth at 10 a minute over 2
+	e.Sweep(later)
+	if wait := e.paceWait(tg, 0, later.UnixNano()); wait <= 0 {
+		t.Fatalf("with 1 sent here and 9 elsewhere, the tolerance of 10 did not hold the pair")
+	}
+	st, _ := e.Pace(later, "s.com")
+	if p := st.Pairs[0]; p.Sent != 10 || p.Local != 1 || math.Abs(p.Own-st.Tolerance/60/2) > 1e-9 {
+		t.Errorf("%+v, want 10 sent (1 here), and half of 10 a minute", p)
+	}
+}
+
+// A wave seen partly here and partly elsewhere is a wave: two bans heard,
+// one here, and the tolerance is learned and handed on.
+func TestPaceWaveAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	e, s := newSharingEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 4)
+	tg := e.target("s.com")
+	e.watch(tg)
+	now := start
+	for i := range 25 { // r0 sends 25 here, r3 5
+		attemptAt(t, e, now.Add(time.Duration(i)*time.Second), "r0", "s.com", 4, okOutcome)
+		if i%5 == 0 {
+			attemptAt(t, e, now.Add(time.Duration(i)*time.Second), "r3", "s.com", 4, okOutcome)
+		}
+	}
+	now = now.Add(25 * time.Second)
+	s.hear(PaceNews{Bans: []PaceBan{
+		{Route: 1, Target: tg.n, At: now.Add(-2 * time.Second).UnixNano(), Sent: 24, Most: 6},
+		{Route: 2, Target: tg.n, At: now.Add(-time.Second).UnixNano(), Sent: 26, Most: 5},
+	}})
+	e.Sweep(now)
+	if tol := tg.pace.Load().toleranceAt(&e.cfg, now.UnixNano()); tol != 0 {
+		t.Fatalf("two bans made a wave: tolerance %v", tol)
+	}
+	report(t, e, now, "r0", "s.com", Blocked, 1) // the third, here: r0 sent 25, r3 5
+	tol := tg.pace.Load().toleranceAt(&e.cfg, now.UnixNano())
+	if want := toleranceMargin * 12; math.Abs(tol-want) > 1e-9 { // max(most 6, banned 24 / 2)
+		t.Fatalf("tolerance %v, want %v", tol, want)
+	}
+	e.Sweep(now)
+	out := s.last()
+	if len(out.Targets) != 1 || out.Targets[0].Tolerance != tol || out.Targets[0].At != now.UnixNano() {
+		t.Errorf("handed %+v, want the tolerance learned", out.Targets)
+	}
+	if len(out.Bans) != 1 || out.Bans[0].Route != 0 || out.Bans[0].Sent != 25 || out.Bans[0].Most != 5 {
+		t.Errorf("handed bans %+v, want r0's", out.Bans)
+	}
+	if len(out.Seen) != 1 || out.Seen[0].Route != 0 || out.Seen[0].Banned != now.UnixNano() {
+		t.Errorf("handed %+v, want r0 banned", out.Seen)
+	}
+}
+
+// Two exits' first 429s, one heard and one here, freeze the others, and
+// the frozen rates are handed on.
+func TestPaceFreezeAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	e, s := newSharingEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 3)
+	tg := e.target("s.com")
+	e.watch(tg)
+	for i := range 30 {
+		attemptAt(t, e, start.Add(time.Duration(i)*time.Second/3), fmt.Sprintf("r%d", i%3), "s.com", 3, okOutcome)
+	}
+	now := start.Add(10 * time.Second)
+	cut := now.Add(-time.Second).UnixNano()
+	s.hear(PaceNews{Pairs: []PairLimit{{Route: 1, Target: tg.n, Rate: 1, Cut: cut, Epoch: cut, Since: cut, First: true}}})
+	e.Sweep(now)
+	if got := heldRate(e, 2, "s.com", now); got != 0 {
+		t.Fatalf("one exit's 429 froze r2 at %v", got)
+	}
+	attemptAt(t, e, now, "r0", "s.com", 3, rateLimited)
+	if got := heldRate(e, 2, "s.com", now); got == 0 {
+		t.Fatal("two exits' first 429s, one heard, did not freeze r2")
+	}
+	e.Sweep(now)
+	handed := map[int32]bool{}
+	for _, l := range s.last().Pairs {
+		handed[l.Route] = true
+	}
+	if !handed[0] || !handed[2] || handed[1] {
+		t.Errorf("handed limits of %v, want r0's and the frozen r2's", handed)
+	}
+}
+
+// A memory store shares nothing, and the engine hands it nothing.
+func TestPaceUnsharedHasNoShare(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{MaxRemovedShare: -1}, 1)
+	attemptAt(t, e, start, "r0", "s.com", 1, rateLimited)
+	tp := e.target("s.com").pace.Load()
+	if tp.shared || tp.pair(0).sh != nil || len(e.share.targets) != 0 {
+		t.Fatal("pacing state for sharing without a PaceSharer")
+	}
+}
+
+// The pair table finds every pair added, while readers read it without a
+// lock as it grows, and forgets those removed.
+func TestPairTable(t *testing.T) {
+	t.Parallel()
+	var tp targetPace
+	const n = 5000
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				for slot := int32(0); slot < n; slot += 97 {
+					if p := tp.pair(slot); p != nil && p.slot != slot {
+						t.Errorf("pair(%d) is %d's", slot, p.slot)
+						return
+					}
+				}
+			}
+		})
+	}
+	for slot := range int32(n) {
+		if tp.pairAt(slot*3, 0).slot != slot*3 { // spread: slots not dense
+			t.Fatal("pairAt made another slot's pair")
+		}
+	}
+	close(done)
+	wg.Wait()
+	seen := map[int32]int{}
+	tp.pairs.each(func(p *pairPace) { seen[p.slot]++ })
+	if len(seen) != n || tp.pairs.n != n {
+		t.Fatalf("%d pairs listed, %d held, want %d", len(seen), tp.pairs.n, n)
+	}
+	for slot := range int32(n) {
+		if seen[slot*3] != 1 || tp.pair(slot*3) == nil || tp.pair(slot*3+1) != nil {
+			t.Fatalf("slot %d listed %d times, found %v", slot*3, seen[slot*3], tp.pair(slot*3) != nil)
+		}
+	}
+	tp.mu.Lock()
+	tp.pairs.remove(func(p *pairPace) bool { return p.slot%2 == 0 })
+	tp.mu.Unlock()
+	if tp.pairs.n != n/2 || tp.pair(0) != nil || tp.pair(3) == nil {
+		t.Fatalf("after removing the even slots: %d held, pair(0) %v, pair(3) %v", tp.pairs.n, tp.pair(0) != nil, tp.pair(3) != nil)
+	}
+}
+
+// BenchmarkAcquireReportWarm is BenchmarkAcquireReport once every pair
+// the loop leases has its pacing state (pairs are made at their first
+// lease to a watched target, and BenchmarkAcquireReport never gets past
+// making them): the steady cost of a pick and its report.
+func BenchmarkAcquireReportWarm(b *testing.B) {
+	e, targets := benchPool(b, 1000)
+	now := start
+	run := func(n int) {
+		for i := range n {
+			now = now.Add(time.Microsecond)
+			l, err := e.Acquire(now, Request{Target: targets[i%len(targets)]})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := e.Report(now, l, Outcome{Class: OK, Latency: 40 * time.Millisecond}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	run(1_000_000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	run(b.N)
+}
