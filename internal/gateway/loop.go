@@ -87,16 +87,21 @@ func (o *outcome) discard() {
 
 // flight is one attempt in progress.
 type flight struct {
-	lease  engine.Lease
 	start  time.Time
 	cancel context.CancelCauseFunc
 
 	mu       sync.Mutex
-	awaited  bool        // guarded by mu: the loop waits for the outcome
-	ended    bool        // guarded by mu: the outcome is in
-	deadline *time.Timer // guarded by mu: the lease's deadline; nil without one
-	limit    *time.Timer // guarded by mu: Config.AttemptTimeout
+	lease    engine.Lease // guarded by mu: its Deadline is set once a Provisional one is known
+	awaited  bool         // guarded by mu: the loop waits for the outcome
+	ended    bool         // guarded by mu: the outcome is in
+	deadline *time.Timer  // guarded by mu: the lease's deadline, or the next look at a Provisional one; nil without
+	limit    *time.Timer  // guarded by mu: Config.AttemptTimeout
 }
+
+// recheckFirst is how long an attempt on a Provisional lease waits before
+// it first asks for its deadline again, doubling after each look that
+// finds nothing known yet.
+const recheckFirst = 250 * time.Millisecond
 
 // landed is an attempt's outcome on its way to the loop.
 type landed struct {
@@ -142,7 +147,7 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 		return nil, nil, 0, 0, err
 	}
 	var hedge <-chan time.Time
-	if l := flights[0].lease; j.hedge && g.cfg.MaxAttempts > 1 && l.HedgeAfter > 0 && (l.Deadline == 0 || l.HedgeAfter < l.Deadline) {
+	if l := flights[0].leased(); j.hedge && g.cfg.MaxAttempts > 1 && l.HedgeAfter > 0 && (l.Deadline == 0 || l.HedgeAfter < l.Deadline) {
 		t := time.NewTimer(l.HedgeAfter)
 		defer t.Stop()
 		hedge = t.C
@@ -154,7 +159,7 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 				f.drop(context.Canceled)
 			}
 			if last == nil {
-				last = &outcome{lease: flights[len(flights)-1].lease, class: engine.Canceled, done: func() {}}
+				last = &outcome{lease: flights[len(flights)-1].leased(), class: engine.Canceled, done: func() {}}
 			}
 			return nil, last, attempts, hedges, nil
 		case <-hedge:
@@ -166,7 +171,7 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 			// Silence past the deadline: the attempt is cut when another
 			// attempt is in flight or may take its place; otherwise it
 			// runs on to the attempt timeout.
-			silent := &outcome{lease: f.lease, class: engine.ProxyTimeout, reached: true}
+			silent := &outcome{lease: f.leased(), class: engine.ProxyTimeout, reached: true}
 			if f.isAwaited() && (awaited() > 1 || another() && g.retry(j, silent, attempts) && launch() == nil) {
 				f.drop(context.DeadlineExceeded)
 			}
@@ -213,37 +218,33 @@ func (g *Gateway) fly(ctx context.Context, j *job, l engine.Lease, x *route.Exit
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.limit = time.AfterFunc(g.cfg.AttemptTimeout, func() { f.expire() })
-	if l.Deadline > 0 && l.Deadline < g.cfg.AttemptTimeout {
-		f.deadline = time.AfterFunc(l.Deadline, func() {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			switch {
-			case f.ended:
-			case !f.awaited:
-				f.cancel(context.DeadlineExceeded) // an orphan's silence is evidence too
-			default:
-				deadlines <- f // buffered: one deadline per attempt
-			}
-		})
+	switch {
+	case l.Provisional:
+		g.recheck(f, recheckFirst, deadlines)
+	case l.Deadline > 0 && l.Deadline < g.cfg.AttemptTimeout:
+		f.armDeadline(l.Deadline, deadlines)
 	}
 	go func() {
 		o := g.attempt(actx, j, l, x)
 		o.done = func() { cancel(nil) }
-		if o.class == engine.Canceled && o.blocked == nil {
-			o.class = l.Canceled(g.cfg.Now().Sub(f.start), o.timeout)
-		}
-		// A winner the caller reports itself goes unreported here, unless
-		// the loop no longer wants it.
-		reported := o.class != engine.OK || j.reportWin
-		if reported {
-			g.report(l, o.evidence())
-		}
 		f.mu.Lock()
 		f.ended = true
 		f.limit.Stop()
 		if f.deadline != nil {
 			f.deadline.Stop()
 		}
+		o.lease = f.lease
+		f.mu.Unlock()
+		if o.class == engine.Canceled && o.blocked == nil {
+			o.class = o.lease.Canceled(g.cfg.Now().Sub(f.start), o.timeout)
+		}
+		// A winner the caller reports itself goes unreported here, unless
+		// the loop no longer wants it.
+		reported := o.class != engine.OK || j.reportWin
+		if reported {
+			g.report(o.lease, o.evidence())
+		}
+		f.mu.Lock()
 		awaited := f.awaited
 		if awaited {
 			landings <- landed{o: o, reported: reported} // buffered: one landing per attempt
@@ -251,12 +252,55 @@ func (g *Gateway) fly(ctx context.Context, j *job, l engine.Lease, x *route.Exit
 		f.mu.Unlock()
 		if !awaited {
 			if !reported {
-				g.report(l, o.evidence())
+				g.report(o.lease, o.evidence())
 			}
 			o.discard()
 		}
 	}()
 	return f
+}
+
+// armDeadline starts f's deadline, due in d. The caller holds f.mu.
+func (f *flight) armDeadline(d time.Duration, deadlines chan<- *flight) {
+	f.deadline = time.AfterFunc(d, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		switch {
+		case f.ended:
+		case !f.awaited:
+			f.cancel(context.DeadlineExceeded) // an orphan's silence is evidence too
+		default:
+			deadlines <- f // buffered: one deadline per attempt
+		}
+	})
+}
+
+// recheck looks again, in after, for the deadline of f's Provisional
+// lease: once the pool has answered, the attempt gets the deadline it
+// would have had, counted from its start, and is cut at once if that has
+// passed. The caller holds f.mu.
+func (g *Gateway) recheck(f *flight, after time.Duration, deadlines chan<- *flight) {
+	f.deadline = time.AfterFunc(after, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.ended {
+			return
+		}
+		d, _ := g.engine.Timing(f.lease, g.cfg.AttemptTimeout)
+		if d <= 0 || d >= g.cfg.AttemptTimeout {
+			g.recheck(f, 2*after, deadlines)
+			return
+		}
+		f.lease.Deadline, f.lease.Provisional = d, false
+		f.armDeadline(max(d-g.cfg.Now().Sub(f.start), 0), deadlines)
+	})
+}
+
+// leased is f's lease as it stands.
+func (f *flight) leased() engine.Lease {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lease
 }
 
 // attempt runs j.try, turning a panic inside it into a Canceled outcome,

@@ -41,26 +41,42 @@ func (v *env) warm(t *testing.T, site *site, n int) {
 	}
 }
 
-// firstOn sends requests made by newReq until one has route id as its
-// first pick, which it returns with its response, body read, and how long
-// it took. The round-robin picker alternates, so a few suffice.
-func (v *env) firstOn(t *testing.T, id string, newReq func() *http.Request, picked func() bool) (*http.Response, time.Duration) {
+// silentBehindFast is a site, a fast route (0) that has carried warm GETs
+// to it, so that leases get deadlines and hedge delays, and a silent route
+// (1) added after: it reads each request and never answers.
+func silentBehindFast(t *testing.T, cfg Config, warm int) (*env, *site, *routetest.Proxy) {
+	t.Helper()
+	site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") })
+	fast := routetest.NewProxy(t, routetest.Behavior{})
+	silent := routetest.NewProxy(t, routetest.Behavior{Silent: true})
+	v := newEnvEngine(t, timedEngine(), cfg, proxyLine(fast, ""))
+	v.warm(t, site, warm)
+	v.addRoute(t, proxyLine(silent, ""))
+	return v, site, silent
+}
+
+// viaSilent sends method requests to site until one is first picked onto
+// the silent route, and returns its response (body read), how long it took
+// and how many times the site saw it. The round-robin picker alternates,
+// so a few requests suffice.
+func (v *env) viaSilent(t *testing.T, site *site, silent *routetest.Proxy, method string) (resp *http.Response, took time.Duration, hits int) {
 	t.Helper()
 	c := v.client(t, "")
 	for range 4 {
-		start := time.Now()
-		resp, err := c.Do(newReq())
+		before, start := site.Hits(), time.Now()
+		req, _ := http.NewRequest(method, site.URL, strings.NewReader("x"))
+		resp, err := c.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if picked() {
-			return resp, time.Since(start)
+		if silent.Requests() > 0 {
+			return resp, time.Since(start), site.Hits() - before
 		}
 	}
-	t.Fatalf("route %s never picked first", id)
-	return nil, 0
+	t.Fatal("the silent route was never picked first")
+	return nil, 0, 0
 }
 
 // A silent exit is cut at its lease's deadline, a timeout with evidence,
@@ -81,25 +97,14 @@ func TestDeadlineCutsSilence(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(tc.method, func(t *testing.T) {
 				t.Parallel()
-				site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") })
-				fast := routetest.NewProxy(t, routetest.Behavior{})
-				silent := routetest.NewProxy(t, routetest.Behavior{Silent: true})
 				const attemptTimeout = 1500 * time.Millisecond
-				v := newEnvEngine(t, timedEngine(), Config{Budget: noHedges, AttemptTimeout: attemptTimeout}, proxyLine(fast, ""))
-				v.warm(t, site, 5)
-				v.addRoute(t, proxyLine(silent, ""))
-
-				var hitsBefore int
-				resp, took := v.firstOn(t, v.id(1), func() *http.Request {
-					hitsBefore = site.Hits()
-					req, _ := http.NewRequest(tc.method, site.URL, strings.NewReader("x"))
-					return req
-				}, func() bool { return silent.Requests() > 0 })
+				v, site, silent := silentBehindFast(t, Config{Budget: noHedges, AttemptTimeout: attemptTimeout}, 5)
+				resp, took, hits := v.viaSilent(t, site, silent, tc.method)
 				if resp.StatusCode != tc.wantStatus || resp.Header.Get(headerAttempts) != tc.wantAttempts {
 					t.Errorf("status %d after %s attempts, want %d after %s", resp.StatusCode, resp.Header.Get(headerAttempts), tc.wantStatus, tc.wantAttempts)
 				}
-				if got := site.Hits() - hitsBefore; got != tc.wantHits {
-					t.Errorf("the site saw the request %d times, want %d", got, tc.wantHits)
+				if hits != tc.wantHits {
+					t.Errorf("the site saw the request %d times, want %d", hits, tc.wantHits)
 				}
 				if tc.method == http.MethodGet && took >= attemptTimeout {
 					t.Errorf("took %v: the silence was not cut before the attempt timeout", took)
@@ -125,12 +130,7 @@ func TestLateCancelIsEvidence(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(tc.desc, func(t *testing.T) {
 				t.Parallel()
-				site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") })
-				fast := routetest.NewProxy(t, routetest.Behavior{})
-				silent := routetest.NewProxy(t, routetest.Behavior{Silent: true})
-				v := newEnvEngine(t, timedEngine(), Config{Budget: noHedges, MaxAttempts: 1}, proxyLine(fast, ""))
-				v.warm(t, site, 5)
-				v.addRoute(t, proxyLine(silent, ""))
+				v, site, _ := silentBehindFast(t, Config{Budget: noHedges, MaxAttempts: 1}, 5)
 				if err := v.e.Drain(time.Now(), v.id(0)); err != nil {
 					t.Fatal(err)
 				}
@@ -160,23 +160,10 @@ func TestHedge(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(tc.method, func(t *testing.T) {
 				t.Parallel()
-				site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") })
-				fast := routetest.NewProxy(t, routetest.Behavior{})
-				silent := routetest.NewProxy(t, routetest.Behavior{Silent: true})
 				rec := &recorder{}
-				v := newEnvEngine(t, timedEngine(), Config{Observer: rec, AttemptTimeout: time.Second}, proxyLine(fast, ""))
-				v.warm(t, site, 20) // hedges have no floor: 5% of 20 requests is one
-				v.addRoute(t, proxyLine(silent, ""))
-				rec.mu.Lock()
-				rec.hedges = 0
-				rec.mu.Unlock()
-
-				var hitsBefore int
-				resp, _ := v.firstOn(t, v.id(1), func() *http.Request {
-					hitsBefore = site.Hits()
-					req, _ := http.NewRequest(tc.method, site.URL, strings.NewReader("x"))
-					return req
-				}, func() bool { return silent.Requests() > 0 })
+				// Hedges have no floor: 5% of 20 requests is one.
+				v, site, silent := silentBehindFast(t, Config{Observer: rec, AttemptTimeout: time.Second}, 20)
+				resp, _, hits := v.viaSilent(t, site, silent, tc.method)
 				rec.mu.Lock()
 				hedges := rec.hedges
 				rec.mu.Unlock()
@@ -184,7 +171,7 @@ func TestHedge(t *testing.T) {
 					t.Errorf("%d hedges, want %d", hedges, tc.wantHedges)
 				}
 				if tc.method == http.MethodPost {
-					if site.Hits() != hitsBefore {
+					if hits != 0 {
 						t.Error("the POST reached the site through another route")
 					}
 					return
@@ -241,14 +228,10 @@ func TestHedgeBudget(t *testing.T) {
 // its deadline, is closed and reported.
 func TestConnectHedge(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
-		site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") })
 		echo := routetest.ServeTCP(t, func(c net.Conn) { io.Copy(c, c); c.Close() })
-		fast := routetest.NewProxy(t, routetest.Behavior{})
-		silent := routetest.NewProxy(t, routetest.Behavior{Silent: true})
 		rec := &recorder{}
-		v := newEnvEngine(t, timedEngine(), Config{Observer: rec, AttemptTimeout: 2 * time.Second}, proxyLine(fast, ""))
-		v.warm(t, site, 20) // the same target, 127.0.0.1; 5% of 20 requests is one hedge
-		v.addRoute(t, proxyLine(silent, ""))
+		// The site is the same target, 127.0.0.1; 5% of 20 requests is one hedge.
+		v, _, silent := silentBehindFast(t, Config{Observer: rec, AttemptTimeout: 2 * time.Second}, 20)
 		for range 4 {
 			c, br, resp := connect(t, v, echo)
 			if resp.StatusCode != http.StatusOK || resp.Header.Get(headerRoute) != v.id(0) {
@@ -313,4 +296,57 @@ func connect(t *testing.T, v *env, addr string) (net.Conn, *bufio.Reader, *http.
 		t.Fatal(err)
 	}
 	return c, br, resp
+}
+
+// On a cold start nothing is known of answer times, so the first leases
+// carry the whole attempt timeout. An attempt on a silent exit still gets
+// its deadline once the pool has answered, counted from its start, and the
+// request moves on well before the attempt timeout.
+func TestProvisionalDeadline(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") })
+		silent := routetest.NewProxy(t, routetest.Behavior{Silent: true})
+		fast := routetest.NewProxy(t, routetest.Behavior{})
+		const attemptTimeout = 10 * time.Second
+		v := newEnvEngine(t, timedEngine(), Config{Budget: noHedges, AttemptTimeout: attemptTimeout}, proxyLine(silent, ""), proxyLine(fast, ""))
+		if err := v.e.Drain(time.Now(), v.id(1)); err != nil {
+			t.Fatal(err)
+		}
+		type answer struct {
+			resp *http.Response
+			took time.Duration
+			err  error
+		}
+		first := make(chan answer, 1)
+		go func() {
+			start := time.Now()
+			resp, err := v.client(t, "").Get(site.URL)
+			if err == nil {
+				resp.Body.Close()
+			}
+			first <- answer{resp, time.Since(start), err}
+		}()
+		for deadline := time.Now().Add(5 * time.Second); silent.Requests() == 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the first request never reached the silent exit")
+			}
+		}
+		// The fast exit only, from now on: the pool answers through it.
+		if err := v.e.Restore(time.Now(), v.id(1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := v.e.Drain(time.Now(), v.id(0)); err != nil {
+			t.Fatal(err)
+		}
+		v.warm(t, site, 1)
+		a := <-first
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		if a.resp.StatusCode != http.StatusOK || a.resp.Header.Get(headerAttempts) != "2" || a.took >= attemptTimeout/2 {
+			t.Errorf("status %d after %s attempts in %v, want 200 after 2 well within %v",
+				a.resp.StatusCode, a.resp.Header.Get(headerAttempts), a.took, attemptTimeout)
+		}
+		v.waitOutcome(t, 0, engine.ProxyTimeout)
+	})
 }
