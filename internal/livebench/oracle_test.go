@@ -164,32 +164,50 @@ func TestOracleBurstBan(t *testing.T) {
 
 func TestOracleGivesUpWhatIsNotWorthAWorker(t *testing.T) {
 	t.Parallel()
+	// worth = 32 workers × (elapsed + 100 ms) ÷ (attempts sent − 16 in
+	// flight counted as half + 1).
 	tests := []struct {
-		desc   string
-		shapes []Shape
-		warm   bool // 10 s in, a worker's time worth about 1 ms
-		wantOK bool
+		desc    string
+		shapes  []Shape
+		elapsed time.Duration
+		taken   int
+		wantOK  bool
 	}{
-		{"nothing will succeed", []Shape{dead(), blackholed(), fast().on("shop.test", banned)}, false, false},
-		{"at the start, a fast exit", []Shape{fast()}, false, true},
-		{"at the start, not a slow exit (32 workers × 5 ms)", []Shape{slow(), fast().on("shop.test", banned)}, false, false},
-		{"a worker's time worth 1 ms: not even a fast exit (5 ms)", []Shape{fast()}, true, false},
-		{"an exit adding nothing is worth it", []Shape{{}}, true, true},
+		{"nothing will succeed", []Shape{dead(), blackholed(), fast().on("shop.test", banned)}, 0, 0, false},
+		{"at the start, a fast exit", []Shape{fast()}, 0, 0, true},
+		{"64 attempts sent at once, 65 ms a worker: not a slow exit", []Shape{slow(), fast().on("shop.test", banned)}, 0, 64, false},
+		{"10 s in at 105 ms an attempt: a fast exit (100 ms)", []Shape{fast()}, 10 * time.Second, 3093, true},
+		{"10 s in at 105 ms an attempt: not a flaky one (143 ms)", []Shape{flaky()}, 10 * time.Second, 3093, false},
+		{"10 s in at 1 ms an attempt: not even a fast exit", []Shape{fast()}, 10 * time.Second, 323200, false},
+		{"10 s in at 1 ms an attempt: an exit adding nothing", []Shape{{}}, 10 * time.Second, 323200, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
 			t.Parallel()
 			o := thriftyOracle(t, tt.shapes...)
-			now := t0
-			if tt.warm {
-				// 32 workers, 10 s, 320k attempts sent: 1 ms of a worker each.
-				o.start, o.taken = t0, 320000
-				now = at(10 * time.Second)
+			if tt.elapsed > 0 || tt.taken > 0 {
+				o.start, o.taken = t0, tt.taken
 			}
-			if _, _, ok := o.choose("shop.test", nil, now); ok != tt.wantOK {
-				t.Fatalf("ok = %v, want %v", ok, tt.wantOK)
+			if _, _, ok := o.choose("shop.test", nil, at(tt.elapsed)); ok != tt.wantOK {
+				t.Fatalf("ok = %v, want %v (worth %v)", ok, tt.wantOK, time.Duration(o.worth(at(tt.elapsed))))
 			}
 		})
+	}
+}
+
+func TestOracleWorthTracksTheTimeOfAnAttempt(t *testing.T) {
+	t.Parallel()
+	// 32 workers back to back on 100 ms attempts: every 100 ms, 32 more
+	// are sent. What a worker's time is worth never drops below the
+	// attempt's 100 ms, so a fast exit is never given up.
+	o := thriftyOracle(t, fast())
+	o.start = t0
+	for step := range 100 {
+		now := at(time.Duration(step) * 100 * time.Millisecond)
+		o.taken = 32 * (step + 1) // the attempts sent by now, those in flight included
+		if w := time.Duration(o.worth(now)); w < fastLatency {
+			t.Fatalf("at %v with %d sent: worth %v, below an attempt's %v", now.Sub(t0), o.taken, w, fastLatency)
+		}
 	}
 }
 
@@ -198,10 +216,41 @@ func TestOracleComesRoundToASlowExitWhenNothingElseWorks(t *testing.T) {
 	// Giving up raises what a worker's time is worth, until the slow exit
 	// is worth it: the oracle never starves a pool of slow exits.
 	o := thriftyOracle(t, slow(), fast().on("shop.test", banned))
+	o.start, o.taken = t0, 64 // a worker's time worth 65 ms
 	if _, _, ok := o.choose("shop.test", nil, t0); ok {
 		t.Fatal("took a 1 s exit at once")
 	}
-	if _, _, ok := o.choose("shop.test", nil, at(40*time.Millisecond)); !ok {
-		t.Fatal("still gives up after 32 workers × 45 ms without an attempt")
+	if _, _, ok := o.choose("shop.test", nil, at(1500*time.Millisecond)); !ok {
+		t.Fatal("still gives up after 32 workers × 1.5 s without an attempt")
+	}
+}
+
+func TestOracleSendsSpareWorkersToWhatIsLeft(t *testing.T) {
+	t.Parallel()
+	// A worker's time worth 65 ms: a slow exit is not worth one, unless
+	// enough other workers are idle, giving tasks up.
+	o := thriftyOracle(t, slow(), fast().on("shop.test", banned))
+	o.start, o.taken = t0, 64
+	o.idle = oracleReserve(32) - 1
+	if _, _, ok := o.choose("shop.test", nil, t0); ok {
+		t.Fatalf("took a 1 s exit with %d workers idle", o.idle)
+	}
+	o.idle++
+	if exit, _, ok := o.choose("shop.test", nil, t0); !ok || exit != 0 {
+		t.Fatalf("with %d workers idle: exit %d, ok %v; want the slow exit", o.idle, exit, ok)
+	}
+	// Nothing usable is still nothing, and room to come is not parked on.
+	o = thriftyOracle(t, dead(), fast().on("shop.test", banned))
+	o.idle = 32
+	if _, _, ok := o.choose("shop.test", nil, t0); ok {
+		t.Fatal("sent a task where nothing can carry it")
+	}
+	o = thriftyOracle(t, fast().on("shop.test", rateLimited(2, time.Minute)))
+	o.start, o.taken, o.idle = t0, 64, 32
+	if _, wait, ok := o.choose("shop.test", nil, t0); !ok || wait != 0 {
+		t.Fatalf("the first pick: wait %v, ok %v; want the room there is", wait, ok)
+	}
+	if _, wait, ok := o.choose("shop.test", nil, t0); ok {
+		t.Fatalf("a spare worker parked on room %v away", wait)
 	}
 }

@@ -83,13 +83,13 @@ func pools() []pool {
 	return []pool{
 		{
 			name:  "a_everyday_bad",
-			about: "20 exits: 10 fast, 3 slow (~1 s), 3 dead, 2 blackholed, 2 flaky (30% 502/503)",
+			about: "20 exits: 10 fast (~100 ms), 3 slow (~1 s), 3 dead, 2 blackholed, 2 flaky (30% 502/503)",
 			shapes: shuffled(1,
 				copies(10, fast()), copies(3, slow()), copies(3, dead()), copies(2, blackholed()), copies(2, flaky())),
 		},
 		{
 			name:   "b_auth_slow",
-			about:  "20 exits: 4 answer 407, 6 slow (~1 s), 10 fast",
+			about:  "20 exits: 4 answer 407, 6 slow (~1 s), 10 fast (~100 ms)",
 			shapes: shuffled(2, copies(4, auth407()), copies(6, slow()), copies(10, fast())),
 		},
 		{
@@ -122,7 +122,7 @@ func pools() []pool {
 		},
 		{
 			name:   "g_healthy_reference",
-			about:  "16 fast exits, nothing wrong: the cost of a hop at this load",
+			about:  "16 fast exits (~100 ms), nothing wrong: the cost of a hop at this load",
 			shapes: copies(16, fast()),
 		},
 	}

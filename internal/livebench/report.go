@@ -113,8 +113,12 @@ func (p poolReport) write(w io.Writer) {
 		fmt.Fprintf(w, "- %s: %d completed, %d failed%s, %d cut at the end; client attempts: %s\n",
 			r.contender, r.res.completed, r.res.failed, given, r.res.cut, formatTallies(r.res.outcomes))
 		fmt.Fprintf(w, "  - requests at the exits by kind (per exit): %s\n", formatKinds(kinds, r.exitRequests))
+		last := ""
+		if p.opts.Rounds > 1 {
+			last = "last round: " // notes are read after each run, and the last run's kept
+		}
 		for _, n := range r.notes {
-			fmt.Fprintf(w, "  - %s\n", n)
+			fmt.Fprintf(w, "  - %s%s\n", last, n)
 		}
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -47,15 +49,20 @@ func (r *row) merge(o row) {
 
 // measure runs c over a fresh fleet of p's shapes for d and measures the
 // load: the fleet's timeline starts with the load, after the contender is
-// ready, so startup is not measured.
+// ready, so startup is not measured. The contender's files go to a new
+// directory of dir named after the pool and the contender, with exits.txt
+// saying which exit (by URL, as gateways log routes) has which shape.
 func measure(ctx context.Context, p pool, c contender, opts Options, d time.Duration, dir string) (row, error) {
 	f, err := startFleet(p.shapes, siteNames(), opts.Seed, opts.CaptchaMarker)
 	if err != nil {
 		return row{}, err
 	}
 	defer f.close()
-	cdir, err := os.MkdirTemp(dir, c.name+"-")
+	cdir, err := os.MkdirTemp(dir, p.name+"-"+c.name+"-")
 	if err != nil {
+		return row{}, err
+	}
+	if err := os.WriteFile(filepath.Join(cdir, "exits.txt"), []byte(exitList(f, p)), 0o600); err != nil {
 		return row{}, err
 	}
 	s, err := c.start(ctx, f, opts, cdir)
@@ -123,4 +130,14 @@ func runPool(ctx context.Context, p pool, cs []contender, opts Options, dir stri
 	}
 	rep.rows = rows
 	return rep, nil
+}
+
+// exitList is exits.txt: each exit of f, as its URL and its kind in p.
+func exitList(f *fleet, p pool) string {
+	var b strings.Builder
+	kinds := p.kinds()
+	for i, u := range f.urls() {
+		b.WriteString(u.String() + " " + kinds[i] + "\n")
+	}
+	return b.String()
 }

@@ -50,20 +50,27 @@ type BurstBan struct {
 	Penalty  time.Duration
 }
 
-// Usual latencies of the pools' exits.
+// Usual latencies of the pools' exits and their spread, as real exits
+// answer: a good residential or datacenter exit in 100–300 ms, a poor one
+// in a second or more. Fast is the low end of good on purpose: the
+// benchmark measures routing decisions, and at 32 workers it is ~300
+// requests a second, which a 2-core machine carries without the gateways'
+// CPU becoming the bottleneck.
 const (
-	fastLatency = 5 * time.Millisecond
+	fastLatency = 100 * time.Millisecond
+	fastJitter  = 0.3 // 70–130 ms
 	slowLatency = time.Second
+	slowJitter  = 0.2 // 0.8–1.2 s
 )
 
 // The building blocks of pools. Each returns a fresh Shape, so a pool can
 // modify one without touching another.
 
-// fast is a healthy exit that adds a few milliseconds.
-func fast() Shape { return Shape{Latency: fastLatency, Jitter: 0.5} }
+// fast is a healthy exit that adds about 100 ms.
+func fast() Shape { return Shape{Latency: fastLatency, Jitter: fastJitter} }
 
 // slow is a working exit that adds about a second.
-func slow() Shape { return Shape{Latency: slowLatency, Jitter: 0.2} }
+func slow() Shape { return Shape{Latency: slowLatency, Jitter: slowJitter} }
 
 // dead refuses connections.
 func dead() Shape { return Shape{Dead: true} }

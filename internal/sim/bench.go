@@ -176,7 +176,7 @@ func (sc *Scenario) jobs(opts Options) ([]job, error) {
 			}
 			jobs = append(jobs, engineJob(name, es, seed))
 		case name == "least_loaded":
-			jobs = append(jobs, job{name, func(w World) (Policy, error) { return NewLeastLoaded(w, seed), nil }})
+			jobs = append(jobs, job{name, func(w World) (Policy, error) { return NewLeastLoaded(w), nil }})
 		case name == "fastest":
 			jobs = append(jobs, job{name, func(w World) (Policy, error) { return NewFastest(w), nil }})
 		case name == "proxyops":

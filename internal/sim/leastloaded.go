@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -28,21 +27,19 @@ var (
 // no hedges, no view of what the site answered.
 type leastLoaded struct {
 	// Owner goroutine only.
-	rng       *rand.Rand
 	routes    int
 	inflight  []int32
 	up        []bool
 	streak    []int8 // consecutive check results: > 0 successes, < 0 failures
+	next      int    // where the next pick's scan starts: equally loaded routes take turns
 	nextCheck time.Time
-	upList    []int // scratch
 }
 
-// NewLeastLoaded returns the least_loaded baseline: two random routes the
-// health checks say are up, the one with fewer attempts in flight.
-func NewLeastLoaded(w World, seed uint64) Policy {
+// NewLeastLoaded returns the least_loaded baseline: of the routes the
+// health checks say are up, the one with the fewest attempts in flight.
+func NewLeastLoaded(w World) Policy {
 	n := w.Routes()
 	p := &leastLoaded{
-		rng:      rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		routes:   n,
 		inflight: make([]int32, n),
 		up:       make([]bool, n),
@@ -54,23 +51,26 @@ func NewLeastLoaded(w World, seed uint64) Policy {
 	return p
 }
 
-// Pick implements Policy. The ticket is the route.
+// Pick implements Policy: the route up with the fewest attempts in
+// flight, not avoided; as in HAProxy's leastconn, routes equally loaded
+// take turns (a scan from past the last pick). The ticket is the route.
 func (p *leastLoaded) Pick(_ time.Time, _ int, _ string, avoid []int) (Attempt, bool) {
-	p.upList = p.upList[:0]
-	for r := range p.routes {
-		if p.up[r] && !slices.Contains(avoid, r) {
-			p.upList = append(p.upList, r)
+	best := -1
+	for i := range p.routes {
+		r := (p.next + i) % p.routes
+		if !p.up[r] || slices.Contains(avoid, r) {
+			continue
+		}
+		if best < 0 || p.inflight[r] < p.inflight[best] {
+			best = r
 		}
 	}
-	if len(p.upList) == 0 {
+	if best < 0 {
 		return Attempt{}, false // HAProxy answers 503: no server available
 	}
-	a := p.upList[p.rng.IntN(len(p.upList))]
-	if b := p.upList[p.rng.IntN(len(p.upList))]; p.inflight[b] < p.inflight[a] {
-		a = b
-	}
-	p.inflight[a]++
-	return Attempt{Route: a, Ticket: uint64(a)}, true
+	p.next = best + 1
+	p.inflight[best]++
+	return Attempt{Route: best, Ticket: uint64(best)}, true
 }
 
 // Report implements Policy: HAProxy does not judge servers by the answers

@@ -11,10 +11,10 @@ import (
 	"unicode/utf8"
 )
 
-// Plot geometry in SVG user units: two panels stacked on a shared time
+// Plot geometry in SVG user units: three panels stacked on a shared time
 // axis, the legend to their right.
 const (
-	plotWidth, plotHeight = 960, 640
+	plotWidth, plotHeight = 960, 920
 	plotLeft, plotRight   = 80, 760 // x extent of both panels
 	legendX               = 785
 	legendNameRunes       = 20 // longer policy names are cut to fit the legend
@@ -29,23 +29,30 @@ var plotPalette = [...]string{
 // plotPanel is one chart of the plot: a metric of Point over time.
 type plotPanel struct {
 	title, axis string
+	unit        string              // after each y tick: "%" or none
 	top, bottom float64             // y extent
-	value       func(Point) float64 // share, 0…1
-	lo, hi      float64             // axis range in percent, fitted to the data
-	step        float64             // between y ticks, in percent
+	value       func(Point) float64 // in the axis's unit
+	// fit picks the axis range and tick step for data from lo to hi
+	// (both NaN without data).
+	fit          func(lo, hi float64) (alo, ahi, step float64)
+	lo, hi, step float64
 }
 
-// WritePlot draws one scenario's summaries as an SVG 1.1 image: completion
-// rate over time per policy (top) and the share of attempts sent to bad
-// routes (bottom), from each Summary's Series, so that detection and
-// recovery can be seen rather than read off a table. It writes plain text
-// with no dependencies so the bench can run anywhere.
+// WritePlot draws one scenario's summaries as an SVG 1.1 image, from each
+// Summary's Series: throughput over time per policy (top: completed tasks
+// per second of simulated time, in the Series' buckets), completion rate
+// (middle) and the share of attempts sent to bad routes (bottom), so that
+// what a policy gets done, and its detection and recovery, can be seen
+// rather than read off a table. It writes plain text with no dependencies
+// so the bench can run anywhere.
 func WritePlot(w io.Writer, scenario string, summaries []Summary) error {
 	panels := []*plotPanel{
-		{title: "Completion rate", axis: "completion", top: 70, bottom: 290,
-			value: func(p Point) float64 { return p.Completion }},
-		{title: "Attempts sent to bad routes", axis: "to bad routes", top: 350, bottom: 570,
-			value: func(p Point) float64 { return p.BadShare }},
+		{title: "Throughput", axis: "tasks/s", top: 70, bottom: 290,
+			value: func(p Point) float64 { return p.Throughput }, fit: rateAxis},
+		{title: "Completion rate", axis: "completion (%)", unit: "%", top: 350, bottom: 570,
+			value: func(p Point) float64 { return 100 * p.Completion }, fit: sharesAxis},
+		{title: "Attempts sent to bad routes", axis: "to bad routes (%)", unit: "%", top: 630, bottom: 850,
+			value: func(p Point) float64 { return 100 * p.BadShare }, fit: sharesAxis},
 	}
 	var end time.Duration
 	for _, pn := range panels {
@@ -53,15 +60,15 @@ func WritePlot(w io.Writer, scenario string, summaries []Summary) error {
 		for _, s := range summaries {
 			for _, pt := range s.Series {
 				if v := pn.value(pt); isFinite(v) {
-					lo, hi = min(lo, 100*v), max(hi, 100*v)
+					lo, hi = min(lo, v), max(hi, v)
 				}
 				end = max(end, pt.At)
 			}
 		}
 		if lo > hi { // no data
-			lo, hi = 0, 100
+			lo, hi = math.NaN(), math.NaN()
 		}
-		pn.lo, pn.hi, pn.step = percentAxis(max(lo, 0), min(hi, 100))
+		pn.lo, pn.hi, pn.step = pn.fit(lo, hi)
 	}
 	unit, unitName := time.Second, "s"
 	if end > 3*time.Minute {
@@ -87,15 +94,16 @@ func WritePlot(w io.Writer, scenario string, summaries []Summary) error {
 
 	for _, pn := range panels {
 		y := func(v float64) float64 {
-			return pn.bottom - clampTo((100*v-pn.lo)/(pn.hi-pn.lo), 0, 1)*(pn.bottom-pn.top)
+			return pn.bottom - clampTo((v-pn.lo)/(pn.hi-pn.lo), 0, 1)*(pn.bottom-pn.top)
 		}
 		fmt.Fprintf(&b, "<text x=\"%d\" y=\"%s\" font-size=\"14\">%s</text>\n", plotLeft, svgNum(pn.top-8), pn.title)
 		mid := (pn.top + pn.bottom) / 2
-		fmt.Fprintf(&b, "<text x=\"22\" y=\"%s\" text-anchor=\"middle\" transform=\"rotate(-90 22 %s)\">%s (%%)</text>\n", svgNum(mid), svgNum(mid), pn.axis)
-		for v := pn.lo; v <= pn.hi+1e-9; v += pn.step {
-			ty := svgNum(y(v / 100))
+		fmt.Fprintf(&b, "<text x=\"22\" y=\"%s\" text-anchor=\"middle\" transform=\"rotate(-90 22 %s)\">%s</text>\n", svgNum(mid), svgNum(mid), pn.axis)
+		for i := 0.0; pn.lo+i*pn.step <= pn.hi+1e-9*pn.step; i++ {
+			v := pn.lo + i*pn.step
+			ty := svgNum(y(v))
 			fmt.Fprintf(&b, "<line x1=\"%d\" y1=\"%s\" x2=\"%d\" y2=\"%s\" stroke=\"#ddd\"/>\n", plotLeft, ty, plotRight, ty)
-			fmt.Fprintf(&b, "<text x=\"%d\" y=\"%s\" text-anchor=\"end\" dy=\"4\">%s%%</text>\n", plotLeft-6, ty, strconv.FormatFloat(v, 'f', -1, 64))
+			fmt.Fprintf(&b, "<text x=\"%d\" y=\"%s\" text-anchor=\"end\" dy=\"4\">%s%s</text>\n", plotLeft-6, ty, tickLabel(v, pn.step), pn.unit)
 		}
 		for i := 0.0; i*tstep <= span+1e-9; i++ {
 			tx := svgNum(plotLeft + i*tstep/span*(plotRight-plotLeft))
@@ -140,6 +148,25 @@ func strokeStyle(i int, policy string) string {
 		style += ` stroke-dasharray="6 4"`
 	}
 	return style
+}
+
+// sharesAxis fits a percent axis to data from lo to hi percent (NaN: no
+// data), within 0…100%.
+func sharesAxis(lo, hi float64) (alo, ahi, step float64) {
+	if math.IsNaN(lo) {
+		lo, hi = 0, 100
+	}
+	return percentAxis(max(lo, 0), min(hi, 100))
+}
+
+// rateAxis fits an axis from 0 to a round number at or above hi (NaN: no
+// data), with at most five steps of 1, 2 or 5 times a power of ten.
+func rateAxis(_, hi float64) (alo, ahi, step float64) {
+	if !(hi > 0) {
+		hi = 1 // nothing completed, or no data: any axis will do
+	}
+	step = niceStep(hi / 5)
+	return 0, math.Ceil(hi/step-1e-9) * step, step
 }
 
 // percentAxis picks a y axis in whole percent covering [lo, hi] with at most

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ func TestWritePlot(t *testing.T) {
 		scenario  string
 		summaries []Summary
 		wantText  []string // decoded text the image must contain
-		wantDash  int      // dashed lines: the oracle in both panels and the legend
+		wantDash  int      // dashed lines: the oracle in every panel and the legend
 	}{
 		{
 			desc:     "three policies with oracle",
@@ -40,8 +41,8 @@ func TestWritePlot(t *testing.T) {
 				{Policy: "switchyard", Series: testSeries(60, 5*time.Second, dip, spike)},
 				{Policy: "round-robin", Series: testSeries(60, 5*time.Second, flat(0.7), flat(0.3))},
 			},
-			wantText: []string{"dead-exits", "oracle", "switchyard", "round-robin", "time (min)"},
-			wantDash: 3,
+			wantText: []string{"dead-exits", "oracle", "switchyard", "round-robin", "time (min)", "Throughput", "tasks/s"},
+			wantDash: 4,
 		},
 		{
 			desc:      "escaped names",
@@ -54,7 +55,7 @@ func TestWritePlot(t *testing.T) {
 			scenario:  "empty",
 			summaries: []Summary{{Policy: "a"}, {Policy: "oracle"}},
 			wantText:  []string{"empty", "a", "oracle"},
-			wantDash:  3,
+			wantDash:  4,
 		},
 		{
 			desc:      "single point at zero",
@@ -106,7 +107,7 @@ func TestWritePlot(t *testing.T) {
 			if err != nil {
 				t.Fatalf("not valid XML: %v\n%s", err, out)
 			}
-			if got, want := elems["polyline"], 2*len(tt.summaries); got != want {
+			if got, want := elems["polyline"], 3*len(tt.summaries); got != want {
 				t.Errorf("%d polylines, want %d (one per policy per panel)", got, want)
 			}
 			for _, s := range tt.wantText {
@@ -118,6 +119,109 @@ func TestWritePlot(t *testing.T) {
 				t.Errorf("%d dashed lines, want %d", dashed, tt.wantDash)
 			}
 		})
+	}
+}
+
+// TestWritePlotThroughput: the top panel draws each policy's completed
+// tasks per second over time on an axis from 0 that holds the highest.
+func TestWritePlotThroughput(t *testing.T) {
+	t.Parallel()
+	rate := func(v ...float64) []Point {
+		pts := make([]Point, len(v))
+		for i := range v {
+			pts[i] = Point{At: time.Duration(i+1) * 5 * time.Second, Throughput: v[i], Completion: 1}
+		}
+		return pts
+	}
+	tests := []struct {
+		desc      string
+		series    [][]Point
+		wantTop   float64 // the axis's top
+		wantLabel string  // its tick
+	}{
+		{"tasks per second", [][]Point{rate(150, 152.5, 140, 151), rate(75, 76.25, 70, 75.5)}, 200, "200"},
+		{"a trickle", [][]Point{rate(0.2, 0.4, 0.3)}, 0.4, "0.4"},
+		{"a round top", [][]Point{rate(20, 40, 30)}, 40, "40"},
+		{"nothing completed", [][]Point{rate(0, 0)}, 1, "1.0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			var summaries []Summary
+			for i, pts := range tt.series {
+				summaries = append(summaries, Summary{Policy: strings.Repeat("p", i+1), Series: pts})
+			}
+			var b bytes.Buffer
+			if err := WritePlot(&b, "s", summaries); err != nil {
+				t.Fatal(err)
+			}
+			panels, lines := svgPanels(t, b.String())
+			if len(panels) != 3 || len(lines) != 3*len(tt.series) {
+				t.Fatalf("%d panels and %d lines, want 3 and %d", len(panels), len(lines), 3*len(tt.series))
+			}
+			_, text, _, _ := parseSVG(b.String())
+			if !strings.Contains(text, "\n"+tt.wantLabel+"\n") || strings.Contains(text, "\n"+tt.wantLabel+"%") {
+				t.Errorf("no tick %q, without a percent sign, in\n%s", tt.wantLabel, text)
+			}
+			// The first panel, from 0 at its bottom: each point's height
+			// is its throughput in proportion to the axis's top.
+			top, bottom, ahi := panels[0][0], panels[0][1], tt.wantTop
+			for i, pts := range tt.series {
+				ys := lines[i] // the first panel's lines come first, in policy order
+				if len(ys) != len(pts) {
+					t.Fatalf("line %d has %d points, want %d", i, len(ys), len(pts))
+				}
+				for j, p := range pts {
+					want := bottom - p.Throughput/ahi*(bottom-top)
+					if math.Abs(ys[j]-want) > 0.06 {
+						t.Errorf("policy %d point %d: y %.1f, want %.1f for %g tasks/s", i, j, ys[j], want, p.Throughput)
+					}
+				}
+			}
+		})
+	}
+}
+
+// svgPanels returns the y extent of each panel frame of a plot and the y
+// coordinates of each polyline, in document order.
+func svgPanels(t *testing.T, s string) (panels [][2]float64, lines [][]float64) {
+	t.Helper()
+	dec := xml.NewDecoder(strings.NewReader(s))
+	num := func(v string) float64 {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			t.Fatalf("bad number %q", v)
+		}
+		return f
+	}
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return panels, lines
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		el, ok := tok.(xml.StartElement)
+		if !ok {
+			continue
+		}
+		attr := map[string]string{}
+		for _, a := range el.Attr {
+			attr[a.Name.Local] = a.Value
+		}
+		switch {
+		case el.Name.Local == "rect" && attr["fill"] == "none":
+			y := num(attr["y"])
+			panels = append(panels, [2]float64{y, y + num(attr["height"])})
+		case el.Name.Local == "polyline":
+			var ys []float64
+			for _, pt := range strings.Fields(attr["points"]) {
+				_, y, _ := strings.Cut(pt, ",")
+				ys = append(ys, num(y))
+			}
+			lines = append(lines, ys)
+		}
 	}
 }
 

@@ -65,6 +65,16 @@ const probeTimeout = 10 * time.Second
 // will be ready (retryHinter).
 const noRouteWait = time.Second
 
+// maxParkedPerWorker bounds the tasks set aside (parked) per worker. A
+// worker whose request is refused at once takes another task only while
+// fewer than this many per worker are set aside; beyond it the worker
+// waits for the first to come due. A crawler's frontier is finite, and a
+// refusal costs no simulated time: without a bound, a pool that refuses
+// everything would have the workers draw tasks without end at one instant.
+// The built-in scenarios stay under it (burst-bans sets aside about 170
+// per worker at most).
+const maxParkedPerWorker = 256
+
 // retryHinter is a Policy that, after offering no route, can say when it
 // will have one.
 type retryHinter interface {
@@ -352,44 +362,54 @@ func (r *runner) request(i int) bool {
 	return r.send(i)
 }
 
-// send starts an attempt of the worker's request; when the policy offers
-// no route, the client is told at once and asks again after the wait it
-// was given, or 1 s. It reports whether the task ended.
-func (r *runner) send(i int) bool {
+// pick asks the policy for a route for the worker's request, other than
+// those it has tried.
+func (r *runner) pick(i int) (Attempt, bool) {
 	wk := &r.workers[i]
-	if len(wk.avoid) >= r.w.Routes() {
-		wk.avoid = wk.avoid[:0] // every route tried: any may be tried again
-	}
 	session := ""
 	if wk.sticky {
 		session = wk.session
 	}
-	a, ok := r.p.Pick(Epoch.Add(r.now), wk.target, session, wk.avoid)
-	if !ok {
-		if len(wk.inflight) > 0 {
-			return false // a hedge found nothing: the first attempt goes on
-		}
-		// No route can take it now (a gateway's 503, or 429 with the
-		// Retry-After the policy knows): a crawler sets the page aside for
-		// that long and has the worker fetch another meanwhile, rather
-		// than hold a worker idle.
-		wait := noRouteWait
-		if h, ok := r.p.(retryHinter); ok && h.RetryIn() > 0 {
-			// As the gateway says it: a Retry-After in whole seconds.
-			wait = time.Duration(engine.RetryAfterSeconds(h.RetryIn())) * time.Second
-		}
-		if r.now+wait < wk.started+r.load.TaskDeadline {
-			wk.live = false
-			t := wk.task
-			t.tries-- // a request the gateway refused at once is not a try
-			t.due = r.now + wait
-			r.parked.push(t)
-			r.queue.push(event{at: r.now, worker: i, kind: evStart})
-			return false
-		}
+	return r.p.Pick(Epoch.Add(r.now), wk.target, session, wk.avoid)
+}
+
+// send starts the first attempt of the worker's request, or a retry after
+// a failure. When the policy offers no route for the first, the client is
+// told at once and asks again after the wait it was given, or 1 s; with
+// none for a retry, the request ends with its last failure, as the
+// gateway answers it (internal/gateway/loop.go). It reports whether the
+// task ended.
+func (r *runner) send(i int) bool {
+	if a, ok := r.pick(i); ok {
+		r.launch(i, a)
+		return false
+	}
+	wk := &r.workers[i]
+	if wk.attempts > 0 {
 		return r.fail(i)
 	}
-	r.launch(i, a)
+	// No route can take it now (a gateway's 503, or 429 with the
+	// Retry-After the policy knows): a crawler sets the page aside for
+	// that long and has the worker fetch another meanwhile, rather than
+	// hold a worker idle.
+	wait := noRouteWait
+	if h, ok := r.p.(retryHinter); ok && h.RetryIn() > 0 {
+		// As the gateway says it: a Retry-After in whole seconds.
+		wait = time.Duration(engine.RetryAfterSeconds(h.RetryIn())) * time.Second
+	}
+	if r.now+wait >= wk.started+r.load.TaskDeadline {
+		return r.fail(i)
+	}
+	wk.live = false
+	t := wk.task
+	t.tries-- // a request the gateway refused at once is not a try
+	t.due = r.now + wait
+	r.parked.push(t)
+	next := r.now
+	if len(r.parked.items) > maxParkedPerWorker*len(r.workers) {
+		next, _ = r.parked.next()
+	}
+	r.queue.push(event{at: next, worker: i, kind: evStart})
 	return false
 }
 
@@ -489,15 +509,26 @@ func (r *runner) answer(slot int32, res Result) bool {
 	return r.fail(i)
 }
 
-// deadline is attempt slot reaching its deadline without an answer: the
-// gateway cuts it and moves the request to another route when it may
-// retry; otherwise the attempt runs on to the attempt timeout.
+// deadline is attempt slot reaching its deadline without an answer. As
+// the gateway does (internal/gateway/loop.go), it is cut, a timeout, when
+// another attempt of the request is in flight (a hedge) or may take its
+// place on another route; otherwise it runs on to its answer or the
+// attempt timeout.
 func (r *runner) deadline(slot int32) bool {
 	a := &r.attempts[slot]
 	i := a.worker
-	if len(r.workers[i].inflight) == 1 && r.retries(i, engine.ProxyTimeout) {
-		r.end(slot, Result{Class: engine.ProxyTimeout, Latency: a.cut})
-		return r.send(i)
+	cut := Result{Class: engine.ProxyTimeout, Latency: a.cut}
+	if len(r.workers[i].inflight) > 1 {
+		r.end(slot, cut)
+		return false
+	}
+	if r.retries(i, engine.ProxyTimeout) {
+		// The next route is leased before this attempt is let go.
+		if next, ok := r.pick(i); ok {
+			r.end(slot, cut)
+			r.launch(i, next)
+			return false
+		}
 	}
 	ev := event{slot: slot, gen: a.gen, at: a.start + r.load.AttemptTimeout, kind: evCap}
 	if a.result.Latency <= r.load.AttemptTimeout {
@@ -508,11 +539,12 @@ func (r *runner) deadline(slot int32) bool {
 }
 
 // retries reports whether the gateway retries the worker's request after
-// a failure of class c: the request is not a session's, attempts are
-// left, and the policy's rules (or the rule table) allow it.
+// a failure of class c: the request is not a session's, attempts and
+// untried routes are left, and the policy's rules (or the rule table)
+// allow it.
 func (r *runner) retries(i int, c engine.Class) bool {
 	wk := &r.workers[i]
-	if wk.sticky || wk.attempts >= r.load.MaxAttempts || r.now >= wk.giveUp {
+	if wk.sticky || wk.attempts >= r.load.MaxAttempts || len(wk.avoid) >= r.w.Routes() || r.now >= wk.giveUp {
 		return false
 	}
 	if r.retrier != nil {
@@ -521,15 +553,20 @@ func (r *runner) retries(i int, c engine.Class) bool {
 	return engine.DefaultRules.Rule(c).Retry
 }
 
-// hedge starts a second attempt for the worker's request, if its first is
-// still without an answer and the policy's budget allows.
+// hedge starts a second attempt for the worker's request on another
+// route, as the gateway does: only while its first attempt, still without
+// an answer, is the only one it has made (a retry is not hedged on the
+// first attempt's delay), a route is left to try and the policy's budget
+// allows. A hedge that finds no route is not counted.
 func (r *runner) hedge(i int) {
 	wk := &r.workers[i]
-	if len(wk.inflight) != 1 || wk.attempts >= r.load.MaxAttempts || !r.hedger.Hedge(Epoch.Add(r.now)) {
+	if wk.attempts != 1 || len(wk.inflight) != 1 || len(wk.avoid) >= r.w.Routes() || !r.hedger.Hedge(Epoch.Add(r.now)) {
 		return
 	}
-	r.hedges++
-	r.send(i)
+	if a, ok := r.pick(i); ok {
+		r.hedges++
+		r.launch(i, a)
+	}
 }
 
 // giveUp is the client's timeout: every attempt in flight is canceled (the
@@ -610,8 +647,24 @@ func (r *runner) summary() Summary {
 	if sc, ok := r.p.(sessionCounter); ok {
 		s.SessionRestarts = sc.SessionRestarts()
 	}
-	for i, b := range r.series {
-		pt := Point{At: time.Duration(i+1) * seriesBucket, Throughput: float64(b.completed) / seriesBucket.Seconds()}
+	// The events at the very end fall in a bucket of their own, of no
+	// width: they belong to the last.
+	series := r.series
+	if n := len(series); n > 1 && time.Duration(n-1)*seriesBucket >= end {
+		last, prev := series[n-1], &series[n-2]
+		prev.finished += last.finished
+		prev.completed += last.completed
+		prev.attempts += last.attempts
+		prev.bad += last.bad
+		series = series[:n-1]
+	}
+	for i, b := range series {
+		// The last bucket ends with the run, maybe before its full width.
+		from := time.Duration(i) * seriesBucket
+		pt := Point{At: min(from+seriesBucket, max(end, from))}
+		if width := pt.At - from; width > 0 {
+			pt.Throughput = float64(b.completed) / width.Seconds()
+		}
 		if b.finished > 0 {
 			pt.Completion = float64(b.completed) / float64(b.finished)
 		}

@@ -1,8 +1,10 @@
 package sim
 
 import (
+	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -136,5 +138,48 @@ func TestRunSessions(t *testing.T) {
 	}
 	if s.CompletionRate < 0.99 {
 		t.Fatalf("completion %.3f with sessions", s.CompletionRate)
+	}
+}
+
+// TestSeries: the plot's buckets cover the run and no more, the last cut
+// short where the run ends, and their throughput adds up to the tasks
+// completed.
+func TestSeries(t *testing.T) {
+	t.Parallel()
+	w := fakeWorld{n: 10, dead: 3, deadFrom: 4 * time.Second}
+	tests := []struct {
+		desc   string
+		load   func(*Load)
+		wantAt []time.Duration // nil: only the last is checked, against the run's end
+	}{
+		{"a duration of whole buckets", func(l *Load) { l.Duration, l.Tasks = 15*time.Second, 0 },
+			[]time.Duration{5 * time.Second, 10 * time.Second, 15 * time.Second}},
+		{"a duration ending mid-bucket", func(l *Load) { l.Duration, l.Tasks = 12*time.Second, 0 },
+			[]time.Duration{5 * time.Second, 10 * time.Second, 12 * time.Second}},
+		{"a task count", func(l *Load) { l.Tasks = 700 }, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			load := testLoad()
+			tt.load(&load)
+			s := Run(w, newTestEngine(t, w, engine.Config{}, false), load, nil)
+			var at []time.Duration
+			completed, from := 0.0, time.Duration(0)
+			for _, p := range s.Series {
+				at = append(at, p.At)
+				completed += p.Throughput * (p.At - from).Seconds()
+				from = p.At
+			}
+			if tt.wantAt != nil && !slices.Equal(at, tt.wantAt) {
+				t.Errorf("buckets end at %v, want %v", at, tt.wantAt)
+			}
+			if end := time.Duration(s.SimulatedSeconds * float64(time.Second)); (at[len(at)-1] - end).Abs() > time.Microsecond {
+				t.Errorf("last bucket ends at %v, the run at %v", at[len(at)-1], end)
+			}
+			if math.Abs(completed-float64(s.Completed)) > 1e-6 {
+				t.Errorf("the buckets' throughput adds up to %.3f tasks, %d completed", completed, s.Completed)
+			}
+		})
 	}
 }

@@ -166,10 +166,11 @@ type Summary struct {
 	Series []Point `json:"-"` // over time, for plots
 }
 
-// Point is one time bucket of a run, for plots.
+// Point is one time bucket of a run, for plots: 5 s of simulated time,
+// the last cut short where the run ends.
 type Point struct {
 	At         time.Duration // end of the bucket, from the start of the run
 	Completion float64       // share of tasks finished in the bucket that completed
 	BadShare   float64       // share of attempts in the bucket sent to bad routes
-	Throughput float64       // tasks completed in the bucket per second
+	Throughput float64       // tasks completed in the bucket per second of it
 }

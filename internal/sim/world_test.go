@@ -596,3 +596,167 @@ func BenchmarkAttempt(b *testing.B) {
 		i++
 	}
 }
+
+func TestBurstban(t *testing.T) {
+	t.Parallel()
+	const routes = `[[routes]]
+name = "r"
+count = 2
+jitter = 0
+[[routes.behaviours]]
+kind = "burstban"
+target = "shop"
+limit = 3
+window = "10s"
+penalty = "1m"
+`
+	type step struct {
+		at    time.Duration
+		route int
+		tgt   int
+		bad   bool          // before the attempt
+		wait  time.Duration // before the attempt: until a request would not earn a ban
+		want  engine.Class
+	}
+	s := time.Second
+	tests := []struct {
+		desc  string
+		steps []step
+	}{
+		{"the limit+1-th request in the window is banned for the penalty", []step{
+			{0, 0, wtShop, false, 0, engine.OK},
+			{1 * s, 0, wtShop, false, 0, engine.OK},
+			{2 * s, 0, wtShop, false, 0, engine.OK},
+			{9 * s, 0, wtShop, false, s, engine.Blocked},      // a fourth within 10s of the first
+			{10 * s, 0, wtShop, true, 59 * s, engine.Blocked}, // banned: refused, and not counted
+			{69*s - 1, 0, wtShop, true, 1, engine.Blocked},
+			{69 * s, 0, wtShop, false, 0, engine.OK}, // the ban is over, the count starts afresh
+			{70 * s, 0, wtShop, false, 0, engine.OK},
+			{71 * s, 0, wtShop, false, 0, engine.OK},
+			{79 * s, 0, wtShop, false, 0, engine.OK}, // the first of the three has left the window
+		}},
+		{"spaced out, never banned", func() []step {
+			var steps []step
+			for i := range 30 {
+				steps = append(steps, step{time.Duration(i) * 3400 * time.Millisecond, 0, wtShop, false, 0, engine.OK})
+			}
+			return steps
+		}()},
+		{"per route and per target", []step{
+			{0, 0, wtShop, false, 0, engine.OK},
+			{0, 0, wtShop, false, 0, engine.OK},
+			{0, 0, wtShop, false, 0, engine.OK},
+			{0, 0, wtShop, false, 10 * s, engine.Blocked},
+			{0, 0, wtShop, true, time.Minute, engine.Blocked},
+			{0, 1, wtShop, false, 0, engine.OK},
+			{0, 0, wtNews, false, 0, engine.OK},
+			{0, 0, NeutralTarget, false, 0, engine.OK},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			w, rng := wtWorld(t, routes), wtRand()
+			truth := w.(groundTruth)
+			for i, st := range tt.steps {
+				if bad := w.Bad(st.route, st.tgt, st.at); bad != st.bad {
+					t.Fatalf("step %d at %v: Bad = %v before the attempt, want %v", i, st.at, bad, st.bad)
+				}
+				if st.tgt != NeutralTarget {
+					if wait := truth.Wait(st.route, st.tgt, st.at); wait != st.wait {
+						t.Fatalf("step %d at %v: Wait = %v before the attempt, want %v", i, st.at, wait, st.wait)
+					}
+				}
+				if r := w.Attempt(st.route, st.tgt, st.at, rng); r.Class != st.want {
+					t.Fatalf("step %d at %v: Attempt = %+v, want %v", i, st.at, r, st.want)
+				}
+			}
+			if f := w.Faults(); len(f) != 0 {
+				t.Errorf("Faults = %+v: a burst ban trips under load, not on a schedule", f)
+			}
+		})
+	}
+}
+
+func TestBurstbanPrecedence(t *testing.T) {
+	t.Parallel()
+	w, rng := wtWorld(t, `[[routes]]
+name = "r"
+[[routes.behaviours]]
+kind = "ratelimit"
+target = "shop"
+rps = 100
+[[routes.behaviours]]
+kind = "burstban"
+target = "shop"
+limit = 1
+window = "1m"
+[[routes.behaviours]]
+kind = "ban"
+target = "news"
+[[routes.behaviours]]
+kind = "burstban"
+target = "news"
+limit = 1
+window = "1m"
+`), wtRand()
+	for i, want := range []engine.Class{engine.OK, engine.Blocked, engine.Blocked} {
+		if r := w.Attempt(0, wtShop, 0, rng); r.Class != want {
+			t.Errorf("shop attempt %d: %v, want %v", i, r.Class, want)
+		}
+	}
+	// A banned route is never counted toward its burst.
+	for range 5 {
+		w.Attempt(0, wtNews, 0, rng)
+	}
+	if w.(groundTruth).Wait(0, wtNews, 0) != 0 {
+		t.Error("a ban's refusals counted toward the burst")
+	}
+}
+
+// TestCheck: World.Check is a TCP connect to the exit: it fails only while
+// the exit refuses connections; an exit that hangs or asks for
+// credentials accepts the connection, and what sites do is no part of it.
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc       string
+		behaviours string
+		at         time.Duration
+		ok         bool
+	}{
+		{desc: "healthy", ok: true},
+		{desc: "dead fails", behaviours: "kind = 'dead'"},
+		{desc: "outage fails in its window", behaviours: "kind = 'outage'\nfrom = '1m'\nuntil = '2m'", at: 90 * time.Second},
+		{desc: "outage passes after it", behaviours: "kind = 'outage'\nfrom = '1m'\nuntil = '2m'", at: 2 * time.Minute, ok: true},
+		{desc: "flap fails when down", behaviours: "kind = 'flap'\nperiod = '30s'", at: 45 * time.Second},
+		{desc: "flap passes when up", behaviours: "kind = 'flap'\nperiod = '30s'", at: 15 * time.Second, ok: true},
+		{desc: "blackhole passes", behaviours: "kind = 'blackhole'", ok: true},
+		{desc: "auth passes", behaviours: "kind = 'auth'", ok: true},
+		{desc: "slow passes", behaviours: "kind = 'slow'\nfactor = 1000", ok: true},
+		{desc: "dead on one site only passes", behaviours: "kind = 'dead'\ntarget = 'shop'", ok: true},
+		{desc: "a ban passes", behaviours: "kind = 'ban'\ntarget = 'shop'", ok: true},
+		{desc: "a burst ban passes", behaviours: "kind = 'burstban'\nlimit = 1\nwindow = '1m'", ok: true},
+		{desc: "errors pass", behaviours: "kind = 'errors'\np = 1", ok: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			routes := "[[routes]]\nname = 'r'\n"
+			if tt.behaviours != "" {
+				routes += "[[routes.behaviours]]\n" + tt.behaviours + "\n"
+			}
+			w := wtWorld(t, routes)
+			for range 3 { // and again: a check changes nothing
+				r := w.Check(0, tt.at)
+				want := Result{Class: engine.OK, Latency: connectLatency}
+				if !tt.ok {
+					want = Result{Class: engine.ProxyConnectFailed, Latency: refusedLatency}
+				}
+				if r != want {
+					t.Fatalf("Check = %+v, want %+v", r, want)
+				}
+			}
+		})
+	}
+}
