@@ -110,9 +110,12 @@ type waveBan struct {
 // pairPace is one pair's pacing: the count of what it sent, and a token
 // bucket (burst 1) at the rate its 429s taught.
 type pairPace struct {
-	mu     sync.Mutex
-	slot   int32   // immutable: the route's
-	rate   float64 // guarded by mu: requests/s its last 429 allowed; 0 when it had none
+	mu   sync.Mutex
+	slot int32   // immutable: the route's
+	rate float64 // guarded by mu: requests/s its last 429 allowed; 0 when it had none
+	// held is set, for good, once rate is: picks pass a pair that was
+	// never held, at a target without a tolerance, without its lock.
+	held   atomic.Bool
 	cut    int64   // guarded by mu: when that 429 came, Unix ns
 	tokens float64 // guarded by mu
 	last   int64   // guarded by mu: when tokens was last refilled
@@ -321,6 +324,7 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 		p.rate = e.cfg.PaceStart
 	}
 	p.rate = min(max(p.rate, e.cfg.PaceFloor), e.cfg.PaceMax)
+	p.held.Store(true)
 	p.ceiling = held
 	base := p.cut
 	p.cut, p.tokens, p.last = ns, 0, ns
@@ -353,6 +357,7 @@ func (tp *targetPace) freeze(c *Config, tripped int32, ns int64) {
 		q.mu.Lock()
 		if q.rate == 0 {
 			q.rate = min(max(2*q.peak(c, ns), c.PaceFloor), c.PaceMax)
+			q.held.Store(true)
 			q.cut, q.tokens, q.last = ns, 1, ns
 			q.pressed, q.pressedAt = 0, 0
 			if q.sh != nil {
@@ -488,10 +493,14 @@ func (e *Engine) paceWait(t *target, slot int32, ns int64) time.Duration {
 	if p == nil {
 		return 0 // a pair not leased since the target was paced owes nothing
 	}
+	tol := tp.toleranceAt(&e.cfg, ns)
+	if tol == 0 && !p.held.Load() {
+		return 0 // most pairs of a paced target: held by nothing
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var wait time.Duration
-	own, tol := p.rateAt(&e.cfg, ns), tp.toleranceAt(&e.cfg, ns)
+	own := p.rateAt(&e.cfg, ns)
 	if rate := tp.rateIn(own, tol, &e.cfg); rate > 0 {
 		if ns > p.last {
 			p.tokens = min(1, p.tokens+rate*float64(ns-p.last)/float64(time.Second))

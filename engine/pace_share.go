@@ -3,6 +3,7 @@ package engine
 import (
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -486,6 +487,7 @@ func (p *pairPace) adopt(c *Config, l PairLimit, ns int64) (first bool) {
 	}
 	held := p.rate > 0
 	p.rate, p.ceiling, p.cut = l.Rate, l.Ceiling, l.Cut
+	p.held.Store(true)
 	p.pressed, p.pressedAt = 0, 0
 	sh := p.sh
 	sh.base, sh.first, sh.dirty = l.Base, l.First, false
@@ -576,14 +578,6 @@ func (e *Engine) Pace(now time.Time, target string) (PaceStatus, bool) {
 			Route: e.routes.get(p.slot).id, Rate: rate, Own: tp.rateIn(rate, tol, &e.cfg), Sent: sent, Local: local,
 		})
 	})
-	slices.SortFunc(st.Pairs, func(a, b PairPaceStatus) int {
-		switch {
-		case a.Route < b.Route:
-			return -1
-		case a.Route > b.Route:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(st.Pairs, func(a, b PairPaceStatus) int { return strings.Compare(a.Route, b.Route) })
 	return st, true
 }

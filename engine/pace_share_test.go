@@ -391,20 +391,8 @@ func TestPairTable(t *testing.T) {
 func BenchmarkAcquireReportWarm(b *testing.B) {
 	e, targets := benchPool(b, 1000)
 	now := start
-	run := func(n int) {
-		for i := range n {
-			now = now.Add(time.Microsecond)
-			l, err := e.Acquire(now, Request{Target: targets[i%len(targets)]})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := e.Report(now, l, Outcome{Class: OK, Latency: 40 * time.Millisecond}); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	run(1_000_000)
+	acquireReport(b, e, targets, &now, 1_000_000)
 	b.ReportAllocs()
 	b.ResetTimer()
-	run(b.N)
+	acquireReport(b, e, targets, &now, b.N)
 }
