@@ -145,6 +145,12 @@ type Admin struct {
 // Pacing bounds the memory of per-target pacing.
 type Pacing struct {
 	MaxTargets int `toml:"max_targets"` // targets (and route×target pairs) remembered; default 10000
+	// LearnedMaxWait is how long a request waits for an exit when all of
+	// its target's are at the rates the target's 429s and bans taught,
+	// before it gets 429 with Retry-After. Default 0: answer at once, so
+	// that the client's worker moves on to other work (measured in
+	// docs/design/005-cost.md).
+	LearnedMaxWait time.Duration `toml:"learned_max_wait"`
 }
 
 // State says where the engine's shared state lives (SPEC §3).

@@ -69,6 +69,7 @@ func TestLoadErrors(t *testing.T) {
 		{"state prefix", "[state]\nprefix = \"a b\"\n", nil, nil, `state.prefix: "a b": letters, digits`},
 		{"state timeout", "[state]\ntimeout = \"0s\"\n", nil, nil, "state.timeout: must be positive"},
 		{"pacing bound", "[pacing]\nmax_targets = 0\n", nil, nil, "pacing.max_targets: must be positive"},
+		{"negative learned wait", "[pacing]\nlearned_max_wait = \"-1s\"\n", nil, nil, "pacing.learned_max_wait: must not be negative"},
 		{"target without hosts", "[[targets]]\nkey = \"x\"\n", nil, nil, "targets[1].hosts: names no host"},
 		{"target pattern", "[[targets]]\nhosts = [\"ex*mple.com\"]\n", nil, nil, ":4: targets[1].hosts: \"ex*mple.com\""},
 		{"target key", "[[targets]]\nhosts = [\"*\"]\nkey = \"a/b\"\n", nil, nil, ":5: targets[1].key: \"a/b\": only letters"},

@@ -166,6 +166,9 @@ func (l *loader) checkPacing() error {
 	if l.c.Pacing.MaxTargets < 1 {
 		return l.errAt("pacing.max_targets", "must be positive")
 	}
+	if l.c.Pacing.LearnedMaxWait < 0 {
+		return l.errAt("pacing.learned_max_wait", "must not be negative")
+	}
 	return nil
 }
 

@@ -81,6 +81,12 @@ type Config struct {
 	// MaxPacedTargets bounds the targets, and route×target pairs, whose
 	// pacing state is kept (LRU). Default 10000.
 	MaxPacedTargets int
+	// LearnedMaxWait is how long a request's first attempt waits for an
+	// exit when every route is at the rate its target taught the engine
+	// (engine.PacedError) before the client gets 429 with Retry-After;
+	// zero answers at once. Retries and hedges never wait: they have
+	// other attempts to watch.
+	LearnedMaxWait time.Duration
 	// Log receives one Info line per request (per CONNECT: when the tunnel
 	// is built or fails); nil means no request logs. Lines never carry
 	// credentials or query strings, where crawlers put tokens.

@@ -123,7 +123,13 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 	defer func() { g.abandon(flights, landings, win) }()
 
 	launch := func() error {
-		l, x, err := g.lease(ctx, s, j.ctl, j.target, tried)
+		// Only the first attempt waits for a paced target: a retry or a
+		// hedge has other attempts to watch meanwhile.
+		wait := time.Duration(0)
+		if attempts == 0 {
+			wait = g.cfg.LearnedMaxWait
+		}
+		l, x, err := g.lease(ctx, s, j.ctl, j.target, tried, wait)
 		if err != nil {
 			return err
 		}

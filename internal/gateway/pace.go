@@ -48,8 +48,10 @@ func (g *Gateway) admitPace(w http.ResponseWriter, r *http.Request, s *settings,
 // route×target politeness check. A route at its politeness rate is given
 // back without evidence and another one leased, so pacing never counts
 // against an exit; a session's route is never swapped, so it waits or the
-// request is refused.
-func (g *Gateway) lease(ctx context.Context, s *settings, ctl control, target string, tried []string) (engine.Lease, *route.Exit, error) {
+// request is refused. When every route is at the rate the target taught
+// (engine.PacedError), lease waits for the first to be ready, up to wait
+// in all.
+func (g *Gateway) lease(ctx context.Context, s *settings, ctl control, target string, tried []string, wait time.Duration) (engine.Lease, *route.Exit, error) {
 	avoid := slices.Clip(tried) // appending must not write into tried
 	var paced error
 	for {
@@ -57,6 +59,13 @@ func (g *Gateway) lease(ctx context.Context, s *settings, ctl control, target st
 		if err != nil {
 			if paced != nil {
 				return engine.Lease{}, nil, paced
+			}
+			if pe, ok := errors.AsType[*engine.PacedError](err); ok && pe.RetryAfter <= wait {
+				d := max(pe.RetryAfter, time.Millisecond)
+				if sleep(ctx, d) {
+					wait -= d
+					continue
+				}
 			}
 			return engine.Lease{}, nil, err
 		}
@@ -73,6 +82,18 @@ func (g *Gateway) lease(ctx context.Context, s *settings, ctl control, target st
 		}
 		paced = err
 		avoid = append(avoid, l.Route)
+	}
+}
+
+// sleep waits d, and reports false if ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

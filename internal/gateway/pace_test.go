@@ -179,3 +179,66 @@ func TestAcquireErrors(t *testing.T) {
 		}
 	}
 }
+
+// A request whose target has every route at its learned rate waits for the
+// first to be ready when that is within LearnedMaxWait, and is told to
+// come back when it is not.
+func TestLearnedPacingWait(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		tests := []struct {
+			desc       string
+			paceStart  float64 // the rate a 429 teaches: the wait for the next token
+			wait       time.Duration
+			wantStatus int
+		}{
+			{"a token within the wait: the request waits for it", 2, 10 * time.Second, http.StatusOK},
+			{"a token beyond the wait: 429 at once", 0.1, time.Second, http.StatusTooManyRequests},
+			{"no wait: 429 at once", 0.1, 0, http.StatusTooManyRequests},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				tg := newTarget(t, func(int, http.ResponseWriter, *http.Request) {})
+				p := routetest.NewProxy(t, routetest.Behavior{})
+				v := newEnvEngine(t, engine.Config{Seed: 1, MaxRemovedShare: -1, PaceStart: tc.paceStart},
+					Config{LearnedMaxWait: tc.wait}, proxyLine(p, ""))
+				client := v.client(t, "")
+				get := func() (*http.Response, string) {
+					t.Helper()
+					resp, err := client.Get(tg.URL + "/")
+					if err != nil {
+						t.Fatal(err)
+					}
+					body, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					return resp, string(body)
+				}
+				if resp, body := get(); resp.StatusCode != http.StatusOK {
+					t.Fatalf("first request: %d %s", resp.StatusCode, body)
+				}
+				// The site's 429 to the route, as the engine hears of it:
+				// a rate of paceStart, its token spent.
+				site := target.DefaultKey(tg.URL[len("http://"):strings.LastIndexByte(tg.URL, ':')])
+				fed := time.Now()
+				if err := v.e.Feedback(fed, v.e.Routes()[0].ID, site, engine.Outcome{Class: engine.RateLimited, RetryAfter: time.Nanosecond}); err != nil {
+					t.Fatal(err)
+				}
+				resp, body := get()
+				if resp.StatusCode != tc.wantStatus {
+					t.Fatalf("paced request: %d %s, want %d", resp.StatusCode, body, tc.wantStatus)
+				}
+				if tc.wantStatus == http.StatusOK {
+					// The next token is 1/paceStart after the 429.
+					if waited, ready := time.Since(fed), time.Duration(float64(time.Second)/tc.paceStart); waited < ready*4/5 || tg.Hits() != 2 {
+						t.Errorf("answered %v after the 429 (token at %v), site hits %d: want it to wait for the token, 2 hits", waited, ready, tg.Hits())
+					}
+				}
+				if tc.wantStatus == http.StatusTooManyRequests {
+					if resp.Header.Get(headerError) != "paced" || resp.Header.Get("Retry-After") == "" || tg.Hits() != 1 {
+						t.Errorf("refused with %q, Retry-After %q, site hits %d: want paced, a wait, 1", resp.Header.Get(headerError), resp.Header.Get("Retry-After"), tg.Hits())
+					}
+				}
+			})
+		}
+	})
+}

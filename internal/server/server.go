@@ -106,6 +106,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		Users:               users,
 		Targets:             cfg.TargetRules(),
 		MaxPacedTargets:     cfg.Pacing.MaxTargets,
+		LearnedMaxWait:      cfg.Pacing.LearnedMaxWait,
 		ResolveProxyTargets: cfg.Security.ResolveProxyTargets,
 		Log:                 log,
 	}
