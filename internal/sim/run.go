@@ -685,19 +685,9 @@ func percentileMs(sorted []time.Duration, q float64) float64 {
 }
 
 // parkedTasks is a min-heap of tasks by due time.
-type parkedTasks struct{ items []task }
+type parkedTasks struct{ minHeap[task, *task] }
 
-func (q *parkedTasks) push(t task) {
-	q.items = append(q.items, t)
-	for i := len(q.items) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if q.items[parent].due <= q.items[i].due {
-			break
-		}
-		q.items[i], q.items[parent] = q.items[parent], q.items[i]
-		i = parent
-	}
-}
+func (t *task) before(u *task) bool { return t.due < u.due }
 
 // next returns the earliest due time.
 func (q *parkedTasks) next() (time.Duration, bool) {
@@ -712,25 +702,7 @@ func (q *parkedTasks) due(now time.Duration) (task, bool) {
 	if len(q.items) == 0 || q.items[0].due > now {
 		return task{}, false
 	}
-	top := q.items[0]
-	last := len(q.items) - 1
-	q.items[0] = q.items[last]
-	q.items = q.items[:last]
-	for i := 0; ; {
-		small, l, r := i, 2*i+1, 2*i+2
-		if l < last && q.items[l].due < q.items[small].due {
-			small = l
-		}
-		if r < last && q.items[r].due < q.items[small].due {
-			small = r
-		}
-		if small == i {
-			break
-		}
-		q.items[i], q.items[small] = q.items[small], q.items[i]
-		i = small
-	}
-	return top, true
+	return q.pop(), true
 }
 
 type eventKind uint8
@@ -756,49 +728,57 @@ type event struct {
 	kind   eventKind
 }
 
-// eventQueue is a binary min-heap of events by time, then push order. It
-// is typed (not container/heap) so pushing an event does not allocate.
+// eventQueue is a min-heap of events by time, then push order.
 type eventQueue struct {
-	items []event
-	seq   uint64
+	minHeap[event, *event]
+	seq uint64
 }
 
-func (q *eventQueue) less(i, j int) bool {
-	a, b := &q.items[i], &q.items[j]
-	return a.at < b.at || (a.at == b.at && a.seq < b.seq)
-}
+func (a *event) before(b *event) bool { return a.at < b.at || (a.at == b.at && a.seq < b.seq) }
 
 func (q *eventQueue) push(ev event) {
 	ev.seq = q.seq
 	q.seq++
-	q.items = append(q.items, ev)
-	for i := len(q.items) - 1; i > 0; {
+	q.minHeap.push(ev)
+}
+
+// minHeap is a binary min-heap by *T's before. It is typed (not
+// container/heap) so that a push does not allocate.
+type minHeap[T any, P interface {
+	*T
+	before(*T) bool
+}] struct{ items []T }
+
+func (h *minHeap[T, P]) push(x T) {
+	h.items = append(h.items, x)
+	for i := len(h.items) - 1; i > 0; {
 		parent := (i - 1) / 2
-		if !q.less(i, parent) {
+		if !P(&h.items[i]).before(&h.items[parent]) {
 			break
 		}
-		q.items[i], q.items[parent] = q.items[parent], q.items[i]
+		h.items[i], h.items[parent] = h.items[parent], h.items[i]
 		i = parent
 	}
 }
 
-func (q *eventQueue) pop() event {
-	top := q.items[0]
-	last := len(q.items) - 1
-	q.items[0] = q.items[last]
-	q.items = q.items[:last]
+// pop removes and returns the least item; the heap must not be empty.
+func (h *minHeap[T, P]) pop() T {
+	top := h.items[0]
+	last := len(h.items) - 1
+	h.items[0] = h.items[last]
+	h.items = h.items[:last]
 	for i := 0; ; {
 		small, l, r := i, 2*i+1, 2*i+2
-		if l < last && q.less(l, small) {
+		if l < last && P(&h.items[l]).before(&h.items[small]) {
 			small = l
 		}
-		if r < last && q.less(r, small) {
+		if r < last && P(&h.items[r]).before(&h.items[small]) {
 			small = r
 		}
 		if small == i {
 			break
 		}
-		q.items[i], q.items[small] = q.items[small], q.items[i]
+		h.items[i], h.items[small] = h.items[small], h.items[i]
 		i = small
 	}
 	return top
