@@ -534,15 +534,16 @@ func (e *Engine) takePace(t *target, slot int32, ns int64) {
 	if tp == nil {
 		return
 	}
+	tol := tp.toleranceAt(&e.cfg, ns)
 	p := tp.pairAt(slot, ns)
 	p.mu.Lock()
-	if rate := tp.rateIn(p.rateAt(&e.cfg, ns), tp.toleranceAt(&e.cfg, ns), &e.cfg); rate > 0 {
+	if rate := tp.rateIn(p.rateAt(&e.cfg, ns), tol, &e.cfg); rate > 0 {
 		p.tokens = min(1, p.tokens+rate*float64(max(ns-p.last, 0))/float64(time.Second)) - 1
 		p.last = max(p.last, ns)
 	}
 	p.sent.add(true, ns, int64(e.cfg.PaceWindow)/windowBuckets)
 	p.mu.Unlock()
-	if tp.toleranceAt(&e.cfg, ns) > 0 && ns-tp.tolAt.Load() > int64(e.cfg.PaceWindow) {
+	if tol > 0 && ns-tp.tolAt.Load() > int64(e.cfg.PaceWindow) {
 		tp.mu.Lock()
 		tp.sent++
 		tp.mu.Unlock()
