@@ -134,6 +134,9 @@ func TestReload(t *testing.T) {
 		if err := s.Reload(next); err != nil {
 			t.Fatal(err)
 		}
+		// c takes traffic once its first check passed; before that the
+		// region has no judged usable route and panics across a and c.
+		waitChecked(t, e)
 		for range 5 {
 			if resp := get("/", "region=eu"); resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Route") != "c" {
 				t.Fatalf("after the reload: %d via %q, want 200 via c", resp.StatusCode, resp.Header.Get("X-Switchyard-Route"))
@@ -156,7 +159,6 @@ func TestReload(t *testing.T) {
 	})
 }
 
-// waitFor polls cond for up to 5 s.
 // waitChecked waits until every route of e has had the check a new route
 // gets before users' traffic.
 func waitChecked(t *testing.T, e *engine.Engine) {
@@ -171,6 +173,7 @@ func waitChecked(t *testing.T, e *engine.Engine) {
 	})
 }
 
+// waitFor polls cond for up to 5 s.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
