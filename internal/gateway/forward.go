@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/route"
@@ -77,13 +79,14 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 		},
 		retryable: func(o *outcome) bool { return another && (!o.reached || idempotent(r.Method)) },
 		hedge:     hedge && another && idempotent(r.Method),
-		reportWin: true,
 	})
 	switch {
 	case win != nil:
-		g.respond(w, rec, win, attempts, hedges)
+		g.deliver(w, rec, win, attempts, hedges)
 	case last != nil:
-		g.respond(w, rec, last, attempts, hedges)
+		if g.respond(w, rec, last, attempts, hedges) {
+			panic(http.ErrAbortHandler)
+		}
 	default:
 		acquireError(w, err)
 	}
@@ -199,25 +202,51 @@ func textual(h http.Header) bool {
 	return err == nil && (strings.HasPrefix(mt, "text/") || mt == "application/xhtml+xml")
 }
 
-// respond notes the attempt's outcome in rec, for the log, and answers.
-func (g *Gateway) respond(w http.ResponseWriter, rec *record, o *outcome, attempts, hedges int) {
+// deliver answers with the winning attempt and reports it once its body
+// has been relayed: a body that ends early (short of its Content-Length, a
+// broken chunk, a reset) is the attempt's failure, target_reset, and the
+// client's connection is cut so that it sees the truncation too. A body
+// still streaming at half the engine's lease TTL is reported OK then, so a
+// long download does not outlive its lease.
+func (g *Gateway) deliver(w http.ResponseWriter, rec *record, win *outcome, attempts, hedges int) {
+	ev := win.evidence()
+	var once sync.Once
+	report := func(c engine.Class) {
+		once.Do(func() { ev.Class = c; g.report(win.lease, ev) })
+	}
+	long := time.AfterFunc(g.engine.Config().LeaseTTL/2, func() { report(engine.OK) })
+	broken := g.respond(w, rec, win, attempts, hedges)
+	long.Stop()
+	report(win.class)
+	if broken {
+		panic(http.ErrAbortHandler) // net/http closes the connection, unlogged
+	}
+}
+
+// respond notes the attempt's outcome in rec, for the log, and answers. It
+// reports whether the upstream's body broke off: the client's connection
+// must then be cut (http.ErrAbortHandler), or it would take a truncated
+// answer for a whole one.
+func (g *Gateway) respond(w http.ResponseWriter, rec *record, o *outcome, attempts, hedges int) (broken bool) {
+	broken = g.answer(w, rec.method, o, attempts, hedges)
 	rec.route, rec.class, rec.attempts, rec.hedges = o.lease.Route, o.class, attempts, hedges
-	g.answer(w, rec.method, o, attempts, hedges)
+	return broken
 }
 
 // answer sends the client the attempt's outcome: the upstream's answer, or
 // a 502 naming the class when there is none to pass on. A proxy's 407 is
 // about the route's credentials, not the client's, so it is never passed
-// on as such.
-func (g *Gateway) answer(w http.ResponseWriter, method string, o *outcome, attempts, hedges int) {
+// on as such. A body that broke off turns the outcome into target_reset
+// and is reported as broken.
+func (g *Gateway) answer(w http.ResponseWriter, method string, o *outcome, attempts, hedges int) (broken bool) {
 	defer o.done()
-	g.observeRequest(method, o.class, attempts, hedges)
+	defer func() { g.observeRequest(method, o.class, attempts, hedges) }()
 	h := w.Header()
 	h.Set(headerRoute, o.lease.Route)
 	h.Set(headerAttempts, strconv.Itoa(attempts))
 	if o.blocked != nil {
 		blockedDestination(w, o.blocked)
-		return
+		return false
 	}
 	resp := o.resp
 	if resp == nil || resp.StatusCode == http.StatusProxyAuthRequired {
@@ -226,7 +255,7 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, o *outcome, attem
 		}
 		fail(w, http.StatusBadGateway, o.class.String(),
 			"switchyard: "+o.class.String()+" through route "+o.lease.Route+" after "+strconv.Itoa(attempts)+" attempt(s)")
-		return
+		return false
 	}
 	defer resp.Body.Close()
 	stripHop(resp.Header)
@@ -234,24 +263,43 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, o *outcome, attem
 		h[k] = v
 	}
 	w.WriteHeader(resp.StatusCode)
-	if resp.ContentLength >= 0 {
-		io.Copy(w, resp.Body)
-		return
+	// Unknown length (streams, server-sent events): each piece is passed
+	// on as it comes.
+	if relay(w, resp.Body, resp.ContentLength < 0) != nil {
+		o.class = engine.TargetReset
+		return true
 	}
-	// Unknown length (streams, server-sent events): pass each piece on as
-	// it comes.
+	return false
+}
+
+// relayBuffers hold the buffers answers are copied through: a fresh 32 KB
+// per response was most of what the gateway allocated.
+var relayBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// relay copies body to w, flushing each piece when flush. It returns the
+// error that broke reading the body off, nil at its proper end; a client
+// that stops taking it is not the body's failure and ends the copy with
+// nil.
+func relay(w http.ResponseWriter, body io.Reader, flush bool) error {
+	bp := relayBuffers.Get().(*[]byte)
+	defer relayBuffers.Put(bp)
+	buf := *bp
 	rc := http.NewResponseController(w)
-	buf := make([]byte, 32<<10)
 	for {
-		n, err := resp.Body.Read(buf)
+		n, err := body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return
+				return nil
 			}
-			rc.Flush()
+			if flush {
+				rc.Flush()
+			}
 		}
-		if err != nil {
-			return
+		switch {
+		case err == io.EOF:
+			return nil
+		case err != nil:
+			return err
 		}
 	}
 }

@@ -48,9 +48,6 @@ type job struct {
 	retryable func(o *outcome) bool
 	// hedge says whether the request may be hedged.
 	hedge bool
-	// reportWin is false when the winner's outcome is the caller's to
-	// report: a tunnel's, judged by what it carries.
-	reportWin bool
 }
 
 // outcome is how one attempt ended.
@@ -112,8 +109,9 @@ type landed struct {
 // run carries j through the pool: at most MaxAttempts attempts, hedges
 // included. It returns the winning outcome, or else the last failure (nil
 // when no route could be leased at all: err then says why), and the
-// attempts and hedges made. The caller answers the client from it and,
-// when j.reportWin is false, reports the winner.
+// attempts and hedges made. The caller answers the client from it and
+// reports the winner, once what it carried shows how it went: a tunnel's
+// first bytes, an answer's whole body.
 func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outcome, attempts, hedges int, err error) {
 	g.budget.Request(g.cfg.Now())
 	landings := make(chan landed, g.cfg.MaxAttempts)
@@ -246,7 +244,7 @@ func (g *Gateway) fly(ctx context.Context, j *job, l engine.Lease, x *route.Exit
 		}
 		// A winner the caller reports itself goes unreported here, unless
 		// the loop no longer wants it.
-		reported := o.class != engine.OK || j.reportWin
+		reported := o.class != engine.OK
 		if reported {
 			g.report(o.lease, o.evidence())
 		}
