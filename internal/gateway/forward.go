@@ -234,10 +234,10 @@ func (g *Gateway) respond(w http.ResponseWriter, rec *record, o *outcome, attemp
 }
 
 // answer sends the client the attempt's outcome: the upstream's answer, or
-// a 502 naming the class when there is none to pass on. A proxy's 407 is
-// about the route's credentials, not the client's, so it is never passed
-// on as such. A body that broke off turns the outcome into target_reset
-// and is reported as broken.
+// a 502 naming the class when there is none to pass on (a proxy's 407 is
+// about the route's credentials, not the client's, and never reaches here
+// as an answer: route.Exit.RoundTrip). A body that broke off turns the
+// outcome into target_reset and is reported as broken.
 func (g *Gateway) answer(w http.ResponseWriter, method string, o *outcome, attempts, hedges int) (broken bool) {
 	defer o.done()
 	defer func() { g.observeRequest(method, o.class, attempts, hedges) }()
@@ -249,10 +249,7 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, o *outcome, attem
 		return false
 	}
 	resp := o.resp
-	if resp == nil || resp.StatusCode == http.StatusProxyAuthRequired {
-		if resp != nil {
-			resp.Body.Close()
-		}
+	if resp == nil {
 		fail(w, http.StatusBadGateway, o.class.String(),
 			"switchyard: "+o.class.String()+" through route "+o.lease.Route+" after "+strconv.Itoa(attempts)+" attempt(s)")
 		return false

@@ -90,6 +90,9 @@ func TestForward(t *testing.T) {
 			{desc: "404 is the client's: passed on, not retried", routes: [2]routetest.Behavior{healthy, healthy},
 				method: "GET", handler: func(_ int, w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) },
 				wantStatus: 404, wantAttempts: 1, wantRoute: 0, wantHits: 1, wantFirst: engine.ClientError},
+			{desc: "a site's 407 is passed on, not the route's fault", routes: [2]routetest.Behavior{healthy, healthy},
+				method: "POST", body: "order=1", handler: firstThen(407, `Proxy-Authenticate: Basic realm="site"`, "log in"),
+				wantStatus: 407, wantAttempts: 1, wantRoute: 0, wantHits: 1, wantBody: "log in", wantFirst: engine.ClientError},
 			{desc: "last failure's page is passed on", routes: [2]routetest.Behavior{healthy, healthy},
 				method: "GET", handler: func(_ int, w http.ResponseWriter, _ *http.Request) {
 					w.WriteHeader(403)

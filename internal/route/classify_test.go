@@ -163,8 +163,14 @@ func TestClassifyByLayer(t *testing.T) {
 			{desc: "TLS: closed", schemes: httpsOnly, path: both, setup: raw(closeTLS), class: engine.ProxyConnectFailed},
 			{desc: "TLS stalls past Timeouts.Handshake", schemes: httpsOnly, path: both, setup: through(routetest.Behavior{Blackhole: true}, pageTarget), timeouts: route.Timeouts{Handshake: short}, class: engine.ProxyTimeout},
 			{desc: "TLS stalls past the deadline", schemes: httpsOnly, path: both, setup: through(routetest.Behavior{Blackhole: true}, pageTarget), deadline: short, class: engine.ProxyTimeout},
-			{desc: "proxy refuses the credentials", schemes: anyProxy, path: both, setup: through(routetest.Behavior{User: user, Password: "other"}, pageTarget), class: engine.ProxyAuth},
-			{desc: "proxy takes no credentials (407, no acceptable method)", schemes: anyProxy, path: both, setup: through(routetest.Behavior{Answer407: true}, pageTarget), class: engine.ProxyAuth},
+			{desc: "proxy refuses the credentials", schemes: socksOnly, path: both, setup: through(routetest.Behavior{User: user, Password: "other"}, pageTarget), class: engine.ProxyAuth},
+			{desc: "proxy refuses the credentials", schemes: httpProxies, path: tunnel, setup: through(routetest.Behavior{User: user, Password: "other"}, pageTarget), class: engine.ProxyAuth},
+			{desc: "proxy takes no credentials (407, no acceptable method)", schemes: socksOnly, path: both, setup: through(routetest.Behavior{Answer407: true}, pageTarget), class: engine.ProxyAuth},
+			{desc: "proxy takes no credentials (407)", schemes: httpProxies, path: tunnel, setup: through(routetest.Behavior{Answer407: true}, pageTarget), class: engine.ProxyAuth},
+			// A proxy's 407 to a forwarded request cannot show that it
+			// passed nothing on: a non-idempotent request is not re-sent.
+			{desc: "proxy refuses the credentials of a forwarded request", schemes: httpProxies, path: forward, setup: through(routetest.Behavior{User: user, Password: "other"}, pageTarget), class: engine.ProxyAuth, reached: true},
+			{desc: "proxy takes no credentials for a forwarded request (407)", schemes: httpProxies, path: forward, setup: through(routetest.Behavior{Answer407: true}, pageTarget), class: engine.ProxyAuth, reached: true},
 
 			// SOCKS5 negotiation.
 			{desc: "negotiation stalls", schemes: socksOnly, path: both, setup: through(routetest.Behavior{Blackhole: true}, pageTarget), timeouts: route.Timeouts{Handshake: short}, class: engine.ProxyTimeout},

@@ -312,6 +312,10 @@ type Error struct {
 	Reply  byte   // the SOCKS5 proxy's reply code (RFC 1928 §6), for PhaseTunnel; 0 otherwise
 	Route  string // route id: never holds credentials
 	Err    error  // cause; nil when Status says it all. Never holds credentials.
+	// Forwarded is set for the proxy's 407 to a forwarded request: nothing
+	// in the answer proves the proxy passed nothing on, so bytes of the
+	// request may have reached the target.
+	Forwarded bool
 }
 
 // Phase is the step of reaching a target that failed.
@@ -408,11 +412,11 @@ func (e *Error) Class() engine.Class {
 }
 
 // NeverLeft reports whether nothing of the caller's can have reached the
-// target. It is true of every Error: an Exit fails with one only before
-// the stream exists or, for a 407, when the proxy forwarded nothing, so
-// the attempt is always safe to retry on another route, whatever the
-// request's method (SPEC §2.4).
-func (e *Error) NeverLeft() bool { return true }
+// target, so that the attempt is safe to retry on another route whatever
+// the request's method (SPEC §2.4). It holds for every Error but a
+// Forwarded 407: an Exit fails with one before the stream to the target
+// exists, or when a proxy refused to build it.
+func (e *Error) NeverLeft() bool { return !e.Forwarded }
 
 // callerGaveUp replaces err by the cause of ctx's end when the caller's
 // context ended, so the outcome reads Canceled (or a timeout) rather than

@@ -3,6 +3,7 @@ package route
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -70,10 +71,12 @@ func NewExit(r *Route, d Dialer) (*Exit, error) {
 }
 
 // RoundTrip sends req, an absolute-form http:// request, out through the
-// exit, recording into p how far it got. The proxy's 407 comes back as an
-// *Error (PhaseProxyAuth), as it does for a CONNECT: the proxy forwarded
-// nothing. When req's context ends, the error, or that of reading the
-// body, carries its cause (net/http's own behaviour).
+// exit, recording into p how far it got. A 407 is the proxy's refusal of
+// the route's credentials, an *Error (PhaseProxyAuth) as for a CONNECT,
+// only when it is shown to be (proxyRefused); any other 407 is the
+// target's answer and comes back as such. When req's context ends, the
+// error, or that of reading the body, carries its cause (net/http's own
+// behaviour).
 func (x *Exit) RoundTrip(req *http.Request, p *Progress) (*http.Response, error) {
 	p.direct = x.route.Scheme == Direct
 	trace := &httptrace.ClientTrace{
@@ -84,11 +87,38 @@ func (x *Exit) RoundTrip(req *http.Request, p *Progress) (*http.Response, error)
 	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode == http.StatusProxyAuthRequired && (x.route.Scheme == HTTP || x.route.Scheme == HTTPS) {
+	if resp.StatusCode == http.StatusProxyAuthRequired && x.proxyRefused(req, resp) {
 		resp.Body.Close()
-		return nil, &Error{Phase: PhaseProxyAuth, Status: resp.StatusCode, Route: x.route.ID}
+		return nil, &Error{Phase: PhaseProxyAuth, Status: resp.StatusCode, Route: x.route.ID, Forwarded: true}
 	}
 	return resp, nil
+}
+
+// proxyRefused tells a 407 from the route's HTTP proxy, which refused its
+// credentials, from a target's 407 relayed by the proxy: a hostile site
+// that answers 407 must not pass for a bad password on every exit it is
+// reached through. Only a proxy was spoken to over HTTP (Direct and SOCKS5
+// routes carry the request to the target itself), it must challenge as a
+// proxy does (Proxy-Authenticate, RFC 9110 §11.7.1), and it must refuse a
+// CONNECT to the same host with the same credentials, an answer no target
+// can forge. A CONNECT it accepts shows the credentials are good; one it
+// refuses otherwise (many proxies take CONNECT to 443 only) proves
+// nothing, and the 407 is then the target's too.
+func (x *Exit) proxyRefused(req *http.Request, resp *http.Response) bool {
+	if x.route.Scheme != HTTP && x.route.Scheme != HTTPS || resp.Header.Get("Proxy-Authenticate") == "" {
+		return false
+	}
+	port := req.URL.Port()
+	if port == "" {
+		port = "80"
+	}
+	c, err := x.dialTarget(req.Context(), net.JoinHostPort(req.URL.Hostname(), port))
+	if err == nil {
+		c.Close()
+		return false
+	}
+	var e *Error
+	return errors.As(err, &e) && e.Phase == PhaseProxyAuth
 }
 
 // DialTarget opens a byte stream to addr ("host:port") through the exit:

@@ -29,7 +29,7 @@ func TestClassifyStatus(t *testing.T) {
 		{"rate limited, past date", 429, now.Add(-time.Hour).Format(http.TimeFormat), engine.RateLimited, 0},
 		{"rate limited, absurd", 429, "999999999", engine.RateLimited, 24 * time.Hour},
 		{"unavailable with retry-after", 503, "5", engine.Target5xx, 5 * time.Second},
-		{"proxy auth", 407, "", engine.ProxyAuth, 0},
+		{"a target's 407 is its own 4xx", 407, "", engine.ClientError, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
