@@ -163,25 +163,16 @@ func TestAdmissionAtConnect(t *testing.T) {
 	})
 }
 
-// resolverMap is a test resolver: names to addresses, nothing on the wire.
-type resolverMap map[string][]netip.Addr
-
-func (m resolverMap) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	if a, ok := m[host]; ok {
-		return a, nil
-	}
-	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-}
-
 // With ResolveProxyTargets, a name is refused at admission when it
 // resolves to a blocked address, whatever route would carry it.
 func TestResolveProxyTargets(t *testing.T) {
 	t.Parallel()
-	resolver := resolverMap{
+	public := netip.MustParseAddr("93.184.215.14") // looked up, never dialled
+	resolver := routetest.NewDNS(t, map[string][]netip.Addr{
 		"rebind.test": {netip.MustParseAddr("127.0.0.1")},
-		"mixed.test":  {netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("10.0.0.1")},
-		"public.test": {netip.MustParseAddr("192.0.2.10")},
-	}
+		"mixed.test":  {public, netip.MustParseAddr("10.0.0.1")},
+		"public.test": {public},
+	}).Resolver()
 	tests := []struct {
 		host    string
 		resolve bool

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"io"
 	"mime"
@@ -62,7 +63,6 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 		badRequest(w, "reading the request body: "+err.Error())
 		return
 	}
-	g.noteOrigin(target, r.URL.Host)
 	var signatures []string
 	hedge := true
 	if policy != nil {
@@ -80,6 +80,9 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 		retryable: func(o *outcome) bool { return another && (!o.reached || idempotent(r.Method)) },
 		hedge:     hedge && another && idempotent(r.Method),
 	})
+	if answered := cmp.Or(win, last); answered != nil && answered.resp != nil {
+		g.noteOrigin(target, r.URL.Host) // admitted, and a target answered there
+	}
 	switch {
 	case win != nil:
 		g.deliver(w, rec, win, attempts, hedges)

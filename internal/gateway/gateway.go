@@ -68,8 +68,9 @@ type Config struct {
 	// connections the dial-time check never sees. A failed lookup is left
 	// for the route to meet. Needs Admission.
 	ResolveProxyTargets bool
-	// Resolver does those lookups; nil means net.DefaultResolver.
-	Resolver guard.Resolver
+	// Resolver does those lookups and those of Direct routes' dials, so
+	// that a name reads alike at both; nil means net.DefaultResolver.
+	Resolver *net.Resolver
 	// Users, when not empty, are the only clients let through: every
 	// request must carry their Basic Proxy-Authorization (SPEC §1.1).
 	// Empty means no client authentication. Update replaces them.
@@ -162,7 +163,7 @@ func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) 
 // proxy roots, and admission's connect-time check on Direct routes, skipped
 // for hosts allow-listed by name.
 func (g *Gateway) dialer() route.Dialer {
-	d := route.Dialer{Timeouts: g.cfg.Timeouts, TLS: g.cfg.ProxyTLS}
+	d := route.Dialer{Timeouts: g.cfg.Timeouts, TLS: g.cfg.ProxyTLS, Resolver: g.cfg.Resolver}
 	if a := g.cfg.Admission; a != nil {
 		d.Control = a.DialControl
 	}
@@ -180,21 +181,25 @@ func (g *Gateway) Exit(id string) *route.Exit {
 // ResolveProxyTargets, the addresses it resolves to), before any route is
 // leased; a refusal is answered 403 and nothing is counted.
 func (g *Gateway) admit(ctx context.Context, w http.ResponseWriter, host string) bool {
-	a := g.cfg.Admission
-	if a == nil {
-		return true
-	}
-	var err error
-	if g.cfg.ResolveProxyTargets {
-		err = a.CheckResolved(ctx, g.cfg.Resolver, host) // CheckHost, then the addresses
-	} else {
-		err = a.CheckHost(host)
-	}
-	if blocked := refusal(err); blocked != nil {
+	if blocked := refusal(g.Admit(ctx, host)); blocked != nil {
 		blockedDestination(w, blocked)
 		return false
 	}
 	return true
+}
+
+// Admit is admission's verdict on a target host before it is dialled, for
+// users' traffic and probes alike: nil, or the *guard.Error refusing it.
+// Direct routes check every address again at connect time.
+func (g *Gateway) Admit(ctx context.Context, host string) error {
+	a := g.cfg.Admission
+	switch {
+	case a == nil:
+		return nil
+	case g.cfg.ResolveProxyTargets:
+		return a.CheckResolved(ctx, g.cfg.Resolver, host) // CheckHost, then the addresses
+	}
+	return a.CheckHost(host)
 }
 
 // blockedDestination answers a request whose target admission refused.
@@ -391,8 +396,9 @@ func (g *Gateway) giveBack(l engine.Lease) {
 
 // ProbeURL is the page a route×target probe should fetch for a target key:
 // the target's probe path (default "/") on the host of the last
-// absolute-form request for it, else of the last CONNECT, else the key
-// itself. A CONNECT target is probed over plain HTTP: any answer shows the
+// absolute-form request for it that a target answered, else of the first
+// CONNECT tunnel built to it, else the key itself. A host admission
+// refused, or that never answered, is never probed. A CONNECT target is probed over plain HTTP: any answer shows the
 // route reaches the site, and a ban or captcha page shows it is refused.
 func (g *Gateway) ProbeURL(target string) string {
 	host := target

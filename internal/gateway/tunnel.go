@@ -37,9 +37,6 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settin
 		return
 	}
 	defer release()
-	if _, known := g.origins.Load(target); !known {
-		g.noteOrigin(target, host) // for probes, until an absolute-form request names the origin
-	}
 	another := ctl.session == "" // a session's exit never changes silently
 	win, last, attempts, hedges, err := g.run(r.Context(), s, &job{
 		target: target,
@@ -52,6 +49,9 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settin
 	})
 	switch {
 	case win != nil:
+		if _, known := g.origins.Load(target); !known {
+			g.noteOrigin(target, host) // for probes, until an absolute-form request names the origin
+		}
 		rec.route, rec.class, rec.attempts, rec.hedges = win.lease.Route, engine.OK, attempts, hedges
 		g.observeRequest(r.Method, engine.OK, attempts, hedges)
 		g.tunnel(w, r, rec, win, attempts)

@@ -36,7 +36,12 @@ type Config struct {
 	// checks the route's credentials. Unset, a neutral probe is the Exit's
 	// check: a TCP connection to the proxy.
 	NeutralURL string
-	Now        func() time.Time // clock; nil → time.Now
+	// Admit is the admission users' traffic meets before it is dialled
+	// (SPEC §4): a page whose host it refuses is not fetched, on any route
+	// type. Nil admits every host; Direct routes' Exits still check each
+	// address at connect time.
+	Admit func(ctx context.Context, host string) error
+	Now   func() time.Time // clock; nil → time.Now
 }
 
 // Prober runs probe jobs with bounded concurrency.
@@ -145,6 +150,9 @@ func (p *Prober) fetch(ctx context.Context, x *route.Exit, page string) (engine.
 	u, err := url.Parse(page)
 	if err != nil || u.Scheme != "http" || u.Host == "" {
 		return engine.Canceled, 0 // no page to probe: no evidence
+	}
+	if p.cfg.Admit != nil && p.cfg.Admit(ctx, u.Hostname()) != nil {
+		return engine.Canceled, 0
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, page, nil)
 	if err != nil {

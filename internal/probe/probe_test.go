@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -373,6 +374,55 @@ func TestProbesPassAdmission(t *testing.T) {
 				}
 				if reached := hits.Load() > 0; reached != tc.reached {
 					t.Errorf("page reached: %v, want %v", reached, tc.reached)
+				}
+			})
+		}
+	})
+}
+
+// Probes through proxy routes meet the admission users' traffic meets
+// before a route is dialled (Config.Admit): a refused page is never asked
+// of the proxy, and is no evidence; an admitted one is fetched.
+func TestProbesAdmittedOnProxyRoutes(t *testing.T) {
+	t.Parallel()
+	routetest.NoLeaks(t, func(t *testing.T) {
+		loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+		tests := []struct {
+			desc    string
+			kind    routetest.Kind
+			allow   []netip.Prefix
+			want    engine.State
+			reached bool
+		}{
+			{desc: "http proxy, loopback refused", kind: routetest.HTTPProxy, want: engine.HalfOpen},
+			{desc: "socks5 proxy, loopback refused", kind: routetest.SOCKS5Proxy, want: engine.HalfOpen},
+			{desc: "http proxy, loopback allowed", kind: routetest.HTTPProxy, allow: loopback, want: engine.Healthy, reached: true},
+			{desc: "socks5 proxy, loopback allowed", kind: routetest.SOCKS5Proxy, allow: loopback, want: engine.Healthy, reached: true},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				var hits atomic.Int64
+				page := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+				defer page.Close()
+				proxy := routetest.NewProxy(t, routetest.Behavior{Kind: tc.kind})
+				e, routes := setup(t, proxy.URL.String()+"\n")
+				now := halfOpen(t, e, routes[0].ID, "site.test")
+				admission := guard.NewAdmission(tc.allow, nil)
+				p := New(e, exitsOf(t, routes, route.Dialer{}), Config{
+					Now:       func() time.Time { return now },
+					TargetURL: func(string) string { return page.URL + "/" },
+					Admit:     func(_ context.Context, host string) error { return admission.CheckHost(host) },
+				})
+				answer(t, p)
+				if s := state(e, routes[0].ID, "site.test"); s != tc.want {
+					t.Errorf("state %v after probes, want %v", s, tc.want)
+				}
+				if reached := hits.Load() > 0; reached != tc.reached {
+					t.Errorf("page reached: %v, want %v", reached, tc.reached)
+				}
+				if !tc.reached && proxy.Requests() > 0 {
+					t.Errorf("the proxy was asked %d times for a refused page", proxy.Requests())
 				}
 			})
 		}

@@ -52,6 +52,10 @@ type Dialer struct {
 	// host. Proxies are dialled without it: they resolve the target
 	// themselves.
 	Control func(host string) func(network, address string, c syscall.RawConn) error
+	// Resolver looks up the targets of Direct routes; nil means the
+	// system's. The gateway's admission resolves with the same one, so a
+	// name reads alike at both checks.
+	Resolver *net.Resolver
 }
 
 // dialTarget opens a byte stream to addr through the exit; see DialTarget.
@@ -67,7 +71,7 @@ func (x *Exit) dialTarget(ctx context.Context, addr string) (net.Conn, error) {
 			return x.handshake(ctx, conn, addr)
 		})
 	}
-	nd := net.Dialer{Timeout: x.timeouts.Dial}
+	nd := net.Dialer{Timeout: x.timeouts.Dial, Resolver: x.resolver}
 	if x.control != nil {
 		nd.Control = x.control(host)
 	}

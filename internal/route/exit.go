@@ -24,7 +24,8 @@ type Exit struct {
 	route     *Route
 	timeouts  Timeouts // defaults applied
 	control   func(host string) func(network, address string, c syscall.RawConn) error
-	tls       *tls.Config // TLS to the HTTPS proxy; nil for other schemes
+	resolver  *net.Resolver // Direct targets' lookups; nil: the system's
+	tls       *tls.Config   // TLS to the HTTPS proxy; nil for other schemes
 	transport *http.Transport
 }
 
@@ -38,7 +39,7 @@ func NewExit(r *Route, d Dialer) (*Exit, error) {
 	case r.URL == nil:
 		return nil, fmt.Errorf("route %s: %s route without a proxy address", r.ID, r.Scheme)
 	}
-	x := &Exit{route: r, timeouts: d.Timeouts.withDefaults(), control: d.Control}
+	x := &Exit{route: r, timeouts: d.Timeouts.withDefaults(), control: d.Control, resolver: d.Resolver}
 	x.transport = &http.Transport{
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,

@@ -1,0 +1,126 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/probe"
+	"github.com/switchyard/switchyard/internal/route/routetest"
+)
+
+// Probes cannot be turned against the network the gateway sits in: a host
+// is a target's probe origin only once a target answered there, after
+// admission, and a probe meets the same admission, at connect time too,
+// as users' traffic. Names resolve through a name server on loopback that
+// the test rebinds; 127.0.0.2 is allowed, 127.0.0.1 is the blocked
+// address no probe may reach.
+func TestProbesNeverReachBlocked(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		allowed, internal := netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.1")
+		site, blocked, port := pairedListeners(t, allowed, internal)
+		var blockedHits atomic.Int64
+		serveCounting(t, site, nil)
+		serveCounting(t, blocked, &blockedHits)
+		dns := routetest.NewDNS(t, map[string][]netip.Addr{
+			"inside.example.test": {internal},
+			"rebind.example.test": {allowed},
+		})
+		adm := guard.NewAdmission([]netip.Prefix{netip.PrefixFrom(allowed, 32)}, nil)
+		v := newEnv(t, Config{Admission: adm, Resolver: dns.Resolver(), AttemptTimeout: 2 * time.Second}, "direct")
+		key, _ := v.g.current.Load().targets.Resolve("inside.example.test")
+		if other, _ := v.g.current.Load().targets.Resolve("rebind.example.test"); other != key {
+			t.Fatalf("the names are targets %q and %q: want one target", key, other)
+		}
+		get := func(host string) int {
+			t.Helper()
+			resp, err := v.client(t, "").Get("http://" + net.JoinHostPort(host, port) + "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+
+		// A name that resolves to a blocked address is refused at connect
+		// time and never becomes the probe origin.
+		if code := get("inside.example.test"); code != http.StatusForbidden {
+			t.Fatalf("inside.example.test answered %d, want 403", code)
+		}
+		if u := v.g.ProbeURL(key); strings.Contains(u, "inside") {
+			t.Fatalf("probe page %q: a refused host became the origin", u)
+		}
+		// A name that answered is the origin; then it rebinds inside.
+		if code := get("rebind.example.test"); code != http.StatusOK {
+			t.Fatalf("rebind.example.test answered %d, want 200", code)
+		}
+		if u, want := v.g.ProbeURL(key), "http://"+net.JoinHostPort("rebind.example.test", port)+"/"; u != want {
+			t.Fatalf("probe page %q, want %q", u, want)
+		}
+		dns.Set("rebind.example.test", internal)
+
+		// The pair cools and is probed: the probe meets the rebinding at
+		// connect time, and is no evidence.
+		if err := v.e.Feedback(time.Now(), v.id(0), key, engine.Outcome{Class: engine.Blocked}); err != nil {
+			t.Fatal(err)
+		}
+		pair, _ := v.pair(t, 0, key)
+		v.e.Sweep(pair.Health.UntilTime())
+		p := probe.New(v.e, v.g, probe.Config{TargetURL: v.g.ProbeURL, Admit: v.g.Admit, Now: pair.Health.UntilTime})
+		jobs := p.Drain(context.Background(), nil)
+		p.Wait()
+		if len(jobs) == 0 {
+			t.Fatal("no probe job for the half-open pair: the test proves nothing")
+		}
+		if n := blockedHits.Load(); n > 0 {
+			t.Errorf("the blocked address was reached %d times", n)
+		}
+		if st, _ := v.pair(t, 0, key); st.Health.State != engine.HalfOpen {
+			t.Errorf("pair %v after a refused probe, want half_open (no evidence)", st.Health.State)
+		}
+	})
+}
+
+// pairedListeners listens on a and b with one port, so that a name moved
+// from a to b by DNS reaches the other listener at the same host:port.
+func pairedListeners(t *testing.T, a, b netip.Addr) (la, lb net.Listener, port string) {
+	t.Helper()
+	for range 20 {
+		la, err := net.Listen("tcp", netip.AddrPortFrom(a, 0).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := la.Addr().(*net.TCPAddr).Port
+		if lb, err := net.Listen("tcp", netip.AddrPortFrom(b, uint16(p)).String()); err == nil {
+			t.Cleanup(func() { la.Close(); lb.Close() })
+			return la, lb, strconv.Itoa(p)
+		}
+		la.Close()
+	}
+	t.Fatal("no port free on both addresses")
+	return nil, nil, ""
+}
+
+// serveCounting answers 200 to every request on ln, counting them in hits
+// when set, until the test ends.
+func serveCounting(t *testing.T, ln net.Listener, hits *atomic.Int64) {
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if hits != nil {
+			hits.Add(1)
+		}
+		io.WriteString(w, "ok")
+	}), ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+}
