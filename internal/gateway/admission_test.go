@@ -179,8 +179,8 @@ func TestResolveProxyTargets(t *testing.T) {
 	t.Parallel()
 	resolver := resolverMap{
 		"rebind.test": {netip.MustParseAddr("127.0.0.1")},
-		"mixed.test":  {netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("10.0.0.1")},
-		"public.test": {netip.MustParseAddr("192.0.2.10")},
+		"mixed.test":  {netip.MustParseAddr("93.184.216.34"), netip.MustParseAddr("10.0.0.1")},
+		"public.test": {netip.MustParseAddr("93.184.216.34")},
 	}
 	tests := []struct {
 		host    string
@@ -190,7 +190,7 @@ func TestResolveProxyTargets(t *testing.T) {
 		{"rebind.test", true, false},
 		{"mixed.test", true, false},
 		{"public.test", true, true},
-		{"unknown.test", true, true}, // the route meets the lookup failure
+		{"unknown.test", true, false}, // fails closed: the proxy's resolver is unknown
 		{"rebind.test", false, true}, // without resolution only the name is checked
 		{"127.0.0.1", false, false},
 	}

@@ -65,8 +65,8 @@ type Config struct {
 	Admission *guard.Admission
 	// ResolveProxyTargets also resolves each target name at admission
 	// and refuses it if an address is blocked, for the proxy routes whose
-	// connections the dial-time check never sees. A failed lookup is left
-	// for the route to meet. Needs Admission.
+	// connections the dial-time check never sees. A name that does not
+	// resolve is refused too (fail closed). Needs Admission.
 	ResolveProxyTargets bool
 	// Resolver does those lookups; nil means net.DefaultResolver.
 	Resolver guard.Resolver
