@@ -56,12 +56,13 @@ type Config struct {
 	// Observer is told of every attempt and every request that got a
 	// route, for metrics; nil means none.
 	Observer Observer
-	// Admission refuses internal destinations (SPEC §4); nil means no
-	// checks. The host as written is checked before a route is leased; on
-	// Direct routes every resolved address is checked again at connect
-	// time, so DNS rebinding cannot slip past. Proxy routes resolve the
-	// target at the proxy, so only the written host is checked for them,
-	// unless ResolveProxyTargets.
+	// Admission refuses internal destinations (SPEC §4, docs/security.md);
+	// nil means no checks (a malformed target is answered 400 either way).
+	// The host, read as every route will send it and then sent so, is
+	// checked before a route is leased; on Direct routes every resolved
+	// address is checked again at connect time, so DNS rebinding cannot
+	// slip past. Proxy routes resolve the target at the proxy, so only the
+	// host is checked for them, unless ResolveProxyTargets.
 	Admission *guard.Admission
 	// ResolveProxyTargets also resolves each target name at admission
 	// and refuses it if an address is blocked, for the proxy routes whose
@@ -176,25 +177,43 @@ func (g *Gateway) Exit(id string) *route.Exit {
 	return g.current.Load().exits[id]
 }
 
-// admit checks the target host as the client wrote it (and, with
-// ResolveProxyTargets, the addresses it resolves to), before any route is
-// leased; a refusal is answered 403 and nothing is counted.
-func (g *Gateway) admit(ctx context.Context, w http.ResponseWriter, host string) bool {
-	a := g.cfg.Admission
-	if a == nil {
-		return true
+// admit reads the target's authority as every route will send it and
+// checks it (with ResolveProxyTargets, also the addresses its name
+// resolves to), before any route is leased: a malformed one is answered
+// 400, a refused one 403, and nothing is counted. It returns the host and
+// authority to carry the request to, so that what was checked is what
+// goes out; the authority needs a port unless one is implied.
+func (g *Gateway) admit(ctx context.Context, w http.ResponseWriter, authority string, needPort bool) (host, hostport string, ok bool) {
+	host, hostport, err := guard.NormalizeHostPort(authority, needPort)
+	if a := g.cfg.Admission; err == nil && a != nil {
+		if g.cfg.ResolveProxyTargets {
+			err = a.CheckResolved(ctx, g.cfg.Resolver, host) // CheckHost, then the addresses
+		} else {
+			err = a.CheckHost(host)
+		}
 	}
-	var err error
-	if g.cfg.ResolveProxyTargets {
-		err = a.CheckResolved(ctx, g.cfg.Resolver, host) // CheckHost, then the addresses
-	} else {
-		err = a.CheckHost(host)
+	switch e := refusal(err); {
+	case err == nil:
+		return host, hostport, true
+	case e != nil && e.Malformed:
+		badRequest(w, e.Error())
+	default:
+		blockedDestination(w, err)
 	}
-	if blocked := refusal(err); blocked != nil {
-		blockedDestination(w, blocked)
-		return false
-	}
-	return true
+	return "", "", false
+}
+
+// sentTo is r addressed to hostport, admission's reading of its target,
+// in the URL and the Host header: net/http would otherwise map a non-ASCII
+// host itself, and differently for the request line to an HTTP proxy
+// (Punycode) than for the dial (UTS-46). A shallow copy: the server's
+// request is not the handler's to change.
+func sentTo(r *http.Request, hostport string) *http.Request {
+	u := *r.URL
+	u.Host = hostport
+	out := r.WithContext(r.Context())
+	out.URL, out.Host = &u, hostport
+	return out
 }
 
 // blockedDestination answers a request whose target admission refused.
