@@ -43,8 +43,11 @@ func normalize(host string) (target, error) {
 	}
 	// Both as written and without brackets: "]" can end a zone ("::%]"
 	// is "::" in zone "]"), so trimming alone would hide an address.
-	for _, lit := range []string{h, strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")} {
-		if ip, err := netip.ParseAddr(lit); err == nil {
+	if ip, err := netip.ParseAddr(h); err == nil {
+		return addrTarget(ip.Unmap()), nil
+	}
+	if lit, ok := strings.CutPrefix(h, "["); ok {
+		if ip, err := netip.ParseAddr(strings.TrimSuffix(lit, "]")); err == nil {
 			return addrTarget(ip.Unmap()), nil
 		}
 	}
