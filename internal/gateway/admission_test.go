@@ -181,14 +181,14 @@ func TestResolveProxyTargets(t *testing.T) {
 		{"rebind.test", true, false},
 		{"mixed.test", true, false},
 		{"public.test", true, true},
-		{"unknown.test", true, true}, // the route meets the lookup failure
-		{"rebind.test", false, true}, // without resolution only the name is checked
+		{"unknown.test", true, false}, // fails closed: the proxy's resolver is unknown
+		{"rebind.test", false, true},  // without resolution only the name is checked
 		{"127.0.0.1", false, false},
 	}
 	for _, tc := range tests {
 		g := &Gateway{cfg: Config{Admission: guard.NewAdmission(nil, nil), ResolveProxyTargets: tc.resolve, Resolver: resolver}}
 		w := httptest.NewRecorder()
-		if got := g.admit(context.Background(), w, tc.host); got != tc.want {
+		if _, _, got := g.admit(context.Background(), w, tc.host+":80", true); got != tc.want {
 			t.Errorf("%s (resolve %v): admitted %v, want %v", tc.host, tc.resolve, got, tc.want)
 		}
 		if !tc.want && (w.Code != http.StatusForbidden || w.Header().Get(headerError) != "blocked_destination") {

@@ -155,6 +155,14 @@ func (tg *site) Hits() int { return int(tg.hits.Load()) }
 // Go's client will not send (origin-form to a proxy, absolute https://).
 func raw(t *testing.T, addr, req string) *http.Response {
 	t.Helper()
+	resp, _ := rawConn(t, addr, req)
+	return resp
+}
+
+// rawConn is raw, with the rest of the connection: after a CONNECT
+// answered 200, the tunnel.
+func rawConn(t *testing.T, addr, req string) (*http.Response, *bufio.ReadWriter) {
+	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -164,9 +172,10 @@ func raw(t *testing.T, addr, req string) *http.Response {
 	if _, err := c.Write([]byte(req)); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: strings.Fields(req)[0]})
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: strings.Fields(req)[0]})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp
+	return resp, bufio.NewReadWriter(br, bufio.NewWriter(c))
 }

@@ -49,10 +49,12 @@ func (g *Gateway) readBody(r *http.Request) (*reqBody, error) {
 // serveForward performs an absolute-form request through the attempt loop
 // and answers with its winner or, failing that, its last failure.
 func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settings, ctl control, rec *record) {
-	if !g.admit(r.Context(), w, r.URL.Hostname()) {
+	host, hostport, ok := g.admit(r.Context(), w, r.URL.Host, false)
+	if !ok {
 		return
 	}
-	target, policy := s.targets.Resolve(r.URL.Hostname())
+	r = sentTo(r, hostport)
+	target, policy := s.targets.Resolve(host)
 	release, ok := g.admitPace(w, r, s, target)
 	if !ok {
 		return

@@ -56,17 +56,18 @@ type Config struct {
 	// Observer is told of every attempt and every request that got a
 	// route, for metrics; nil means none.
 	Observer Observer
-	// Admission refuses internal destinations (SPEC §4); nil means no
-	// checks. The host as written is checked before a route is leased; on
-	// Direct routes every resolved address is checked again at connect
-	// time, so DNS rebinding cannot slip past. Proxy routes resolve the
-	// target at the proxy, so only the written host is checked for them,
-	// unless ResolveProxyTargets.
+	// Admission refuses internal destinations (SPEC §4, docs/security.md);
+	// nil means no checks (a malformed target is answered 400 either way).
+	// The host, read as every route will send it and then sent so, is
+	// checked before a route is leased; on Direct routes every resolved
+	// address is checked again at connect time, so DNS rebinding cannot
+	// slip past. Proxy routes resolve the target at the proxy, so only the
+	// host is checked for them, unless ResolveProxyTargets.
 	Admission *guard.Admission
 	// ResolveProxyTargets also resolves each target name at admission
 	// and refuses it if an address is blocked, for the proxy routes whose
-	// connections the dial-time check never sees. A failed lookup is left
-	// for the route to meet. Needs Admission.
+	// connections the dial-time check never sees. A name that does not
+	// resolve is refused too (fail closed). Needs Admission.
 	ResolveProxyTargets bool
 	// Resolver does those lookups and those of Direct routes' dials, so
 	// that a name reads alike at both; nil means net.DefaultResolver.
@@ -177,21 +178,55 @@ func (g *Gateway) Exit(id string) *route.Exit {
 	return g.current.Load().exits[id]
 }
 
-// admit checks the target host as the client wrote it (and, with
-// ResolveProxyTargets, the addresses it resolves to), before any route is
-// leased; a refusal is answered 403 and nothing is counted.
-func (g *Gateway) admit(ctx context.Context, w http.ResponseWriter, host string) bool {
-	if blocked := refusal(g.Admit(ctx, host)); blocked != nil {
-		blockedDestination(w, blocked)
-		return false
+// admit reads the target's authority as every route will send it and
+// checks it (with ResolveProxyTargets, also the addresses its name
+// resolves to), before any route is leased: a malformed one is answered
+// 400, a refused one 403, and nothing is counted. It returns the host and
+// authority to carry the request to, so that what was checked is what
+// goes out; the authority needs a port unless one is implied.
+func (g *Gateway) admit(ctx context.Context, w http.ResponseWriter, authority string, needPort bool) (host, hostport string, ok bool) {
+	host, hostport, err := guard.NormalizeHostPort(authority, needPort)
+	if err == nil {
+		err = g.check(ctx, host)
 	}
-	return true
+	switch e := refusal(err); {
+	case err == nil:
+		return host, hostport, true
+	case e != nil && e.Malformed:
+		badRequest(w, e.Error())
+	default:
+		blockedDestination(w, err)
+	}
+	return "", "", false
 }
 
-// Admit is admission's verdict on a target host before it is dialled, for
-// users' traffic and probes alike: nil, or the *guard.Error refusing it.
+// sentTo is r addressed to hostport, admission's reading of its target,
+// in the URL and the Host header: net/http would otherwise map a non-ASCII
+// host itself, and differently for the request line to an HTTP proxy
+// (Punycode) than for the dial (UTS-46). A shallow copy: the server's
+// request is not the handler's to change.
+func sentTo(r *http.Request, hostport string) *http.Request {
+	u := *r.URL
+	u.Host = hostport
+	out := r.WithContext(r.Context())
+	out.URL, out.Host = &u, hostport
+	return out
+}
+
+// Admit is admission's verdict on a probe's target authority (host, and
+// port when not 80), read and checked as users' traffic is before it is
+// dialled: the authority to send it to, or the *guard.Error refusing it.
 // Direct routes check every address again at connect time.
-func (g *Gateway) Admit(ctx context.Context, host string) error {
+func (g *Gateway) Admit(ctx context.Context, authority string) (string, error) {
+	host, hostport, err := guard.NormalizeHostPort(authority, false)
+	if err == nil {
+		err = g.check(ctx, host)
+	}
+	return hostport, err
+}
+
+// check is admission's verdict on a host as NormalizeHostPort read it.
+func (g *Gateway) check(ctx context.Context, host string) error {
 	a := g.cfg.Admission
 	switch {
 	case a == nil:

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,13 +20,8 @@ import (
 // out, so another route is safe whatever the tunnel will carry, and of two
 // connects in flight only the first to succeed becomes the tunnel.
 func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settings, ctl control, rec *record) {
-	addr := r.Host
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || host == "" || port == "" || strings.ContainsFunc(addr, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
-		badRequest(w, "CONNECT needs a host:port authority")
-		return
-	}
-	if !g.admit(r.Context(), w, host) {
+	host, addr, ok := g.admit(r.Context(), w, r.Host, true)
+	if !ok {
 		return
 	}
 	target, policy := s.targets.Resolve(host)

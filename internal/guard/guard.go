@@ -1,8 +1,10 @@
 // Package guard decides which destinations the gateway may reach: SSRF
-// admission (SPEC §4). Targets are checked twice: as the client wrote the
-// host, before any DNS (CheckHost), and as the address actually connected
-// to, after DNS, inside the dialer (Control), so a name that resolves or
-// rebinds to an internal address is refused too.
+// admission (SPEC §4; docs/security.md lists what is blocked and why).
+// Targets are checked twice: as the client wrote the host, read as the
+// routes will send it (NormalizeHostPort, CheckHost), before any DNS; and
+// as the address actually connected to, after DNS, inside the dialer
+// (Control), so a name that resolves or rebinds to an internal address is
+// refused too.
 package guard
 
 import (
@@ -16,63 +18,51 @@ import (
 type Error struct {
 	Host   string // the host or address as checked
 	Reason string // what it is, e.g. "loopback address"
+	// Malformed says the target is no destination at all (an empty host,
+	// a bad port, a name IDNA refuses): the client's mistake, which the
+	// gateway answers 400, not 403.
+	Malformed bool
+	Err       error // the cause, if any: the failed lookup of an unresolvable name
 }
 
-// Error reads "blocked: <reason> <host>".
-func (e *Error) Error() string { return "blocked: " + e.Reason + " " + e.Host }
+// Error reads "blocked: <reason> <host>", or for a malformed target
+// `malformed target "<host>": <reason>`, then ": <cause>" if there is one.
+func (e *Error) Error() string {
+	msg := "blocked: " + e.Reason + " " + e.Host
+	if e.Malformed {
+		msg = "malformed target " + strconv.Quote(e.Host) + ": " + e.Reason
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
 
 // Admission decides which destination addresses the gateway may reach. It
 // is immutable and safe for concurrent use.
 type Admission struct {
 	allowCIDRs []netip.Prefix
-	allowHosts map[string]bool // lower case, without a trailing dot
+	allowHosts map[string]bool // by target key: normalized, lower case, without trailing dots
 }
 
 // NewAdmission blocks internal destinations except those in allowCIDRs and
-// the host names in allowHosts: allow-lists override the blocks.
+// the host names in allowHosts: allow-lists override the blocks. A host
+// that is no host at all (see CheckHost) can never be asked for, and is
+// ignored.
 func NewAdmission(allowCIDRs []netip.Prefix, allowHosts []string) *Admission {
 	a := &Admission{allowHosts: make(map[string]bool, len(allowHosts))}
 	for _, p := range allowCIDRs {
 		a.allowCIDRs = append(a.allowCIDRs, p.Masked())
 	}
 	for _, h := range allowHosts {
-		a.allowHosts[canonicalName(h)] = true
+		if t, err := normalize(h); err == nil {
+			a.allowHosts[t.key] = true
+		}
 	}
 	return a
 }
-
-// blocked lists the refused ranges, most specific first so the reason
-// names the narrowest match.
-var blocked = []struct {
-	prefix netip.Prefix
-	reason string
-}{
-	{netip.MustParsePrefix("0.0.0.0/32"), "unspecified address"},
-	{netip.MustParsePrefix("0.0.0.0/8"), "this-network address"},
-	{netip.MustParsePrefix("127.0.0.0/8"), "loopback address"},
-	{netip.MustParsePrefix("10.0.0.0/8"), "private address"},
-	{netip.MustParsePrefix("172.16.0.0/12"), "private address"},
-	{netip.MustParsePrefix("192.168.0.0/16"), "private address"},
-	{netip.MustParsePrefix("100.64.0.0/10"), "shared (CGNAT) address"},
-	{netip.MustParsePrefix("169.254.169.254/32"), "metadata address"},
-	{netip.MustParsePrefix("169.254.0.0/16"), "link-local address"},
-	{netip.MustParsePrefix("224.0.0.0/4"), "multicast address"},
-	{netip.MustParsePrefix("255.255.255.255/32"), "broadcast address"},
-	{netip.MustParsePrefix("240.0.0.0/4"), "reserved address"},
-	{netip.MustParsePrefix("::/128"), "unspecified address"},
-	{netip.MustParsePrefix("::1/128"), "loopback address"},
-	{netip.MustParsePrefix("fd00:ec2::254/128"), "metadata address"},
-	{netip.MustParsePrefix("fc00::/7"), "unique-local address"},
-	{netip.MustParsePrefix("fe80::/10"), "link-local address"},
-	{netip.MustParsePrefix("ff00::/8"), "multicast address"},
-}
-
-// IPv6 ranges that carry an IPv4 address, which is checked in their place.
-var (
-	nat64  = netip.MustParsePrefix("64:ff9b::/96") // RFC 6052: the last 32 bits
-	sixTo4 = netip.MustParsePrefix("2002::/16")    // RFC 3056: bits 16–47
-	teredo = netip.MustParsePrefix("2001::/32")    // RFC 4380: server in bits 32–63, client inverted in the last 32
-)
 
 // CheckAddr reports why ip must not be reached, or nil. An IPv6 address
 // that embeds an IPv4 one (mapped, NAT64, 6to4, Teredo) is judged by it.
@@ -92,22 +82,14 @@ func (a *Admission) CheckAddr(ip netip.Addr) error {
 			return &Error{Host: ip.String(), Reason: b.reason}
 		}
 	}
-	if ip.Is6() {
-		b := ip.As16()
-		var inner []netip.Addr
-		switch {
-		case nat64.Contains(ip):
-			inner = append(inner, netip.AddrFrom4([4]byte(b[12:16])))
-		case sixTo4.Contains(ip):
-			inner = append(inner, netip.AddrFrom4([4]byte(b[2:6])))
-		case teredo.Contains(ip):
-			inner = append(inner, netip.AddrFrom4([4]byte(b[4:8])),
-				netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]}))
+	for _, e := range embedders {
+		if !e.prefix.Contains(ip) {
+			continue
 		}
-		for _, v4 := range inner {
+		for _, v4 := range e.v4(ip.As16()) {
 			if err := a.CheckAddr(v4); err != nil {
-				e := err.(*Error)
-				return &Error{Host: ip.String(), Reason: e.Reason + " " + e.Host + " embedded in IPv6 address"}
+				inner := err.(*Error)
+				return &Error{Host: ip.String(), Reason: inner.Reason + " " + inner.Host + " embedded in " + e.name + " address"}
 			}
 		}
 	}
@@ -125,61 +107,64 @@ func (a *Admission) allowed(ip netip.Addr) bool {
 
 // AllowsHost reports whether host is on the host allow-list, so that the
 // gateway skips the dial-time check for it too.
-func (a *Admission) AllowsHost(host string) bool { return a.allowHosts[canonicalName(host)] }
+func (a *Admission) AllowsHost(host string) bool {
+	t, err := normalize(host)
+	return err == nil && a.allowHosts[t.key]
+}
 
 // CheckHost checks a target host as written by the client, before any
-// DNS. Numeric spellings are read as resolvers (inet_aton) and browsers
-// (WHATWG URL) read them — decimal "2130706433", octal "0177.0.0.1", hex
-// "0x7f000001", short "127.1" — and IPv6 literals with or without brackets
-// and zone; the address is then checked. "localhost" and names under
-// ".localhost" are blocked; other names pass, to be checked after
-// resolution at dial time.
+// DNS. It reads host as the routes would put it on the wire (see
+// NormalizeHostPort, whose host the gateway sends): IDNA maps a non-ASCII
+// host first, so full-width and other look-alike digits and letters are
+// what they look like; numeric spellings are read as resolvers (inet_aton)
+// and browsers (WHATWG URL) read them — decimal "2130706433", octal
+// "0177.0.0.1", hex "0x7f000001", short "127.1" — and IPv6 literals with
+// or without brackets and zone; any number of trailing dots is dropped.
+// An address is then checked (CheckAddr), a name against the blocked
+// names (localhost, cloud metadata, private-use domains; see
+// docs/security.md); other names pass, to be checked after resolution.
+// A malformed host is a Malformed *Error.
 func (a *Admission) CheckHost(host string) error {
-	if a.AllowsHost(host) {
-		return nil
+	t, err := normalize(host)
+	if err != nil {
+		return err
 	}
-	// Both as written and without brackets: "]" can end a zone ("::%]"
-	// is "::" in zone "]"), so trimming alone would hide an address.
-	h := strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	for _, lit := range []string{host, h} {
-		if ip, err := netip.ParseAddr(lit); err == nil {
-			return a.check(host, ip)
+	return a.checkTarget(host, t)
+}
+
+// checkTarget is CheckHost of host once normalized to t.
+func (a *Admission) checkTarget(host string, t target) error {
+	switch {
+	case a.allowHosts[t.key]:
+		return nil
+	case t.addr.IsValid():
+		return a.check(host, t.addr)
+	}
+	for _, b := range blockedNames {
+		if t.key == b.name || b.sub && strings.HasSuffix(t.key, "."+b.name) {
+			return as(host, &Error{Host: t.key, Reason: b.reason})
 		}
 	}
-	name := canonicalName(h)
-	switch {
-	case name == "":
-		return &Error{Host: host, Reason: "empty host"}
-	case name == "localhost" || strings.HasSuffix(name, ".localhost"):
-		return &Error{Host: host, Reason: "loopback name"}
-	}
-	ip, numeric, ok := parseIPv4(name)
-	switch {
-	case !numeric:
-		return nil
-	case !ok:
-		// All labels are numbers but not an address: resolvers and
-		// browsers refuse it, and so does the gateway rather than guess.
-		return &Error{Host: host, Reason: "malformed numeric address"}
-	}
-	return a.check(host, ip)
+	return nil
 }
 
 // check is CheckAddr naming the host as the client wrote it.
 func (a *Admission) check(host string, ip netip.Addr) error {
 	if err := a.CheckAddr(ip); err != nil {
-		e := err.(*Error)
-		if e.Host != host {
-			e.Reason += " " + e.Host + " as"
-			e.Host = host
-		}
-		return e
+		return as(host, err.(*Error))
 	}
 	return nil
 }
 
-// canonicalName lower-cases a name and drops one trailing dot.
-func canonicalName(h string) string { return strings.TrimSuffix(strings.ToLower(h), ".") }
+// as names in e the host as the client wrote it, when e's differs: the
+// reason then says what the host was read as.
+func as(host string, e *Error) *Error {
+	if e.Host != host {
+		e.Reason += " " + e.Host + " as"
+		e.Host = host
+	}
+	return e
+}
 
 // parseIPv4 reads s as inet_aton does: one to four dot-separated parts,
 // each decimal, octal (leading 0) or hex (0x); the last part fills the

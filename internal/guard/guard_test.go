@@ -45,7 +45,30 @@ func TestCheckAddr(t *testing.T) {
 		{desc: "NAT64 of loopback", ip: "64:ff9b::7f00:1", reason: "loopback address 127.0.0.1 embedded"},
 		{desc: "NAT64 of private", ip: "64:ff9b::10.0.0.1", reason: "private address 10.0.0.1 embedded"},
 		{desc: "6to4 of private", ip: "2002:c0a8:1::", reason: "private address 192.168.0.1 embedded"},
+		{desc: "Azure WireServer", ip: "168.63.129.16", reason: "metadata"},
+		{desc: "Alibaba metadata", ip: "100.100.100.200", reason: "metadata"},
+		{desc: "IETF protocol assignments", ip: "192.0.0.8", reason: "IETF protocol assignment"},
+		{desc: "TEST-NET-1", ip: "192.0.2.1", reason: "documentation"},
+		{desc: "TEST-NET-2", ip: "198.51.100.1", reason: "documentation"},
+		{desc: "TEST-NET-3", ip: "203.0.113.255", reason: "documentation"},
+		{desc: "benchmarking", ip: "198.18.0.1", reason: "benchmarking"},
+		{desc: "benchmarking, top", ip: "198.19.255.255", reason: "benchmarking"},
+		{desc: "IPv4-compatible metadata", ip: "::169.254.169.254", reason: "IPv4-compatible"},
+		{desc: "IPv4-compatible private", ip: "::10.0.0.1", reason: "IPv4-compatible"},
+		{desc: "IPv4-translated metadata", ip: "::ffff:0:169.254.169.254", reason: "IPv4-translated"},
+		{desc: "local-use NAT64 of metadata", ip: "64:ff9b:1::a9fe:a9fe", reason: "metadata address 169.254.169.254 embedded in local-use NAT64"},
+		{desc: "6to4 of metadata", ip: "2002:a9fe:a9fe::1", reason: "metadata address 169.254.169.254 embedded in 6to4"},
+		{desc: "Teredo client loopback", ip: "2001:0:4136:e378::80ff:fffe", reason: "loopback address 127.0.0.1 embedded in Teredo"},
+		{desc: "site-local", ip: "fec0::1", reason: "site-local"},
+		{desc: "discard-only", ip: "100::1", reason: "discard-only"},
+		{desc: "IPv6 benchmarking", ip: "2001:2::1", reason: "benchmarking"},
+		{desc: "IPv6 documentation", ip: "2001:db8::1", reason: "documentation"},
+		{desc: "IPv6 documentation, 3fff::/20", ip: "3fff:fff::1", reason: "documentation"},
+		{desc: "SRv6 SID", ip: "5f00::1", reason: "SRv6"},
 		{desc: "public IPv4", ip: "93.184.216.34"},
+		{desc: "local-use NAT64 of public", ip: "64:ff9b:1::808:808"},
+		{desc: "next to 198.18/15", ip: "198.20.0.1"},
+		{desc: "next to 3fff::/20", ip: "3fff:1000::1"},
 		{desc: "public IPv4 mapped", ip: "::ffff:8.8.8.8"},
 		{desc: "public IPv6", ip: "2606:4700:4700::1111"},
 		{desc: "NAT64 of public", ip: "64:ff9b::808:808"},
@@ -96,12 +119,50 @@ func TestCheckHost(t *testing.T) {
 		{desc: "localhost", host: "localhost", reason: "loopback name"},
 		{desc: "localhost, upper case, dot", host: "LocalHost.", reason: "loopback name"},
 		{desc: "under .localhost", host: "app.localhost", reason: "loopback name"},
-		{desc: "octal out of range", host: "0400.0.0.1", reason: "malformed numeric"},
-		{desc: "bad octal digit", host: "08.0.0.1", reason: "malformed numeric"},
-		{desc: "five parts", host: "1.2.3.4.5", reason: "malformed numeric"},
-		{desc: "too big", host: "4294967296", reason: "malformed numeric"},
-		{desc: "empty", host: "", reason: "empty host"},
+		{desc: "octal out of range", host: "0400.0.0.1", reason: `malformed target "0400.0.0.1": invalid numeric address`},
+		{desc: "bad octal digit", host: "08.0.0.1", reason: "invalid numeric address"},
+		{desc: "five parts", host: "1.2.3.4.5", reason: "invalid numeric address"},
+		{desc: "too big", host: "4294967296", reason: "invalid numeric address"},
+		{desc: "empty", host: "", reason: `malformed target "": empty host`},
+		{desc: "only dots", host: "..", reason: "empty host"},
+		{desc: "full-width metadata", host: "１６９.２５４.１６９.２５４", reason: "blocked: metadata address 169.254.169.254 as １６９.２５４.１６９.２５４"},
+		{desc: "circled digits", host: "①⓪.⓪.⓪.①", reason: "private address 10.0.0.1 as"},
+		{desc: "full-width loopback", host: "１２７.０.０.１", reason: "loopback address 127.0.0.1"},
+		{desc: "ideographic full stops", host: "127。0。0。1", reason: "loopback address 127.0.0.1"},
+		{desc: "mathematical digits", host: "𝟏𝟐𝟕.𝟎.𝟎.𝟏", reason: "loopback address 127.0.0.1"},
+		{desc: "full-width hex", host: "０ｘ７ｆ０００００１", reason: "loopback address 127.0.0.1"},
+		{desc: "full-width localhost", host: "ｌｏｃａｌｈｏｓｔ", reason: "blocked: loopback name localhost as ｌｏｃａｌｈｏｓｔ"},
+		{desc: "soft hyphen in localhost", host: "local\u00adhost", reason: "loopback name"},
+		{desc: "metadata, two trailing dots", host: "169.254.169.254..", reason: "metadata"},
+		{desc: "localhost, two trailing dots", host: "localhost..", reason: "loopback name"},
+		{desc: "localhost, three trailing dots", host: "localhost...", reason: "loopback name"},
+		{desc: "localhost.localdomain", host: "localhost.localdomain", reason: "loopback name"},
+		{desc: "ip6-localhost", host: "ip6-localhost", reason: "loopback name"},
+		{desc: "ip6-loopback", host: "IP6-Loopback", reason: "loopback name"},
+		{desc: "GCP metadata name", host: "metadata.google.internal", reason: "metadata name"},
+		{desc: "GCP metadata name, case, dot", host: "Metadata.Google.Internal.", reason: "metadata name"},
+		{desc: "GCP short metadata name", host: "metadata", reason: "metadata name"},
+		{desc: "AWS metadata name", host: "instance-data.ec2.internal", reason: "metadata name"},
+		{desc: "AWS short metadata name", host: "instance-data", reason: "metadata name"},
+		{desc: "private-use TLD", host: "db.corp.internal", reason: "private-use name"},
+		{desc: "mDNS", host: "printer.local", reason: "link-local name"},
+		{desc: "home network", host: "nas.home.arpa", reason: "home network name"},
+		{desc: "IPv4-compatible", host: "[::169.254.169.254]", reason: "IPv4-compatible"},
+		{desc: "IPv4-compatible private", host: "[::10.0.0.1]", reason: "IPv4-compatible"},
+		{desc: "IPv4-translated", host: "[::ffff:0:169.254.169.254]", reason: "IPv4-translated"},
+		{desc: "local-use NAT64", host: "[64:ff9b:1::a9fe:a9fe]", reason: "metadata address 169.254.169.254 embedded"},
+		{desc: "site-local", host: "[fec0::1]", reason: "site-local"},
+		{desc: "IDNA refuses", host: "١٢٧.٠.٠.١", reason: `malformed target "١٢٧.٠.٠.١": not a valid internationalized host name`},
+		{desc: "IDNA refuses a colon", host: "::ｆｆｆｆ:127.0.0.1", reason: "not a valid internationalized host name"},
+		{desc: "invalid UTF-8", host: "local\xffhost", reason: "not UTF-8"},
+		{desc: "bad character", host: "a<b.example", reason: `malformed target "a<b.example": invalid character '<' in host name`},
+		{desc: "brackets around a name", host: "[example.com]", reason: "invalid character '['"},
 		{desc: "public name", host: "example.com"},
+		{desc: "public IDN", host: "bücher.example"},
+		{desc: "full-width public name", host: "ｅｘａｍｐｌｅ.com"},
+		{desc: "metadata elsewhere", host: "metadata.example.com"},
+		{desc: "internal elsewhere", host: "internal.example.com"},
+		{desc: "name with underscore", host: "_srv.example.com"},
 		{desc: "public dotted", host: "93.184.216.34"},
 		{desc: "public decimal", host: "134744072"},
 		{desc: "name with numeric labels", host: "1.2.example"},
@@ -118,7 +179,8 @@ func TestCheckHost(t *testing.T) {
 }
 
 // checkErr wants nil when reason is "", else a *guard.Error whose text
-// contains reason.
+// contains reason and starts as its kind says: a refusal "blocked: ", a
+// malformed target "malformed target ".
 func checkErr(t *testing.T, err error, reason string) {
 	t.Helper()
 	var ge *guard.Error
@@ -128,8 +190,10 @@ func checkErr(t *testing.T, err error, reason string) {
 	case reason == "":
 	case !errors.As(err, &ge):
 		t.Fatalf("got %v (%T), want a *guard.Error about %q", err, err, reason)
-	case !strings.Contains(err.Error(), reason) || !strings.HasPrefix(err.Error(), "blocked: "):
+	case !strings.Contains(err.Error(), reason):
 		t.Fatalf("got %q, want it to name %q", err, reason)
+	case ge.Malformed != strings.HasPrefix(err.Error(), "malformed target ") || !ge.Malformed && !strings.HasPrefix(err.Error(), "blocked: "):
+		t.Fatalf("got %q (malformed %v): the text does not say what kind of refusal it is", err, ge.Malformed)
 	}
 }
 

@@ -37,10 +37,11 @@ type Config struct {
 	// check: a TCP connection to the proxy.
 	NeutralURL string
 	// Admit is the admission users' traffic meets before it is dialled
-	// (SPEC §4): a page whose host it refuses is not fetched, on any route
-	// type. Nil admits every host; Direct routes' Exits still check each
-	// address at connect time.
-	Admit func(ctx context.Context, host string) error
+	// (SPEC §4): a page whose authority it refuses is not fetched, on any
+	// route type, and one it admits is fetched from the authority it
+	// returns, as admission read it. Nil admits every page as written;
+	// Direct routes' Exits still check each address at connect time.
+	Admit func(ctx context.Context, authority string) (string, error)
 	Now   func() time.Time // clock; nil → time.Now
 }
 
@@ -151,10 +152,12 @@ func (p *Prober) fetch(ctx context.Context, x *route.Exit, page string) (engine.
 	if err != nil || u.Scheme != "http" || u.Host == "" {
 		return engine.Canceled, 0 // no page to probe: no evidence
 	}
-	if p.cfg.Admit != nil && p.cfg.Admit(ctx, u.Hostname()) != nil {
-		return engine.Canceled, 0
+	if p.cfg.Admit != nil {
+		if u.Host, err = p.cfg.Admit(ctx, u.Host); err != nil {
+			return engine.Canceled, 0
+		}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, page, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return engine.Canceled, 0
 	}

@@ -412,7 +412,10 @@ func TestProbesAdmittedOnProxyRoutes(t *testing.T) {
 				p := New(e, exitsOf(t, routes, route.Dialer{}), Config{
 					Now:       func() time.Time { return now },
 					TargetURL: func(string) string { return page.URL + "/" },
-					Admit:     func(_ context.Context, host string) error { return admission.CheckHost(host) },
+					Admit: func(_ context.Context, authority string) (string, error) {
+						host, _, _ := net.SplitHostPort(authority)
+						return authority, admission.CheckHost(host)
+					},
 				})
 				answer(t, p)
 				if s := state(e, routes[0].ID, "site.test"); s != tc.want {

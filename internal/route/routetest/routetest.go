@@ -77,6 +77,7 @@ type Proxy struct {
 	closeOnce sync.Once
 
 	requests atomic.Int64
+	asked    askLog
 }
 
 // NewProxy starts a proxy with behaviour b. It is closed by t.Cleanup,
@@ -256,6 +257,9 @@ func (p *Proxy) serveHTTP(c net.Conn) {
 		return
 	}
 	p.requests.Add(1)
+	if req.URL.Host != "" {
+		p.asked.note(req.URL.Host)
+	}
 	status, refused := forHost(p.b.HostStatus, req.URL.Hostname())
 	switch {
 	case p.b.Hangup:
@@ -346,6 +350,7 @@ const (
 	socksConnect     = 0x01
 	socksIPv4        = 0x01
 	socksDomain      = 0x03
+	socksIPv6        = 0x04
 	replyOK          = 0x00
 	replyNotAllowed  = 0x02
 	replyUnreachable = 0x04
@@ -399,8 +404,11 @@ func (p *Proxy) serveSOCKS5(c net.Conn) {
 	}
 	var host string
 	switch req[3] {
-	case socksIPv4:
+	case socksIPv4, socksIPv6:
 		ip := make([]byte, 4)
+		if req[3] == socksIPv6 {
+			ip = make([]byte, 16)
+		}
 		if _, err := io.ReadFull(c, ip); err != nil {
 			return
 		}
@@ -419,6 +427,8 @@ func (p *Proxy) serveSOCKS5(c net.Conn) {
 	if _, err := io.ReadFull(c, port); err != nil {
 		return
 	}
+	addr := net.JoinHostPort(host, strconv.Itoa(int(port[0])<<8|int(port[1])))
+	p.asked.note(addr)
 	if p.b.Silent {
 		io.Copy(io.Discard, c)
 		return
@@ -431,7 +441,6 @@ func (p *Proxy) serveSOCKS5(c net.Conn) {
 		socksReply(c, replyNotAllowed)
 		return
 	}
-	addr := net.JoinHostPort(host, strconv.Itoa(int(port[0])<<8|int(port[1])))
 	t, err := p.dialTarget(context.Background(), addr)
 	if err != nil {
 		code := byte(replyUnreachable)

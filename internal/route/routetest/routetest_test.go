@@ -229,18 +229,21 @@ func TestProxyProtocolFaults(t *testing.T) {
 }
 
 // Proxies reach loopback targets only: anything else is refused as
-// unreachable, and nothing is dialled.
+// unreachable, and nothing is dialled. Asked still records the target.
 func TestProxyStaysOnLoopback(t *testing.T) {
 	NoLeaks(t, func(t *testing.T) {
 		tests := []struct {
-			desc string
-			b    Behavior
-			url  string
+			desc  string
+			b     Behavior
+			url   string
+			asked string
 		}{
-			{desc: "absolute-form", url: "http://192.0.2.1/"},
-			{desc: "CONNECT", url: "https://192.0.2.1/"},
-			{desc: "a name", url: "http://example.com/"},
-			{desc: "socks5", b: Behavior{Kind: SOCKS5Proxy}, url: "http://192.0.2.1/"},
+			{desc: "absolute-form", url: "http://192.0.2.1/", asked: "192.0.2.1"},
+			{desc: "CONNECT", url: "https://192.0.2.1/", asked: "192.0.2.1:443"},
+			{desc: "a name", url: "http://example.com:8080/", asked: "example.com:8080"},
+			{desc: "socks5", b: Behavior{Kind: SOCKS5Proxy}, url: "http://192.0.2.1/", asked: "192.0.2.1:80"},
+			{desc: "socks5 IPv6", b: Behavior{Kind: SOCKS5Proxy}, url: "http://[2001:db8::1]/", asked: "[2001:db8::1]:80"},
+			{desc: "socks5 name", b: Behavior{Kind: SOCKS5Proxy}, url: "http://example.com:8080/", asked: "example.com:8080"},
 		}
 		for _, tc := range tests {
 			t.Run(tc.desc, func(t *testing.T) {
@@ -256,6 +259,9 @@ func TestProxyStaysOnLoopback(t *testing.T) {
 				}
 				if got := p.Requests(); got != 1 {
 					t.Errorf("Requests() = %d, want 1", got)
+				}
+				if got := p.Asked(); len(got) != 1 || got[0] != tc.asked {
+					t.Errorf("Asked() = %q, want [%q]", got, tc.asked)
 				}
 			})
 		}
