@@ -26,6 +26,7 @@ type Metrics struct {
 	retries        prometheus.Counter
 	hedges         prometheus.Counter
 	attemptSeconds *prometheus.HistogramVec
+	connsCut       *prometheus.CounterVec
 
 	perRoute sync.Map // route id → *routeCounts, for /api/routes
 }
@@ -60,9 +61,57 @@ func NewMetrics(e *engine.Engine) *Metrics {
 			Help:    "Attempt latency, by outcome class.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"class"}),
+		connsCut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_client_conns_cut_total",
+			Help: "Client connections the gateway cut, by reason: idle, header, slow_body or over_cap.",
+		}, []string{"reason"}),
 	}
-	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.hedges, m.attemptSeconds, engineCollector{e})
+	// Every reason is exported, even at 0, so that alerts see a series.
+	for _, r := range []CutReason{CutIdle, CutHeader, CutSlowBody, CutOverCap} {
+		m.connsCut.WithLabelValues(string(r))
+	}
+	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.hedges, m.attemptSeconds, m.connsCut, engineCollector{e})
 	return m
+}
+
+// CutReason is why the gateway cut a client connection.
+type CutReason string
+
+// The reasons of switchyard_client_conns_cut_total, one per [server] bound.
+const (
+	CutIdle     CutReason = "idle"      // idle past idle_timeout between requests
+	CutHeader   CutReason = "header"    // headers not in within header_timeout
+	CutSlowBody CutReason = "slow_body" // body behind min_body_rate by body_timeout
+	CutOverCap  CutReason = "over_cap"  // accepted beyond max_client_conns
+)
+
+// ObserveConnCut counts a client connection cut for reason.
+func (m *Metrics) ObserveConnCut(reason CutReason) {
+	m.connsCut.WithLabelValues(string(reason)).Inc()
+}
+
+// WatchClientConns adds the gauge of open client connections, read from
+// open at each scrape.
+func (m *Metrics) WatchClientConns(open func() int64) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "switchyard_client_conns",
+		Help: "Open client connections of the forward proxy, tunnels included.",
+	}, func() float64 { return float64(open()) }))
+}
+
+// WatchRestart adds the gauge that is 1 while the configuration last
+// loaded differs from the running one in sections only a restart applies,
+// pending naming them.
+func (m *Metrics) WatchRestart(pending func() []string) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "switchyard_config_restart_required",
+		Help: "1 while a reloaded configuration changes sections that need a restart to apply (named by /readyz).",
+	}, func() float64 {
+		if len(pending()) > 0 {
+			return 1
+		}
+		return 0
+	}))
 }
 
 // ObserveRequest counts a finished request: class is its final outcome;

@@ -73,6 +73,24 @@ func TestMetrics(t *testing.T) {
 			},
 		},
 		{
+			desc: "client connections and restart",
+			setup: func(_ *testing.T, f *fixture) {
+				f.m.WatchClientConns(func() int64 { return 17 })
+				f.m.WatchRestart(func() []string { return []string{"server"} })
+				f.m.ObserveConnCut(CutIdle)
+				f.m.ObserveConnCut(CutIdle)
+				f.m.ObserveConnCut(CutOverCap)
+			},
+			want: []string{
+				`switchyard_client_conns 17`,
+				`switchyard_config_restart_required 1`,
+				`switchyard_client_conns_cut_total{reason="idle"} 2`,
+				`switchyard_client_conns_cut_total{reason="over_cap"} 1`,
+				`switchyard_client_conns_cut_total{reason="header"} 0`,
+				`switchyard_client_conns_cut_total{reason="slow_body"} 0`,
+			},
+		},
+		{
 			desc: "requests, attempts, retries and hedges",
 			setup: func(_ *testing.T, f *fixture) {
 				f.m.ObserveRequest(http.MethodGet, engine.OK, 2, 1)

@@ -11,6 +11,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
@@ -35,9 +36,16 @@ type Options struct {
 	// so load balancers keep the gateway while operators see why. nil
 	// means never.
 	Degraded func() error
+	// RestartRequired names the configuration sections a reload changed
+	// that only a restart applies; /readyz adds them to its answer. nil
+	// means none.
+	RestartRequired func() []string
 	// Events is how many recent state and incident events /api/events
 	// keeps. Zero or less means 1000.
 	Events int
+	// Log receives a line per admin action and per refused one; nil
+	// discards them.
+	Log *slog.Logger
 }
 
 // subscriptionBuffer is the engine subscription's capacity: it absorbs
@@ -54,6 +62,8 @@ type Server struct {
 	hasToken bool
 	ready    func() error
 	degraded func() error
+	restart  func() []string
+	log      *slog.Logger
 	mux      *http.ServeMux
 
 	// The collector goroutine reads sub and fills events until Close
@@ -83,12 +93,17 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 	if opts.Events <= 0 {
 		opts.Events = 1000
 	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
 	s := &Server{
 		engine:   e,
 		metrics:  m,
 		hasToken: opts.Token != "",
 		ready:    opts.Ready,
 		degraded: opts.Degraded,
+		restart:  opts.RestartRequired,
+		log:      opts.Log,
 		mux:      http.NewServeMux(),
 		sub:      e.Subscribe(subscriptionBuffer, engine.EventState, engine.EventIncident),
 		done:     make(chan struct{}),
@@ -165,13 +180,18 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 			return
 		}
 	}
+	status := "ready"
 	if s.degraded != nil {
 		if err := s.degraded(); err != nil {
-			writeText(w, http.StatusOK, "degraded: "+err.Error())
-			return
+			status = "degraded: " + err.Error()
 		}
 	}
-	writeText(w, http.StatusOK, "ready")
+	if s.restart != nil {
+		if pending := s.restart(); len(pending) > 0 {
+			status += "; restart required to apply: " + strings.Join(pending, ", ")
+		}
+	}
+	writeText(w, http.StatusOK, status)
 }
 
 // routeJSON is a route in /api/routes. Times are RFC 3339 in UTC and
@@ -321,9 +341,13 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 // act runs an operator action on a route: POST /api/routes/{id}/{action}.
+// Each action and each refused one is logged with the client's address;
+// never the token, nor an id no route has (it came from the client, and
+// may be a route's address typed with its password).
 func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 	var op func(time.Time, string) error
-	switch r.PathValue("action") {
+	action, id := r.PathValue("action"), r.PathValue("id")
+	switch action {
 	case "drain":
 		op = s.engine.Drain
 	case "eject":
@@ -339,25 +363,34 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, r.Method+" not allowed: use POST")
 		return
 	}
+	attrs := []slog.Attr{slog.String("action", action), slog.String("remote", r.RemoteAddr)}
+	if _, known := s.engine.RouteSpec(id); known {
+		attrs = append(attrs, slog.String("route", id))
+	}
 	if !s.hasToken {
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "admin action refused: the admin API is read-only", attrs...)
 		writeError(w, http.StatusForbidden, "admin actions need --admin-token")
 		return
 	}
 	if !s.authorized(r) {
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "admin action refused: missing or wrong bearer token", attrs...)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard"`)
 		writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 		return
 	}
 	// The id is not echoed: it came from the client, and a route id typed
 	// with its password would otherwise be printed back.
-	if err := op(time.Now(), r.PathValue("id")); err != nil {
+	if err := op(time.Now(), id); err != nil {
 		if errors.Is(err, engine.ErrUnknownRoute) {
+			s.log.LogAttrs(r.Context(), slog.LevelWarn, "admin action refused: unknown route", attrs...)
 			writeError(w, http.StatusNotFound, "unknown route: give its id, path-escaped, as listed by /api/routes")
 			return
 		}
+		s.log.LogAttrs(r.Context(), slog.LevelError, "admin action failed", append(attrs, slog.String("err", err.Error()))...)
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "admin action", attrs...)
 	w.WriteHeader(http.StatusNoContent)
 }
 

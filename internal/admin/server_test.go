@@ -1,10 +1,12 @@
 package admin
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -13,6 +15,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -416,11 +419,17 @@ func TestProbes(t *testing.T) {
 		{"not ready", func() error { return errors.New("routes not loaded") }, nil, "/readyz", http.StatusServiceUnavailable, "routes not loaded\n"},
 		{"degraded serves on", nil, down, "/readyz", http.StatusOK, "degraded: redis at 127.0.0.1:6379 unreachable\n"},
 		{"not ready wins over degraded", func() error { return errors.New("routes not loaded") }, down, "/readyz", http.StatusServiceUnavailable, "routes not loaded\n"},
+		{"restart required", nil, nil, "/readyz", http.StatusOK, "ready; restart required to apply: server, engine\n"},
+		{"degraded and restart required", nil, down, "/readyz", http.StatusOK, "degraded: redis at 127.0.0.1:6379 unreachable; restart required to apply: server, engine\n"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
-			f := newFixture(t, Options{Ready: tc.ready, Degraded: tc.degraded})
+			opts := Options{Ready: tc.ready, Degraded: tc.degraded}
+			if strings.Contains(tc.desc, "restart") {
+				opts.RestartRequired = func() []string { return []string{"server", "engine"} }
+			}
+			f := newFixture(t, opts)
 			status, _, body := f.do(t, http.MethodGet, tc.path, "")
 			if status != tc.wantStatus || string(body) != tc.wantBody {
 				t.Errorf("GET %s: %d %q, want %d %q", tc.path, status, body, tc.wantStatus, tc.wantBody)
@@ -497,6 +506,71 @@ func TestActionEventsAreRecorded(t *testing.T) {
 	f.getJSON(t, "/api/events?limit=1", &got)
 	if len(got) != 1 || got[0].Route != bob || got[0].To != engine.Draining || got[0].Reason == "" {
 		t.Errorf("newest event %+v, want bob draining", got)
+	}
+}
+
+// syncBuffer collects log lines written by the server's handlers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Every action and every refused one is logged with the action, the
+// client's address and the route when it is one; never a token, nor an
+// id no route has (it may be a route typed with its password).
+func TestActionLogs(t *testing.T) {
+	t.Parallel()
+	typedWithPassword := "http://alice:s3cr3t-Pa55@10.0.0.1:8080"
+	tests := []struct {
+		desc      string
+		token     string // configured
+		path      string
+		auth      string
+		wantMsg   string
+		wantLevel string
+		wantRoute string // "" for none
+	}{
+		{"drain", token, actionPath(bob, "drain"), "Bearer " + token, "admin action", "INFO", bob},
+		{"restore", token, actionPath(alice, "restore"), "Bearer " + token, "admin action", "INFO", alice},
+		{"wrong token", token, actionPath(bob, "eject"), "Bearer tok-124", "admin action refused: missing or wrong bearer token", "WARN", bob},
+		{"missing token", token, actionPath(bob, "eject"), "", "admin action refused: missing or wrong bearer token", "WARN", bob},
+		{"read-only", "", actionPath(bob, "drain"), "Bearer " + token, "admin action refused: the admin API is read-only", "WARN", bob},
+		{"unknown route typed with a password", token, actionPath(typedWithPassword, "drain"), "Bearer " + token, "admin action refused: unknown route", "WARN", ""},
+		{"wrong token, unknown route", token, actionPath(typedWithPassword, "drain"), "Bearer tok-124", "admin action refused: missing or wrong bearer token", "WARN", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			out := &syncBuffer{}
+			f := newFixture(t, Options{Token: tc.token, Log: slog.New(slog.NewJSONHandler(out, nil))})
+			f.do(t, http.MethodPost, tc.path, tc.auth)
+			text := out.String()
+			var line struct{ Level, Msg, Action, Remote, Route string }
+			if strings.Count(text, "\n") != 1 || json.Unmarshal([]byte(text), &line) != nil {
+				t.Fatalf("want one JSON line, got %q", text)
+			}
+			action := tc.path[strings.LastIndexByte(tc.path, '/')+1:]
+			if line.Msg != tc.wantMsg || line.Level != tc.wantLevel || line.Action != action || line.Route != tc.wantRoute || !strings.HasPrefix(line.Remote, "127.0.0.1:") {
+				t.Errorf("logged %+v, want %s %q action %s route %q from 127.0.0.1", line, tc.wantLevel, tc.wantMsg, action, tc.wantRoute)
+			}
+			for _, secret := range append([]string{token, "tok-124"}, passwords...) {
+				if strings.Contains(text, secret) {
+					t.Errorf("the log holds %q: %s", secret, text)
+				}
+			}
+		})
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 // valid one.
 type Config struct {
 	Listen   Listen   `toml:"listen"`
+	Server   Server   `toml:"server"`
 	Log      Log      `toml:"log"`
 	Routes   Routes   `toml:"routes"`
 	Engine   Engine   `toml:"engine"`
@@ -40,6 +41,31 @@ type Config struct {
 type Listen struct {
 	Proxy string `toml:"proxy"` // the forward proxy; default 127.0.0.1:8080
 	Admin string `toml:"admin"` // admin API and metrics; default 127.0.0.1:9090, "" for none
+}
+
+// Server bounds the forward proxy's client connections, so that idle,
+// slow or too many clients cannot hold the gateway's sockets. Changing it
+// needs a restart.
+type Server struct {
+	// HeaderTimeout bounds reading a request's headers: from the accept
+	// for a connection's first request, from the first byte for later
+	// ones. Default 10s.
+	HeaderTimeout time.Duration `toml:"header_timeout"`
+	// IdleTimeout closes a keep-alive connection idle this long between
+	// requests. CONNECT tunnels are not requests: it never applies to
+	// them. Default 2m.
+	IdleTimeout time.Duration `toml:"idle_timeout"`
+	// BodyTimeout is how far a request body may fall behind MinBodyRate
+	// (so also the longest it may stall) before the connection is cut;
+	// 0 turns the check off. Default 20s.
+	BodyTimeout time.Duration `toml:"body_timeout"`
+	// MinBodyRate is the slowest a request body may arrive, in bytes/s;
+	// 0 leaves BodyTimeout a bound on stalls alone. Default 1024.
+	MinBodyRate int64 `toml:"min_body_rate"`
+	// MaxClientConns caps the open client connections, tunnels included;
+	// one more is closed as soon as it is accepted. 0 means no cap.
+	// Default 10000.
+	MaxClientConns int `toml:"max_client_conns"`
 }
 
 // Log configures the log on stderr.
@@ -224,6 +250,7 @@ func Default() Config {
 	budget := engine.DefaultBudget()
 	c := Config{
 		Listen: Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9090"},
+		Server: Server{HeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 1024, MaxClientConns: 10000},
 		Log:    Log{Format: "text"},
 		Retry:  Retry{MaxAttempts: 3, AttemptTimeout: 30 * time.Second, BudgetRatio: budget.BudgetRatio, HedgeRatio: budget.HedgeRatio, MaxBodyBytes: 1 << 20},
 		Pacing: Pacing{MaxTargets: 10000},

@@ -53,6 +53,11 @@ func TestLoadErrors(t *testing.T) {
 		{"listen address", "[listen]\nproxy = \"8080\"\n", nil, nil, `:4: listen.proxy: "8080": want host:port`},
 		{"listen port", "[listen]\nproxy = \"127.0.0.1:99999\"\n", nil, nil, "listen.proxy: \"127.0.0.1:99999\": bad port"},
 		{"admin on the proxy's address", "[listen]\nproxy = \"127.0.0.1:8080\"\nadmin = \"127.0.0.1:8080\"\n", nil, nil, ":5: listen.admin: must differ from listen.proxy"},
+		{"header timeout", "[server]\nheader_timeout = \"0s\"\n", nil, nil, ":4: server.header_timeout: must be positive"},
+		{"idle timeout", "[server]\nidle_timeout = \"0s\"\n", nil, nil, ":4: server.idle_timeout: must be positive"},
+		{"body timeout", "[server]\nbody_timeout = \"-1s\"\n", nil, nil, ":4: server.body_timeout: must not be negative"},
+		{"body rate", "[server]\nmin_body_rate = -1\n", nil, nil, ":4: server.min_body_rate: must not be negative"},
+		{"connection cap", "", []string{"SWITCHYARD_SERVER_MAX_CLIENT_CONNS=-5"}, nil, "server.max_client_conns (environment variable SWITCHYARD_SERVER_MAX_CLIENT_CONNS): must not be negative"},
 		{"log format", "[log]\nformat = \"xml\"\n", nil, nil, `log.format: "xml": want text or json`},
 		{"attempts", "[retry]\nmax_attempts = 0\n", nil, nil, ":4: retry.max_attempts: must be in [1, 10]"},
 		{"timeout", "[retry]\nattempt_timeout = \"0s\"\n", nil, nil, "retry.attempt_timeout: must be positive"},
@@ -157,6 +162,35 @@ func TestPrecedence(t *testing.T) {
 	}
 	if got := c.Security.AllowCIDRs; !reflect.DeepEqual(got, []string{"10.0.0.0/8", "192.168.0.0/16"}) || !c.BlockPrivate() {
 		t.Errorf("allow_cidrs %q, block %v", got, c.BlockPrivate())
+	}
+}
+
+// The [server] keys have their defaults, and the file and the
+// environment set them under their TOML names.
+func TestServerSection(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc string
+		file string
+		env  []string
+		want Server
+	}{
+		{"defaults", "", nil, Server{HeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 1024, MaxClientConns: 10000}},
+		{"file", "[server]\nheader_timeout = \"5s\"\nidle_timeout = \"30s\"\nbody_timeout = \"0s\"\nmin_body_rate = 0\nmax_client_conns = 0\n", nil, Server{HeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second}},
+		{"environment", "", []string{"SWITCHYARD_SERVER_IDLE_TIMEOUT=1m", "SWITCHYARD_SERVER_MIN_BODY_RATE=64", "SWITCHYARD_SERVER_MAX_CLIENT_CONNS=50"},
+			Server{HeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 64, MaxClientConns: 50}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			c, err := Load(Source{Path: writeConfig(t, routesOK+tc.file), Env: append([]string{}, tc.env...)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Server != tc.want {
+				t.Errorf("server %+v, want %+v", c.Server, tc.want)
+			}
+		})
 	}
 }
 

@@ -22,7 +22,7 @@ import (
 // validate checks every section, resolves secrets and loads the routes.
 func (l *loader) validate() error {
 	for _, check := range []func() error{
-		l.checkListen, l.checkLog, l.checkEngine, l.checkRetry, l.checkProbe,
+		l.checkListen, l.checkServer, l.checkLog, l.checkEngine, l.checkRetry, l.checkProbe,
 		l.checkSecurity, l.checkAdmin, l.checkPacing, l.checkState, l.checkTargets, l.checkUsers, l.loadRoutes,
 	} {
 		if err := check(); err != nil {
@@ -56,6 +56,23 @@ func checkAddr(addr string) error {
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		return fmt.Errorf("%q: bad port", addr)
+	}
+	return nil
+}
+
+func (l *loader) checkServer() error {
+	s := l.c.Server
+	switch {
+	case s.HeaderTimeout <= 0:
+		return l.errAt("server.header_timeout", "must be positive")
+	case s.IdleTimeout <= 0:
+		return l.errAt("server.idle_timeout", "must be positive")
+	case s.BodyTimeout < 0:
+		return l.errAt("server.body_timeout", "must not be negative")
+	case s.MinBodyRate < 0:
+		return l.errAt("server.min_body_rate", "must not be negative")
+	case s.MaxClientConns < 0:
+		return l.errAt("server.max_client_conns", "must not be negative")
 	}
 	return nil
 }

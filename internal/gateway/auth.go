@@ -1,19 +1,27 @@
 package gateway
 
 import (
+	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"runtime"
-	"sync/atomic"
-
-	"golang.org/x/crypto/bcrypt"
-
 	"crypto/subtle"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"net/netip"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+	"golang.org/x/time/rate"
 
 	"github.com/switchyard/switchyard/engine"
 )
@@ -37,7 +45,8 @@ type account struct {
 	hash   []byte            // bcrypt; nil for a plain password
 	// verified is the digest of the last password hash accepted: bcrypt
 	// costs tens of milliseconds by design, so a client's password is run
-	// through it once, not on every request.
+	// through it once, not on every request, and not again after a reload
+	// that keeps the hash.
 	verified atomic.Pointer[[sha256.Size]byte]
 	labels   engine.Labels
 }
@@ -48,25 +57,73 @@ type accounts struct {
 	// dummy stands in for an unknown user, so that an unknown user costs
 	// the same as a wrong password (a bcrypt check when any user has a
 	// hash) and the timing does not reveal which users exist.
-	dummy account
-	// hashing bounds the bcrypt checks running at once, so a flood of
-	// wrong passwords queues instead of taking every core.
-	hashing chan struct{}
+	dummy  account
+	checks *checks // shared with the accounts of earlier reloads
+}
+
+// Bounds on password checks, so that a flood of wrong passwords cannot
+// queue bcrypt work without end and lock the users out.
+const (
+	// hashWaiting is how many bcrypt checks may wait per one running;
+	// beyond, a client is answered 503 at once rather than queued, so
+	// that a check waits at most hashWaiting+1 bcrypt runs.
+	hashWaiting = 16
+	// failureBurst wrong passwords from one client address are checked,
+	// then one per failureEvery; beyond, the address is answered 429
+	// without a check, right password or not, unless it is the one
+	// verified last (cached). Unknown users count as wrong passwords.
+	failureBurst = 4
+	failureEvery = time.Second
+	// maxFailureAddrs bounds the addresses whose failures are remembered.
+	maxFailureAddrs = 10000
+)
+
+// checks admits password checks: bcrypt ones a few at a time, within a
+// bounded queue, and each client address within its failures.
+type checks struct {
+	running  chan struct{}                     // bcrypt checks at once
+	queued   chan struct{}                     // bcrypt checks running or waiting
+	compare  func(hash, password []byte) error // bcrypt.CompareHashAndPassword; tests count the calls
+	failures *failures
+}
+
+func newChecks(hashers int, now func() time.Time) *checks {
+	return &checks{
+		running:  make(chan struct{}, hashers),
+		queued:   make(chan struct{}, hashers*(1+hashWaiting)),
+		compare:  bcrypt.CompareHashAndPassword,
+		failures: &failures{byAddr: make(map[netip.Prefix]*failureBucket), max: maxFailureAddrs, now: now},
+	}
 }
 
 // newAccounts digests the passwords of users; nil users means no auth.
-func newAccounts(users map[string]User) *accounts {
+// From old, the accounts of the previous settings (nil for none), it keeps
+// the checks' queue and failure counts, and the verified password of each
+// user whose hash is unchanged. now is the clock of failure counts.
+func newAccounts(users map[string]User, old *accounts, now func() time.Time) *accounts {
 	if len(users) == 0 {
 		return nil
 	}
-	a := &accounts{byName: make(map[string]*account, len(users)), hashing: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))}
+	a := &accounts{byName: make(map[string]*account, len(users))}
+	var oldDummy []byte
+	var oldNames map[string]*account
+	if old != nil {
+		a.checks, oldDummy, oldNames = old.checks, old.dummy.hash, old.byName
+	} else {
+		a.checks = newChecks(max(1, runtime.GOMAXPROCS(0)/2), now)
+	}
 	a.dummy.digest = sha256.Sum256([]byte("switchyard: no such user"))
 	for name, u := range users {
 		acct := &account{labels: u.Labels}
 		if u.Password == "" && u.PasswordHash != "" {
 			acct.hash = []byte(u.PasswordHash)
+			if prev := oldNames[name]; prev != nil && bytes.Equal(prev.hash, acct.hash) {
+				acct.verified.Store(prev.verified.Load())
+			}
 			if a.dummy.hash == nil {
-				a.dummy.hash = unguessableHash()
+				if a.dummy.hash = oldDummy; a.dummy.hash == nil {
+					a.dummy.hash = unguessableHash()
+				}
 			}
 		} else {
 			acct.digest = sha256.Sum256([]byte(u.Password))
@@ -86,17 +143,53 @@ func unguessableHash() []byte {
 	return h
 }
 
-// authenticate checks the Basic Proxy-Authorization in h. The user name is
-// the username's first "-"-separated token, the rest being the control
-// parameters parseControl reads. Plain passwords are digested before the
-// constant-time comparison, so neither their length nor a prefix leaks
-// through timing; hashed ones go through bcrypt, which compares in
-// constant time itself.
-func (a *accounts) authenticate(h http.Header) (name string, labels engine.Labels, ok bool) {
+// Why verify refused a client, besides a *throttled.
+var (
+	errDenied = errors.New("wrong or missing credentials")
+	errBusy   = errors.New("too many password checks waiting")
+)
+
+// throttled refuses a client address over its failures.
+type throttled struct {
+	retryAfter time.Duration // until the address may be checked again
+}
+
+func (*throttled) Error() string { return "too many wrong passwords from this address" }
+
+// authenticate checks r's credentials; when they do not pass it answers
+// the client itself and ok is false: 407 for wrong or missing ones, 429
+// for an address over its failures, 503 when too many checks wait (or the
+// client left while its check waited).
+func (a *accounts) authenticate(w http.ResponseWriter, r *http.Request) (name string, labels engine.Labels, ok bool) {
+	name, labels, err := a.verify(r.Context(), r.Header, r.RemoteAddr)
+	var th *throttled
+	switch {
+	case err == nil:
+		return name, labels, true
+	case errors.Is(err, errDenied):
+		challenge(w)
+	case errors.As(err, &th):
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(th.retryAfter.Seconds())))))
+		fail(w, http.StatusTooManyRequests, "auth_throttled", "switchyard: "+th.Error()+"; retry later")
+	default:
+		w.Header().Set("Retry-After", "1")
+		fail(w, http.StatusServiceUnavailable, "auth_busy", "switchyard: "+errBusy.Error()+"; retry later")
+	}
+	return "", nil, false
+}
+
+// verify checks the Basic Proxy-Authorization in h, from the client at
+// remote. The user name is the username's first "-"-separated token, the
+// rest being the control parameters parseControl reads. Plain passwords
+// are digested before the constant-time comparison, so neither their
+// length nor a prefix leaks through timing; hashed ones go through
+// bcrypt, which compares in constant time itself. ctx ending gives up a
+// check still waiting.
+func (a *accounts) verify(ctx context.Context, h http.Header, remote string) (name string, labels engine.Labels, err error) {
 	scheme, encoded, _ := strings.Cut(h.Get("Proxy-Authorization"), " ")
 	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(encoded))
 	if !strings.EqualFold(scheme, "Basic") || err != nil {
-		return "", nil, false
+		return "", nil, errDenied
 	}
 	user, password, _ := strings.Cut(string(raw), ":")
 	name, _, _ = strings.Cut(user, "-")
@@ -104,31 +197,140 @@ func (a *accounts) authenticate(h http.Header) (name string, labels engine.Label
 	if !known {
 		acct = &a.dummy
 	}
-	if !a.check(acct, password) || !known {
-		return "", nil, false
+	if err := a.check(ctx, acct, password, remote); err != nil {
+		return "", nil, err
 	}
-	return name, acct.labels, true
+	return name, acct.labels, nil
 }
 
-// check reports whether password is acct's.
-func (a *accounts) check(acct *account, password string) bool {
+// check reports, as nil, whether password is acct's (never the dummy's);
+// every check but the cached one is within the client address's failures.
+func (a *accounts) check(ctx context.Context, acct *account, password, remote string) error {
 	got := sha256.Sum256([]byte(password))
-	if acct.hash == nil {
-		return subtle.ConstantTimeCompare(got[:], acct.digest[:]) == 1
-	}
 	if v := acct.verified.Load(); v != nil && subtle.ConstantTimeCompare(got[:], v[:]) == 1 {
-		return true
+		return nil
 	}
-	a.hashing <- struct{}{}
-	err := bcrypt.CompareHashAndPassword(acct.hash, []byte(password))
-	<-a.hashing
+	done, err := a.checks.failures.admit(clientKey(remote))
 	if err != nil {
-		return false
+		return err
 	}
-	if acct != &a.dummy {
+	var matched bool
+	if acct.hash == nil {
+		matched = subtle.ConstantTimeCompare(got[:], acct.digest[:]) == 1
+	} else if matched, err = a.checks.bcrypt(ctx, acct.hash, password); err != nil {
+		done(false) // not checked: not a failure
+		return err
+	}
+	matched = matched && acct != &a.dummy
+	done(!matched)
+	if !matched {
+		return errDenied
+	}
+	if acct.hash != nil {
 		acct.verified.Store(&got)
 	}
-	return true
+	return nil
+}
+
+// bcrypt runs one bcrypt comparison when a slot frees up, or refuses with
+// errBusy when the queue is full, or gives up when ctx ends first.
+func (c *checks) bcrypt(ctx context.Context, hash []byte, password string) (bool, error) {
+	select {
+	case c.queued <- struct{}{}:
+	default:
+		return false, errBusy
+	}
+	defer func() { <-c.queued }()
+	select {
+	case c.running <- struct{}{}:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	defer func() { <-c.running }()
+	if err := ctx.Err(); err != nil { // a slot and the end came together
+		return false, err
+	}
+	return c.compare(hash, []byte(password)) == nil, nil
+}
+
+// failures counts the wrong passwords of each client address, in a token
+// bucket of failureBurst refilled one per failureEvery.
+type failures struct {
+	mu     sync.Mutex
+	byAddr map[netip.Prefix]*failureBucket // guarded by mu; at most max
+	max    int
+	now    func() time.Time
+}
+
+type failureBucket struct {
+	lim     *rate.Limiter // guarded by failures.mu, so that pending and it agree
+	pending int           // checks admitted and not done
+}
+
+// admit lets a check from the address key run if its bucket holds a token
+// for it and for each check in flight, which may all fail; done, called
+// once the check ran (or did not), takes a token for a failure.
+func (f *failures) admit(key netip.Prefix) (done func(failed bool), err error) {
+	now := f.now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.byAddr[key]
+	if b == nil {
+		f.makeRoom(now)
+		b = &failureBucket{lim: rate.NewLimiter(rate.Every(failureEvery), failureBurst)}
+		f.byAddr[key] = b
+	}
+	if short := float64(b.pending+1) - b.lim.TokensAt(now); short > 0 {
+		return nil, &throttled{retryAfter: time.Duration(short * float64(failureEvery))}
+	}
+	b.pending++
+	return func(failed bool) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		b.pending--
+		if failed {
+			b.lim.ReserveN(f.now(), 1) // may go below zero: a longer wait
+		}
+	}, nil
+}
+
+// makeRoom keeps the table under max: it forgets the addresses whose
+// failures are all forgiven (a full bucket is as good as a new one), then,
+// if that was not enough (a flood from many addresses), arbitrary ones
+// down to 7/8 of max, so that the sweep does not run at every address.
+// The caller holds f.mu.
+func (f *failures) makeRoom(now time.Time) {
+	if len(f.byAddr) < f.max {
+		return
+	}
+	for k, b := range f.byAddr {
+		if b.pending == 0 && b.lim.TokensAt(now) >= failureBurst {
+			delete(f.byAddr, k)
+		}
+	}
+	for k := range f.byAddr {
+		if len(f.byAddr) < f.max-f.max/8 {
+			return
+		}
+		delete(f.byAddr, k)
+	}
+}
+
+// clientKey is where failures are counted for a client at remote
+// ("host:port"): its address, or its /64 for IPv6, which one site usually
+// holds whole. Addresses that are not IP share the zero key.
+func clientKey(remote string) netip.Prefix {
+	ap, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		return netip.Prefix{}
+	}
+	ip := ap.Addr().Unmap().WithZone("")
+	bits := 32
+	if ip.Is6() {
+		bits = 64
+	}
+	p, _ := ip.Prefix(bits)
+	return p
 }
 
 // challenge answers a request without valid client credentials.

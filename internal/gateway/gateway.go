@@ -274,9 +274,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var user engine.Labels
 	if s.users != nil {
-		name, labels, ok := s.users.authenticate(r.Header)
+		name, labels, ok := s.users.authenticate(w, r)
 		if !ok {
-			challenge(w)
 			return
 		}
 		rec.user, user = name, labels

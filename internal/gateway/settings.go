@@ -29,7 +29,11 @@ func (g *Gateway) Update(routes []*route.Route, users map[string]User, targets *
 		targets = target.New(nil)
 	}
 	old := g.current.Load()
-	next := &settings{exits: make(map[string]*route.Exit, len(routes)), users: newAccounts(users), targets: targets, paces: targets.Paces()}
+	var oldUsers *accounts
+	if old != nil {
+		oldUsers = old.users
+	}
+	next := &settings{exits: make(map[string]*route.Exit, len(routes)), users: newAccounts(users, oldUsers, g.cfg.Now), targets: targets, paces: targets.Paces()}
 	dialer := g.dialer()
 	for _, r := range routes {
 		if _, ok := g.engine.RouteSpec(r.ID); !ok {

@@ -1,11 +1,16 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -183,4 +188,84 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// syncBuffer collects log output written by any goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// take returns what was written since the last take.
+func (s *syncBuffer) take() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.b.String()
+	s.b.Reset()
+	return out
+}
+
+// Every reload that leaves a restart-only section different from the
+// running process says so, in the log, in /readyz and in the metrics,
+// until a reload puts the section back.
+func TestReloadSaysRestartRequiredEveryTime(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		out := &syncBuffer{}
+		g := runServer(t, configOf(t, "direct\n"), slog.New(slog.NewTextHandler(out, nil)))
+		steps := []struct {
+			desc   string
+			change func(*config.Config)
+			want   []string // sections still to apply
+		}{
+			{"a restart-only change", func(c *config.Config) { c.Retry.MaxAttempts = 5 }, []string{"retry"}},
+			{"the same file again", func(c *config.Config) { c.Retry.MaxAttempts = 5 }, []string{"retry"}},
+			{"another section too", func(c *config.Config) { c.Retry.MaxAttempts, c.Server.IdleTimeout = 5, time.Minute }, []string{"server", "retry"}},
+			{"put back, users added", func(c *config.Config) {
+				c.Users = []config.User{{Name: "alice", Password: config.LiteralSecret("pw")}}
+			}, nil},
+		}
+		readyz := func() string {
+			resp, err := http.Get(g.admin + "/readyz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			return strings.TrimSpace(string(body))
+		}
+		for _, step := range steps {
+			next := configOf(t, "direct\n")
+			step.change(next)
+			out.take()
+			if err := g.s.Reload(next); err != nil {
+				t.Fatal(err)
+			}
+			var warned []string
+			for line := range strings.Lines(out.take()) {
+				if _, section, ok := strings.Cut(line, "needs a restart"); ok {
+					_, section, _ = strings.Cut(section, "section=")
+					warned = append(warned, strings.TrimSpace(section))
+				}
+			}
+			if !slices.Equal(warned, step.want) {
+				t.Errorf("%s: warned of %q, want %q", step.desc, warned, step.want)
+			}
+			wantReady, wantGauge := "ready", 0.0
+			if len(step.want) > 0 {
+				wantReady, wantGauge = "ready; restart required to apply: "+strings.Join(step.want, ", "), 1
+			}
+			if got := readyz(); got != wantReady {
+				t.Errorf("%s: /readyz %q, want %q", step.desc, got, wantReady)
+			}
+			if got := g.metric(t, "switchyard_config_restart_required"); got != wantGauge {
+				t.Errorf("%s: switchyard_config_restart_required %v, want %v", step.desc, got, wantGauge)
+			}
+		}
+	})
 }

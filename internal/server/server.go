@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
@@ -42,12 +43,18 @@ type Server struct {
 	prober  *probe.Prober
 	shared  *redisstore.Store // nil with in-memory state
 	ln      Listeners
+	clients *clientListener // ln.Proxy, counted and capped
 	log     *slog.Logger
+	// started is the configuration the process started with: its
+	// sections that only a restart applies are the ones in force.
+	started *config.Config
 
 	mu      sync.Mutex              // serializes Reload
-	cfg     *config.Config          // guarded by mu: the configuration in force
 	routes  map[string]*route.Route // guarded by mu: every route the engine knows, by id
 	removed map[string]bool         // guarded by mu: routes a reload removed, draining
+	// pending names the sections of the last configuration reloaded that
+	// differ from started's: a restart would apply them.
+	pending atomic.Pointer[[]string]
 }
 
 // New builds the engine, over in-memory or Redis-shared state as cfg says,
@@ -65,7 +72,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{ln: ln, log: log, cfg: cfg, routes: make(map[string]*route.Route), removed: make(map[string]bool)}
+	s := &Server{ln: ln, log: log, started: cfg, routes: make(map[string]*route.Route), removed: make(map[string]bool)}
 	var store engine.Store
 	if cfg.State.Shared() {
 		if s.shared, err = redisstore.Open(cfg.State.URL, redisstore.Options{
@@ -97,6 +104,8 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	metrics := admin.NewMetrics(e)
+	metrics.WatchRestart(s.restartRequired)
+	s.clients = newClientListener(ln.Proxy, cfg.Server.MaxClientConns, metrics)
 	gcfg := gateway.Config{
 		MaxAttempts:         cfg.Retry.MaxAttempts,
 		AttemptTimeout:      cfg.Retry.AttemptTimeout,
@@ -120,7 +129,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 	// Probes leave through the gateway's own exits, so they see what users'
 	// traffic sees, admission included, and follow its reloads.
 	s.prober = probe.New(e, s.gateway, probe.Config{TargetURL: s.gateway.ProbeURL, NeutralURL: cfg.Probe.URL, Admit: s.gateway.Admit})
-	aopts := admin.Options{Token: cfg.Admin.Token.Value()}
+	aopts := admin.Options{Token: cfg.Admin.Token.Value(), RestartRequired: s.restartRequired, Log: log}
 	if s.shared != nil {
 		aopts.Degraded = s.shared.Healthy
 		metrics.WatchState(func() admin.StateStats {
@@ -176,13 +185,12 @@ func (s *Server) Engine() *engine.Engine { return s.engine }
 // new route joins as a candidate; a removed route drains (no new work, its
 // requests in flight finish) and comes back if a later reload lists it
 // again. Requests in flight keep the routes, users and rules they started
-// with. Settings that need a restart are logged and left as they are.
+// with. Sections that need a restart are left as they are: every reload
+// that leaves one different from the running process logs it, and /readyz
+// and the metrics show it until a reload puts it back or a restart.
 func (s *Server) Reload(next *config.Config) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, section := range restartOnly(s.cfg, next) {
-		s.log.Warn("reload: this section needs a restart to change; keeping the running one", "section", section)
-	}
 	users, err := gatewayUsers(next)
 	if err != nil {
 		return err
@@ -234,8 +242,20 @@ func (s *Server) Reload(next *config.Config) error {
 		}
 		s.admin.SetRoutes(all)
 	}
-	s.cfg = next
+	pending := restartOnly(s.started, next)
+	for _, section := range pending {
+		s.log.Warn("reload: this section needs a restart to change; the running one stays", "section", section)
+	}
+	s.pending.Store(&pending)
 	s.log.Info("reloaded", "routes", len(current), "added", added, "updated", updated, "removed", removed, "draining", len(s.removed), "targets", len(next.Targets), "users", len(next.Users))
+	return nil
+}
+
+// restartRequired names the sections the last reload could not apply.
+func (s *Server) restartRequired() []string {
+	if p := s.pending.Load(); p != nil {
+		return *p
+	}
 	return nil
 }
 
@@ -254,6 +274,7 @@ func restartOnly(old, next *config.Config) []string {
 		a, b any
 	}{
 		{"listen", old.Listen, next.Listen},
+		{"server", old.Server, next.Server},
 		{"log", old.Log, next.Log},
 		{"engine", old.Engine, next.Engine},
 		{"retry", old.Retry, next.Retry},
@@ -277,11 +298,18 @@ func restartOnly(old, next *config.Config) []string {
 // error, or nil after ctx ended.
 func (s *Server) Run(ctx context.Context, grace time.Duration) error {
 	defer s.gateway.Close()
-	servers := []*http.Server{{Handler: s.gateway, ReadHeaderTimeout: 10 * time.Second}}
-	listeners := []net.Listener{s.ln.Proxy}
+	limits := s.started.Server
+	servers := []*http.Server{{
+		Handler:           newBodyLimits(limits).wrap(s.gateway),
+		ReadHeaderTimeout: limits.HeaderTimeout,
+		IdleTimeout:       limits.IdleTimeout,
+		ConnState:         s.clients.trackState,
+		ConnContext:       withConn,
+	}}
+	listeners := []net.Listener{s.clients}
 	if s.admin != nil {
 		defer s.admin.Close()
-		servers = append(servers, &http.Server{Handler: s.admin.Handler(), ReadHeaderTimeout: 10 * time.Second})
+		servers = append(servers, &http.Server{Handler: s.admin.Handler(), ReadHeaderTimeout: limits.HeaderTimeout, IdleTimeout: limits.IdleTimeout})
 		listeners = append(listeners, s.ln.Admin)
 	}
 	ctx, cancel := context.WithCancel(ctx)

@@ -27,23 +27,10 @@ func sharedGateway(t *testing.T, lines, addr, prefix string) (*Server, *http.Cli
 	cfg := configOf(t, lines)
 	cfg.State = config.State{URL: "redis://" + addr + "/0", Prefix: prefix, Timeout: 100 * time.Millisecond, Resync: time.Second}
 	cfg.Engine.MaxRemovedShare = -1
-	proxy, adm := listen(t), listen(t)
-	s, err := New(cfg, Listeners{Proxy: proxy, Admin: adm}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, 5*time.Second) }()
-	tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxy.Addr().String()})}
-	t.Cleanup(func() {
-		tr.CloseIdleConnections()
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	return s, &http.Client{Transport: tr, Timeout: 5 * time.Second}, "http://" + adm.Addr().String()
+	g := runServer(t, cfg, nil)
+	tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: g.proxy})}
+	t.Cleanup(tr.CloseIdleConnections)
+	return g.s, &http.Client{Transport: tr, Timeout: 5 * time.Second}, g.admin
 }
 
 // Two gateway processes share one Redis: the refusals one of them meets
