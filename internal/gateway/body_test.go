@@ -2,11 +2,15 @@ package gateway
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
@@ -100,6 +104,61 @@ func TestLongBodyReportedBeforeItEnds(t *testing.T) {
 		close(reported)
 		if body := <-got; body != "helloworld" {
 			t.Errorf("client got %q, want helloworld", body)
+		}
+	})
+}
+
+// A request body that breaks off on the client's side while it streams to
+// the target (the client left, or the server cut it for being too slow) is
+// no evidence against the route: the attempt is canceled and a client
+// still there is told why.
+func TestClientBodyBreakOffIsNoEvidence(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		for _, via := range []string{"direct", "http proxy"} {
+			for _, gone := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/client gone %v", via, gone), func(t *testing.T) {
+					t.Parallel()
+					site := newTarget(t, func(_ int, _ http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) })
+					line := "direct"
+					if via != "direct" {
+						line = proxyLine(routetest.NewProxy(t, routetest.Behavior{}), "")
+					}
+					v := newEnv(t, Config{RetryBody: 16}, line)
+					// The server's body deadline, as internal/server sets it,
+					// surfaces to the handler as a failing read.
+					slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						r.Body = struct {
+							io.Reader
+							io.Closer
+						}{io.MultiReader(io.LimitReader(r.Body, 5000), iotest.ErrReader(errors.New("request body too slow"))), r.Body}
+						v.g.ServeHTTP(w, r)
+					}))
+					defer slow.Close()
+					addr := v.url.Host
+					if !gone {
+						addr = slow.Listener.Addr().String()
+					}
+					c, err := net.Dial("tcp", addr)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer c.Close()
+					c.SetDeadline(time.Now().Add(10 * time.Second))
+					io.WriteString(c, "POST "+site.URL+"/upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n"+strings.Repeat("b", 5000))
+					if gone {
+						c.(*net.TCPConn).CloseWrite()
+					}
+					resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					resp.Body.Close()
+					if !gone && (resp.StatusCode != http.StatusBadRequest || resp.Header.Get(headerError) != "bad_request") {
+						t.Errorf("answered %d %q, want 400 bad_request", resp.StatusCode, resp.Header.Get(headerError))
+					}
+					v.waitOutcome(t, 0, engine.Canceled)
+				})
+			}
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
@@ -22,11 +23,39 @@ const signatureWindow = 16 << 10
 
 // reqBody is the request body as each attempt sends it.
 type reqBody struct {
-	buf    []byte    // the whole body, when it fit in Config.RetryBody
-	stream io.Reader // otherwise what was read so far, then the rest: one attempt only
+	buf    []byte        // the whole body, when it fit in Config.RetryBody
+	stream *clientStream // otherwise what was read so far, then the rest: one attempt only
 }
 
 func (b *reqBody) replayable() bool { return b.stream == nil }
+
+// clientErr is why reading the client's streamed body broke off, or nil.
+func (b *reqBody) clientErr() error {
+	if b.stream == nil {
+		return nil
+	}
+	if err := b.stream.err.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// clientStream is a body streamed from the client as the attempt sends it
+// (the transport reads it on its own goroutine). A read that fails is the
+// client's doing, gone or too slow (the server's body deadline), never
+// the route's: it is kept so the attempt is not judged by it.
+type clientStream struct {
+	r   io.Reader
+	err atomic.Pointer[error]
+}
+
+func (c *clientStream) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if err != nil && err != io.EOF {
+		c.err.CompareAndSwap(nil, &err)
+	}
+	return n, err
+}
 
 // readBody buffers r's body up to RetryBody, so that a retry can resend it.
 func (g *Gateway) readBody(r *http.Request) (*reqBody, error) {
@@ -34,14 +63,14 @@ func (g *Gateway) readBody(r *http.Request) (*reqBody, error) {
 		return &reqBody{}, nil
 	}
 	if r.ContentLength > g.cfg.RetryBody {
-		return &reqBody{stream: r.Body}, nil
+		return &reqBody{stream: &clientStream{r: r.Body}}, nil
 	}
 	buf, err := io.ReadAll(io.LimitReader(r.Body, g.cfg.RetryBody+1))
 	if err != nil {
 		return nil, err
 	}
 	if int64(len(buf)) > g.cfg.RetryBody {
-		return &reqBody{stream: io.MultiReader(bytes.NewReader(buf), r.Body)}, nil
+		return &reqBody{stream: &clientStream{r: io.MultiReader(bytes.NewReader(buf), r.Body)}}, nil
 	}
 	return &reqBody{buf: buf}, nil
 }
@@ -138,6 +167,11 @@ func (g *Gateway) forward(ctx context.Context, r *http.Request, l engine.Lease, 
 		if o.blocked = refusal(err); o.blocked != nil {
 			// Admission's verdict, not the route's: no evidence, no retry.
 			o.class, o.reached = engine.Canceled, false
+		}
+		if o.bodyErr = body.clientErr(); o.bodyErr != nil {
+			// The client's body broke off: no evidence, and part of it may
+			// have gone out.
+			o.class, o.reached = engine.Canceled, true
 		}
 	}
 	o.timeout, _ = route.Classify(context.DeadlineExceeded, &progress)
@@ -249,8 +283,15 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, o *outcome, attem
 	h := w.Header()
 	h.Set(headerRoute, o.lease.Route)
 	h.Set(headerAttempts, strconv.Itoa(attempts))
-	if o.blocked != nil {
+	switch {
+	case o.blocked != nil:
 		blockedDestination(w, o.blocked)
+		return false
+	case o.bodyErr != nil:
+		// The rest of the body will not come: the connection is done
+		// (net/http would otherwise wait to read it before answering).
+		h.Set("Connection", "close")
+		badRequest(w, "reading the request body: "+o.bodyErr.Error())
 		return false
 	}
 	resp := o.resp

@@ -59,6 +59,7 @@ type outcome struct {
 	reached    bool         // bytes of the request may have reached the target
 	timeout    engine.Class // what silence reads as at the layer the attempt reached
 	blocked    *guard.Error // admission refused the address dialled; class is then Canceled
+	bodyErr    error        // the client's streamed body broke off (gone, too slow); class is then Canceled
 	resp       *http.Response
 	conn       net.Conn
 	// done ends the attempt's context once its answer is consumed or
@@ -239,7 +240,7 @@ func (g *Gateway) fly(ctx context.Context, j *job, l engine.Lease, x *route.Exit
 		}
 		o.lease = f.lease
 		f.mu.Unlock()
-		if o.class == engine.Canceled && o.blocked == nil {
+		if o.class == engine.Canceled && o.blocked == nil && o.bodyErr == nil {
 			o.class = o.lease.Canceled(g.cfg.Now().Sub(f.start), o.timeout)
 		}
 		// A winner the caller reports itself goes unreported here, unless
