@@ -141,11 +141,12 @@ type Store interface {
 //   - Every step of a record in this process's view reaches the engine
 //     exactly once: as the Change an Update of this process returned, or as
 //     one call of fn. A store whose compare-and-set finds that another
-//     process wrote first reports the record it found through fn (its
-//     Update's Change then starts from that record); a notification no
-//     newer than the view is dropped. The engine counts removed routes and
-//     excluded pairs from these steps: one lost or repeated would leave a
-//     counter wrong for good.
+//     process wrote first reports the record it found through fn before
+//     that Update returns (its Change starts from that record, so the
+//     engine must have followed it); a notification no newer than the view
+//     is dropped. The engine counts removed routes and excluded pairs from
+//     these steps: one lost or repeated would leave a counter wrong for
+//     good.
 //   - A record that leaves the view other than through EvictPairs (it
 //     expired in the shared store) is reported with now the zero Health,
 //     which is how the engine reads a missing record.
@@ -153,7 +154,8 @@ type Store interface {
 //     calls for different keys may overlap.
 //   - fn reads the store (Read, Inflight) but never calls Update, and
 //     returns without waiting on I/O; the store must not hold, while calling
-//     it, a lock those reads take.
+//     it, a lock those reads take. It may run inside Update and AddTarget,
+//     which the engine never calls holding a lock fn takes.
 type Notifier interface {
 	Listen(fn func(k Key, old Health, known bool, now Health))
 }

@@ -73,3 +73,45 @@ func TestPropagation(t *testing.T) {
 		b.e.Report(time.Now(), l, engine.Outcome{Class: engine.OK, Latency: time.Millisecond})
 	}
 }
+
+// Two gateways check their new routes at start, one of which refuses
+// connections, and A's reports are written first: once B's own checks
+// return, having found A's records, B weighs the good routes and leaves
+// the dead one out. Regression: B's engine heard of A's records later,
+// from another goroutine; until then it weighed all three as unchecked,
+// panicked, and leased the dead route.
+func TestBothGatewaysCheckNewRoutes(t *testing.T) {
+	addr := redisAddr(t)
+	prefix := testPrefix(t, addr)
+	now := time.Now()
+	var b *engine.Engine
+	for _, s := range []*Store{newStore(t, addr, prefix, Options{}), idleStore(t, addr, prefix)} {
+		e, err := engine.New(engine.Config{MaxRemovedShare: -1, Seed: 1}, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"dead", "good1", "good2"} {
+			if err := e.AddRoute(now, engine.RouteSpec{ID: id}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, job := range e.ProbeJobs(nil) {
+			o := engine.Outcome{Class: engine.OK, Latency: time.Millisecond}
+			if job.Route == "dead" {
+				o.Class = engine.ProxyConnectFailed
+			}
+			e.ReportProbe(now, job, o)
+		}
+		b = e
+	}
+	for range 100 {
+		l, err := b.Acquire(now, engine.Request{Target: "example.com"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Route == "dead" || l.Panic {
+			t.Fatalf("B leased %s (panic %v) after its checks found A's records", l.Route, l.Panic)
+		}
+		b.Report(now, l, engine.Outcome{Class: engine.OK, Latency: time.Millisecond})
+	}
+}

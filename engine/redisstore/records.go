@@ -143,6 +143,12 @@ func (s *Store) Update(c *engine.Config, k engine.Key, op engine.Op, now int64) 
 		return engine.Change{}, false
 	}
 	target := s.names.target(k.Target)
+	adopted := false
+	defer func() {
+		if adopted {
+			s.notify() // the route's mutex is released by now
+		}
+	}()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for {
@@ -189,13 +195,15 @@ func (s *Store) Update(c *engine.Config, k engine.Key, op engine.Op, now int64) 
 			// transition again on it.
 			s.stats.conflicts.Add(1)
 			s.adopt(r, k, cur, theirs)
+			adopted = true
 		}
 	}
 }
 
 // adopt replaces cur (nil: none) with theirs, another process's newer
 // record, with this process's pending successes applied again on it; the
-// engine hears of the difference as a remote change. Caller holds r.mu.
+// engine hears of the difference as a remote change. Caller holds r.mu,
+// and calls notify once it has released it.
 func (s *Store) adopt(r *routeState, k engine.Key, cur *record, theirs record) {
 	old, known := engine.Health{}, cur != nil
 	if known {
@@ -217,6 +225,7 @@ func (s *Store) flush() {
 			continue
 		}
 		target := s.names.target(k.Target)
+		adopted := false
 		r.mu.Lock()
 		for {
 			cur := r.get(k.Target)
@@ -245,8 +254,12 @@ func (s *Store) flush() {
 				continue
 			}
 			s.adopt(r, k, cur, theirs)
+			adopted = true
 		}
 		r.mu.Unlock()
+		if adopted {
+			s.notify()
+		}
 	}
 }
 
@@ -371,13 +384,15 @@ func (s *Store) applyRemote(k engine.Key, rec record) {
 		return
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	cur := r.get(k.Target)
 	if cur != nil && cur.ver >= rec.ver {
+		r.mu.Unlock()
 		return
 	}
 	s.stats.remote.Add(1)
 	s.adopt(r, k, cur, rec)
+	r.mu.Unlock()
+	s.notify()
 }
 
 // markDirty remembers that k changed while Redis was out of reach.

@@ -429,3 +429,58 @@ func TestLeasesOnAnEngineClockBehind(t *testing.T) {
 		t.Fatal("max_inflight=1 let a second lease through on an engine clock in the past")
 	}
 }
+
+// idleStore is a store under prefix that is not running: no notification
+// or resync reaches it, so only its own calls can tell its listener.
+func idleStore(t *testing.T, addr, prefix string) *Store {
+	t.Helper()
+	s, err := Open("redis://"+addr+"/0", Options{Prefix: prefix, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// A record taken from another process reaches the listener before the
+// call that took it returns: an Update whose compare-and-set lost, and a
+// notification. Regression: they waited for another goroutine, so the
+// engine followed the Update's Change before the record it started from,
+// and its selection lagged what Read already said.
+func TestTakenRecordsReachTheListenerFirst(t *testing.T) {
+	addr := redisAddr(t)
+	prefix := testPrefix(t, addr)
+	a, b := newStore(t, addr, prefix, Options{}), idleStore(t, addr, prefix)
+	var heard []string
+	b.Listen(func(k engine.Key, old engine.Health, _ bool, now engine.Health) {
+		heard = append(heard, fmt.Sprintf("%d: %v → %v", k.Route, old.State, now.State))
+	})
+	for _, s := range []*Store{a, b} {
+		s.AddRoute(0, "dead")
+		s.AddRoute(1, "good")
+	}
+	cfg := engine.DefaultConfig()
+	check := func(c engine.Class) engine.Op {
+		return engine.Op{Kind: engine.OpObserve, Obs: engine.Observation{Class: c, Probe: true}, CheckGen: true}
+	}
+
+	// Both check a new route; a's report is written first.
+	if ch, _ := a.Update(&cfg, engine.Key{Route: 0}, check(engine.ProxyConnectFailed), t0); ch.To != engine.Cooling {
+		t.Fatalf("a's failed check left %v", ch.To)
+	}
+	ch, _ := b.Update(&cfg, engine.Key{Route: 0}, check(engine.ProxyConnectFailed), t0)
+	if ch.From != engine.Cooling || ch.Changed() {
+		t.Errorf("b's check on a's record: %v → %v %q, want a stale report on cooling", ch.From, ch.To, ch.Reason)
+	}
+	if want := "0: candidate → cooling"; len(heard) != 1 || heard[0] != want {
+		t.Fatalf("when b's Update returned, its listener had heard %q; want [%q]", heard, want)
+	}
+
+	// A notification of a's record.
+	a.Update(&cfg, engine.Key{Route: 1}, check(engine.OK), t0)
+	h, ver := sharedRecord(t, addr, prefix+":{good}:g")
+	b.applyRecord("good", "", record{h: h, ver: ver})
+	if want := "1: candidate → healthy"; len(heard) != 2 || heard[1] != want {
+		t.Fatalf("when b took a's record, its listener had heard %q; want %q last", heard, want)
+	}
+}

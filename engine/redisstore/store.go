@@ -176,7 +176,6 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	s.names.init()
 	s.leases.init()
 	s.sessions.init()
-	s.notes.init()
 	s.pace.init()
 	return s
 }
@@ -228,7 +227,8 @@ func (s *Store) Close() error {
 }
 
 // Listen implements engine.Notifier: fn learns of every record another
-// process changed, from one goroutine, in the order the changes were seen.
+// process changed, one change at a time, in the order the changes were
+// seen, from the call that took the record (see notifications).
 func (s *Store) Listen(fn func(k engine.Key, old engine.Health, known bool, now engine.Health)) {
 	s.listener.Store(&fn)
 }
@@ -251,8 +251,7 @@ func (s *Store) Run(ctx context.Context) {
 		}
 	}()
 	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() { defer wg.Done(); s.notes.deliver(ctx, s.listener.Load) }()
+	wg.Add(2)
 	go func() { defer wg.Done(); s.paceLoop(ctx) }()
 	// Subscribed before the first resync, so no change falls between them;
 	// the first resync covers the routes announced so far.

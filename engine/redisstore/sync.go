@@ -142,14 +142,19 @@ func (s *Store) applyRecord(route, target string, rec record) {
 	s.applyRemote(k, rec)
 }
 
-// notifications hands remote changes to the engine's listener from one
-// goroutine, in the order they were seen. The queue is unbounded so a
-// route's mutex is never held waiting for the listener, which reads the
-// store.
+// notifications hands remote changes to the engine's listener. A change
+// is queued under its route's mutex, so each key's changes queue in their
+// order, and the goroutine that adopted it delivers it once it has
+// released that mutex (the listener reads the store), before it returns:
+// an Update that took another process's record returns only after the
+// engine has followed that record, so the engine follows it before the
+// Change that starts from it.
 type notifications struct {
 	mu    sync.Mutex
 	queue []change // guarded by mu
-	wake  chan struct{}
+	// delivering serializes deliveries: the listener hears one change at a
+	// time, in queue order, whichever goroutine delivers.
+	delivering sync.Mutex
 }
 
 type change struct {
@@ -158,31 +163,25 @@ type change struct {
 	known    bool
 }
 
-func (n *notifications) init() { n.wake = make(chan struct{}, 1) }
-
 func (n *notifications) push(k engine.Key, old engine.Health, known bool, now engine.Health) {
 	n.mu.Lock()
 	n.queue = append(n.queue, change{k: k, old: old, known: known, now: now})
 	n.mu.Unlock()
-	select {
-	case n.wake <- struct{}{}:
-	default:
-	}
 }
 
-// deliver calls the listener with queued changes until ctx ends.
-func (n *notifications) deliver(ctx context.Context, listener func() *func(engine.Key, engine.Health, bool, engine.Health)) {
+// deliver calls fn (nil: nobody listens yet) with every queued change,
+// those other goroutines queued included.
+func (n *notifications) deliver(fn *func(engine.Key, engine.Health, bool, engine.Health)) {
+	n.delivering.Lock()
+	defer n.delivering.Unlock()
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-n.wake:
-		}
 		n.mu.Lock()
 		batch := n.queue
 		n.queue = nil
 		n.mu.Unlock()
-		fn := listener()
+		if len(batch) == 0 {
+			return
+		}
 		for _, c := range batch {
 			if fn != nil {
 				(*fn)(c.k, c.old, c.known, c.now)
@@ -190,6 +189,10 @@ func (n *notifications) deliver(ctx context.Context, listener func() *func(engin
 		}
 	}
 }
+
+// notify delivers the changes adopt queued. Whoever called adopt calls it
+// once it has released the route's mutex.
+func (s *Store) notify() { s.notes.deliver(s.listener.Load()) }
 
 // health is the connection's state as the request path sees it.
 type health struct {
@@ -297,6 +300,12 @@ func (s *Store) merge(k engine.Key) error {
 	if k.Target != 0 && target == "" {
 		return nil
 	}
+	adopted := false
+	defer func() {
+		if adopted {
+			s.notify()
+		}
+	}()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur := r.get(k.Target)
@@ -320,6 +329,7 @@ func (s *Store) merge(k engine.Key) error {
 		s.stats.remote.Add(1)
 		cur.pending = nil
 		s.adopt(r, k, cur, theirs)
+		adopted = true
 	}
 	return nil
 }
