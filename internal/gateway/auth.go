@@ -43,10 +43,11 @@ type User struct {
 type account struct {
 	digest [sha256.Size]byte // of the plain password; unused with hash
 	hash   []byte            // bcrypt; nil for a plain password
-	// verified is the digest of the last password hash accepted: bcrypt
-	// costs tens of milliseconds by design, so a client's password is run
+	// verified is the digest of the last password accepted: bcrypt costs
+	// tens of milliseconds by design, so a client's password is run
 	// through it once, not on every request, and not again after a reload
-	// that keeps the hash.
+	// that keeps the hash; and a right password, hashed or plain, skips
+	// the client address's failure count.
 	verified atomic.Pointer[[sha256.Size]byte]
 	labels   engine.Labels
 }
@@ -226,9 +227,7 @@ func (a *accounts) check(ctx context.Context, acct *account, password, remote st
 	if !matched {
 		return errDenied
 	}
-	if acct.hash != nil {
-		acct.verified.Store(&got)
-	}
+	acct.verified.Store(&got) // a plain password's too: a right one skips the failure count
 	return nil
 }
 

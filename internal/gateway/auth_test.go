@@ -483,6 +483,7 @@ func TestFailuresPerAddress(t *testing.T) {
 		{"unknown users count", v6, "carol", "guess", failureBurst, 0, "denied", 2*failureBurst + 2},
 		{"the same /64", v6peer, "bob", "plain", 1, 0, "throttled", 2*failureBurst + 2},
 		{"another /64", v6far, "bob", "plain", 1, 0, "ok", 2*failureBurst + 2},
+		{"a plain password once right, cached", v6peer, "bob", "plain", 1, 0, "ok", 2*failureBurst + 2},
 	}
 	for _, st := range steps {
 		c.advance(st.advance)
