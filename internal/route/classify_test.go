@@ -171,6 +171,7 @@ func TestClassifyByLayer(t *testing.T) {
 			// passed nothing on: a non-idempotent request is not re-sent.
 			{desc: "proxy refuses the credentials of a forwarded request", schemes: httpProxies, path: forward, setup: through(routetest.Behavior{User: user, Password: "other"}, pageTarget), class: engine.ProxyAuth, reached: true},
 			{desc: "proxy takes no credentials for a forwarded request (407)", schemes: httpProxies, path: forward, setup: through(routetest.Behavior{Answer407: true}, pageTarget), class: engine.ProxyAuth, reached: true},
+			{desc: "proxy refuses the credentials of a forwarded request, CONNECT to 443 only", schemes: httpProxies, path: forward, setup: through(routetest.Behavior{User: user, Password: "other", SSLPortsOnly: true}, pageTarget), class: engine.ProxyAuth, reached: true},
 
 			// SOCKS5 negotiation.
 			{desc: "negotiation stalls", schemes: socksOnly, path: both, setup: through(routetest.Behavior{Blackhole: true}, pageTarget), timeouts: route.Timeouts{Handshake: short}, class: engine.ProxyTimeout},

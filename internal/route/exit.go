@@ -102,9 +102,10 @@ func (x *Exit) RoundTrip(req *http.Request, p *Progress) (*http.Response, error)
 // routes carry the request to the target itself), it must challenge as a
 // proxy does (Proxy-Authenticate, RFC 9110 §11.7.1), and it must refuse a
 // CONNECT to the same host with the same credentials, an answer no target
-// can forge. A CONNECT it accepts shows the credentials are good; one it
-// refuses otherwise (many proxies take CONNECT to 443 only) proves
-// nothing, and the 407 is then the target's too.
+// can forge. A CONNECT it builds shows the credentials are good. Many
+// proxies refuse CONNECT to any port but 443 before they look at
+// credentials, so a tunnel refused otherwise is asked again on 443; if
+// that proves nothing either, the 407 is the target's.
 func (x *Exit) proxyRefused(req *http.Request, resp *http.Response) bool {
 	if x.route.Scheme != HTTP && x.route.Scheme != HTTPS || resp.Header.Get("Proxy-Authenticate") == "" {
 		return false
@@ -113,13 +114,23 @@ func (x *Exit) proxyRefused(req *http.Request, resp *http.Response) bool {
 	if port == "" {
 		port = "80"
 	}
-	c, err := x.dialTarget(req.Context(), net.JoinHostPort(req.URL.Hostname(), port))
-	if err == nil {
-		c.Close()
-		return false
+	for _, p := range []string{port, "443"} {
+		c, err := x.dialTarget(req.Context(), net.JoinHostPort(req.URL.Hostname(), p))
+		if err == nil {
+			c.Close()
+			return false
+		}
+		var e *Error
+		switch {
+		case !errors.As(err, &e):
+			return false
+		case e.Phase == PhaseProxyAuth:
+			return true
+		case e.Phase != PhaseTunnel || p == "443":
+			return false
+		}
 	}
-	var e *Error
-	return errors.As(err, &e) && e.Phase == PhaseProxyAuth
+	return false
 }
 
 // DialTarget opens a byte stream to addr ("host:port") through the exit:

@@ -58,6 +58,7 @@ type Behavior struct {
 	Hangup         bool            // close each connection once the request (SOCKS5: the greeting) is read, without a word
 	Garbage        bool            // answer each request (SOCKS5: the greeting) with bytes of no protocol at all
 	Silent         bool            // read each request (SOCKS5: the CONNECT request, after the greeting) and never answer it
+	SSLPortsOnly   bool            // HTTPProxy: answer CONNECT to any port but 443 with 403, before looking at credentials (Squid's default rules)
 }
 
 // Proxy is a fake upstream proxy on 127.0.0.1 with a fault profile. It
@@ -268,6 +269,8 @@ func (p *Proxy) serveHTTP(c net.Conn) {
 		io.Copy(io.Discard, br) // until the client gives up
 	case p.b.Silent:
 		io.Copy(io.Discard, br)
+	case p.b.SSLPortsOnly && req.Method == http.MethodConnect && req.URL.Port() != "443":
+		answer(c, http.StatusForbidden)
 	case p.b.Answer407 || !p.authorized(req.Header.Get("Proxy-Authorization")):
 		answer(c, http.StatusProxyAuthRequired)
 	case p.blocked(req.URL.Hostname()):
