@@ -113,7 +113,7 @@ func TestServeReloadsOnHangup(t *testing.T) {
 	write("[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[routes]\ninline = [\"direct\", \"http://u:Sekr1tPw@127.0.0.1:1 region=us\"]\n")
 	hup <- syscall.SIGHUP
 	waitLog(`msg=reloaded`, 1)
-	if got := strings.Join(routes(), " "); got != "direct http://u@127.0.0.1:1" {
+	if got := strings.Join(routes(), " "); got != "direct http://127.0.0.1:1~0bfe935e" {
 		t.Errorf("routes after the reload: %s", got)
 	}
 	if strings.Contains(log.String(), "Sekr1tPw") {

@@ -243,8 +243,9 @@ func TestServeWithCurl(t *testing.T) {
 }
 
 // Users from the environment are enforced, requests are logged in the
-// chosen format, and no secret reaches stderr: users' passwords, the admin
-// token, proxy passwords, query strings.
+// chosen format, and no secret reaches stderr, the answers' headers or the
+// admin listener: users' passwords, the admin token, proxy credentials,
+// query strings.
 func TestServeWithUsers(t *testing.T) {
 	t.Setenv("SWITCHYARD_USERS", "alice:Sekr1t:Pw,bob:0therPw")
 	t.Setenv("SWITCHYARD_ADMIN_TOKEN", "Adm1nT0ken")
@@ -255,7 +256,7 @@ func TestServeWithUsers(t *testing.T) {
 	list := filepath.Join(t.TempDir(), "proxies.txt")
 	// The second route refuses connections: requests through it are
 	// retried on direct, and its failures are logged.
-	os.WriteFile(list, []byte("direct\nhttp://u:Pr0xyPw@"+routetest.ClosedPort(t)+"\n"), 0o644)
+	os.WriteFile(list, []byte("direct\nhttp://Pr0xyUser:Pr0xyPw@"+routetest.ClosedPort(t)+"\n"), 0o644)
 	ctx, cancel := context.WithCancel(context.Background())
 	log := &syncBuffer{}
 	done := make(chan int, 1)
@@ -271,6 +272,12 @@ func TestServeWithUsers(t *testing.T) {
 			t.Fatalf("no listening line:\n%s", log)
 		}
 	}
+	m := regexp.MustCompile(`"msg":"admin listening","addr":"([^"]+)"`).FindStringSubmatch(log.String())
+	if m == nil {
+		t.Fatalf("no admin listening line:\n%s", log)
+	}
+	adminAddr := m[1]
+	var shown strings.Builder // what clients and admin readers see
 	for _, tc := range []struct {
 		user *url.Userinfo
 		want int
@@ -287,6 +294,7 @@ func TestServeWithUsers(t *testing.T) {
 		}
 		resp.Body.Close()
 		client.CloseIdleConnections()
+		shown.WriteString(resp.Header.Get("X-Switchyard-Route") + "\n")
 		if resp.StatusCode != tc.want {
 			t.Fatalf("%v: %d, want %d", tc.user, resp.StatusCode, tc.want)
 		}
@@ -296,14 +304,27 @@ func TestServeWithUsers(t *testing.T) {
 			t.Fatalf("want 3 request lines:\n%s", log)
 		}
 	}
+	for _, path := range []string{"/metrics", "/api/routes", "/api/events"} {
+		resp, err := http.Get("http://" + adminAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(&shown, resp.Body)
+		resp.Body.Close()
+	}
+	if !strings.Contains(shown.String(), "http://127.0.0.1:") {
+		t.Fatalf("the admin listener does not show the proxy route:\n%s", shown.String())
+	}
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d:\n%s", code, log)
 	}
 	out := log.String()
-	for _, secret := range []string{"Sekr1t", "0therPw", "wrong", "Qu3ryTok", "Adm1nT0ken", "Pr0xyPw"} {
-		if strings.Contains(out, secret) {
-			t.Errorf("stderr holds %q:\n%s", secret, out)
+	for _, secret := range []string{"Sekr1t", "0therPw", "wrong", "Qu3ryTok", "Adm1nT0ken", "Pr0xyUser", "Pr0xyPw"} {
+		for where, text := range map[string]string{"stderr": out, "answers and admin": shown.String()} {
+			if strings.Contains(text, secret) {
+				t.Errorf("%s hold %q:\n%s", where, secret, text)
+			}
 		}
 	}
 	if !strings.Contains(out, `"user":"alice"`) || !strings.Contains(out, `"status":407`) {

@@ -28,7 +28,7 @@ func TestRecordKeys(t *testing.T) {
 	s := New(nil, Options{Prefix: "p"})
 	tests := []struct{ route, target, key string }{
 		{"direct", "", "p:{direct}:g"},
-		{"http://u@h:1", "example.com", "p:{http://u@h:1}:t:example.com"},
+		{"http://h:1~0bfe935e", "example.com", "p:{http://h:1~0bfe935e}:t:example.com"},
 		{"id{with}braces%", "t", "p:{id%7Bwith%7Dbraces%25}:t:t"},
 	}
 	for _, tc := range tests {

@@ -127,7 +127,7 @@ func (m *Metrics) ObserveRequest(method string, class engine.Class, retries, hed
 }
 
 // ObserveAttempt counts one attempt through route (an id, which never holds
-// a password) and records its latency.
+// a credential) and records its latency.
 func (m *Metrics) ObserveAttempt(route string, class engine.Class, latency time.Duration) {
 	m.attempts.WithLabelValues(route, class.String()).Inc()
 	m.attemptSeconds.WithLabelValues(class.String()).Observe(latency.Seconds())

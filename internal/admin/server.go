@@ -1,7 +1,7 @@
 // Package admin is Switchyard's admin listener (SPEC §1.5): Prometheus
 // metrics, liveness and readiness, a JSON API over the engine's state, and
 // the operator actions drain, eject and restore. Everything it prints about a
-// route comes from the route's id or Redacted address, so proxy passwords
+// route comes from the route's id or Redacted address, so proxy credentials
 // never leave the process through it.
 package admin
 
@@ -120,7 +120,7 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 	s.mux.Handle("/api/targets", readOnly(http.HandlerFunc(s.targets)))
 	s.mux.Handle("/api/targets/{target}/pace", readOnly(http.HandlerFunc(s.targetPace)))
 	s.mux.Handle("/api/events", readOnly(http.HandlerFunc(s.listEvents)))
-	// Route ids hold "/" (http://user@host:port), so clients path-escape
+	// Route ids hold "/" (http://host:port), so clients path-escape
 	// them (url.PathEscape); the mux matches and unescapes each segment.
 	s.mux.HandleFunc("/api/routes/{id}/{action}", s.act)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -198,7 +198,7 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 // omitted when they never happened; cause is omitted when it is ok.
 type routeJSON struct {
 	ID                  string            `json:"id"`
-	URL                 string            `json:"url,omitempty"`    // Redacted: user:***, never the password
+	URL                 string            `json:"url,omitempty"`    // Redacted: ***:***, never a credential
 	Scheme              string            `json:"scheme,omitempty"` // omitted for a route missing from the list
 	Labels              map[string]string `json:"labels"`
 	State               string            `json:"state"`

@@ -23,21 +23,21 @@ import (
 	"github.com/switchyard/switchyard/internal/route"
 )
 
-// The proxy passwords of testList; no response may contain any of them.
-var passwords = []string{"s3cr3t-Pa55", "pw-bob-77", "pw-carol-9"}
+// The proxy credentials of testList; no response may contain any of them.
+var credentials = []string{"alice-Kx7", "s3cr3t-Pa55", "bob-Kx7", "pw-bob-77", "carol-Kx7", "pw-carol-9"}
 
 // testList is listed out of id order, so that sorting is tested.
 const testList = `# test pool
-socks5://bob:pw-bob-77@10.0.0.2:1080 region=eu
-http://alice:s3cr3t-Pa55@10.0.0.1:8080 region=us tier=gold
+socks5://bob-Kx7:pw-bob-77@10.0.0.2:1080 region=eu
+http://alice-Kx7:s3cr3t-Pa55@10.0.0.1:8080 region=us tier=gold
 direct
-10.0.0.3:3128:carol:pw-carol-9
+10.0.0.3:3128:carol-Kx7:pw-carol-9
 `
 
 const (
-	alice  = "http://alice@10.0.0.1:8080"
-	bob    = "socks5://bob@10.0.0.2:1080"
-	carol  = "http://carol@10.0.0.3:3128"
+	alice  = "http://10.0.0.1:8080~a90abad5"
+	bob    = "socks5://10.0.0.2:1080~270d51bb"
+	carol  = "http://10.0.0.3:3128~19657c8b"
 	direct = "direct"
 	token  = "tok-123"
 )
@@ -210,7 +210,7 @@ func TestRoutes(t *testing.T) {
 		check func(t *testing.T, r routeJSON)
 	}{
 		{"cooling route shows its cooldown and cause", alice, func(t *testing.T, r routeJSON) {
-			if r.URL != "http://alice:***@10.0.0.1:8080" || r.Scheme != "http" {
+			if r.URL != "http://***:***@10.0.0.1:8080" || r.Scheme != "http" {
 				t.Errorf("url %q scheme %q", r.URL, r.Scheme)
 			}
 			if r.Labels["region"] != "us" || r.Labels["tier"] != "gold" || len(r.Labels) != 2 {
@@ -232,7 +232,7 @@ func TestRoutes(t *testing.T) {
 			}
 		}},
 		{"healthy route with a cooling pair", bob, func(t *testing.T, r routeJSON) {
-			if r.URL != "socks5://bob:***@10.0.0.2:1080" || r.Scheme != "socks5" {
+			if r.URL != "socks5://***:***@10.0.0.2:1080" || r.Scheme != "socks5" {
 				t.Errorf("url %q scheme %q", r.URL, r.Scheme)
 			}
 			if r.State != "healthy" || r.Cause != "" || r.CooldownUntil != "" {
@@ -260,7 +260,7 @@ func TestRoutes(t *testing.T) {
 			}
 		}},
 		{"colon form is redacted too", carol, func(t *testing.T, r routeJSON) {
-			if r.URL != "http://carol:***@10.0.0.3:3128" {
+			if r.URL != "http://***:***@10.0.0.3:3128" {
 				t.Errorf("url %q", r.URL)
 			}
 		}},
@@ -461,7 +461,7 @@ func TestActions(t *testing.T) {
 		{"basic auth", token, http.MethodPost, actionPath(bob, "drain"), "Basic " + token, http.StatusUnauthorized, bob, engine.Healthy},
 		{"read-only server", "", http.MethodPost, actionPath(bob, "drain"), bearer, http.StatusForbidden, bob, engine.Healthy},
 		{"GET is not an action", token, http.MethodGet, actionPath(bob, "drain"), bearer, http.StatusMethodNotAllowed, bob, engine.Healthy},
-		{"unknown route", token, http.MethodPost, actionPath("http://nobody@10.9.9.9:80", "drain"), bearer, http.StatusNotFound, bob, engine.Healthy},
+		{"unknown route", token, http.MethodPost, actionPath("http://10.9.9.9:80", "drain"), bearer, http.StatusNotFound, bob, engine.Healthy},
 		{"unknown action", token, http.MethodPost, actionPath(bob, "reboot"), bearer, http.StatusNotFound, bob, engine.Healthy},
 	}
 	for _, tc := range tests {
@@ -605,14 +605,16 @@ func TestUnknownPaths(t *testing.T) {
 	}
 }
 
-// TestNoPasswordInAnyResponse requests every endpoint, including errors and
-// ids typed with their password, and searches every body and header.
-func TestNoPasswordInAnyResponse(t *testing.T) {
+// TestNoCredentialsInAnyResponse requests every endpoint, including errors
+// and ids typed with their credentials, and searches every body and header
+// for a proxy's user name or password.
+func TestNoCredentialsInAnyResponse(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, Options{Token: token, Ready: func() error { return errors.New("warming up") }})
 	f.m.ObserveRequest(http.MethodGet, engine.OK, 1, 0)
 	f.m.ObserveAttempt(alice, engine.ProxyTimeout, time.Second)
-	typedWithPassword := "http://alice:s3cr3t-Pa55@10.0.0.1:8080"
+	typedWithPassword := "http://alice-Kx7:s3cr3t-Pa55@10.0.0.1:8080"
+	typedWithUser := "http://alice-Kx7@10.0.0.1:8080"
 	requests := []struct{ method, path, auth string }{
 		{http.MethodGet, "/healthz", ""},
 		{http.MethodGet, "/readyz", ""},
@@ -626,6 +628,7 @@ func TestNoPasswordInAnyResponse(t *testing.T) {
 		{http.MethodPost, actionPath(typedWithPassword, "drain"), "Bearer " + token},
 		{http.MethodPost, actionPath(typedWithPassword, "drain"), ""},
 		{http.MethodGet, actionPath(typedWithPassword, "drain"), ""},
+		{http.MethodPost, actionPath(typedWithUser, "drain"), "Bearer " + token},
 		{http.MethodPost, actionPath(alice, "eject"), "Bearer " + token},
 		{http.MethodGet, "/api/routes", ""}, // again, with alice ejected
 		{http.MethodGet, "/api/events", ""},
@@ -633,9 +636,9 @@ func TestNoPasswordInAnyResponse(t *testing.T) {
 	for _, r := range requests {
 		status, h, body := f.do(t, r.method, r.path, r.auth)
 		text := fmt.Sprint(h) + string(body)
-		for _, pw := range passwords {
-			if strings.Contains(text, pw) || strings.Contains(text, url.QueryEscape(pw)) {
-				t.Errorf("%s %s (%d) shows a password: %s", r.method, r.path, status, text)
+		for _, c := range credentials {
+			if strings.Contains(text, c) || strings.Contains(text, url.QueryEscape(c)) {
+				t.Errorf("%s %s (%d) shows a credential: %s", r.method, r.path, status, text)
 			}
 		}
 	}

@@ -228,7 +228,7 @@ func TestSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := writeConfig(t, `[routes]
-inline = ["http://bob:pw-INLINE@192.0.2.1:3128 region=us max_inflight=3"]
+inline = ["http://bob-INLINE:pw-INLINE@192.0.2.1:3128 region=us max_inflight=3"]
 [admin]
 token = "file:`+tokenFile+`"
 [[users]]
@@ -253,12 +253,12 @@ password_hash = "$2a$10$lQqgSZM0OFJ/c2WgOm8Z0.tNuu2arLuLq8XwiE5wC7/yjIfXDcu6m"
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, secret := range []string{"tok-FROMFILE", "pw-FROMENV", "pw-LITERAL", "pw-INLINE", "lQqgSZM0", "pw-REDIS"} {
+	for _, secret := range []string{"tok-FROMFILE", "pw-FROMENV", "pw-LITERAL", "bob-INLINE", "pw-INLINE", "lQqgSZM0", "pw-REDIS"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("effective config shows %q:\n%s", secret, out)
 		}
 	}
-	for _, want := range []string{`token = "file:` + tokenFile + `"`, `password = "env:ALICE_PW"`, `password = "***"`, `password_hash = "***"`, `url = "redis://:***@127.0.0.1:6379/0"`, "http://bob:***@192.0.2.1:3128 id=http://bob@192.0.2.1:3128 region=us max_inflight=3"} {
+	for _, want := range []string{`token = "file:` + tokenFile + `"`, `password = "env:ALICE_PW"`, `password = "***"`, `password_hash = "***"`, `url = "redis://:***@127.0.0.1:6379/0"`, "http://***:***@192.0.2.1:3128 id=http://192.0.2.1:3128~b0ced0de region=us max_inflight=3"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("effective config lacks %q:\n%s", want, out)
 		}

@@ -13,7 +13,7 @@ import (
 )
 
 // WriteEffective writes c as TOML, defaults included, with every secret
-// shown as its reference or "***" and route passwords as "user:***": what
+// shown as its reference or "***" and route credentials as "***:***": what
 // check-config prints. The routes follow as comments, one list line each.
 func (c *Config) WriteEffective(w io.Writer) error {
 	shown := *c
@@ -37,7 +37,7 @@ func (c *Config) WriteEffective(w io.Writer) error {
 	return nil
 }
 
-// listLine is r in the proxy-list syntax, password redacted.
+// listLine is r in the proxy-list syntax, credentials redacted.
 func listLine(r *route.Route) string {
 	parts := []string{r.Redacted(), "id=" + r.ID}
 	if len(r.Labels) > 0 {

@@ -170,7 +170,7 @@ func (l *lockedBuffer) String() string {
 
 // Request logs name the route, class and status of every request, and
 // never a credential (the client's or the route's, plain or base64) nor a
-// query string.
+// query string; nor does the X-Switchyard-Route of the answers.
 func TestRequestLogHasNoSecrets(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
 		tests := []struct {
@@ -185,18 +185,21 @@ func TestRequestLogHasNoSecrets(t *testing.T) {
 			t.Run(tc.desc, func(t *testing.T) {
 				t.Parallel()
 				tg := newTarget(t, func(int, http.ResponseWriter, *http.Request) {})
-				p := routetest.NewProxy(t, routetest.Behavior{User: "routeuser", Password: "R0utePw"})
+				p := routetest.NewProxy(t, routetest.Behavior{User: "R0uteUser", Password: "R0utePw"})
 				out := &lockedBuffer{}
 				v := newEnv(t, Config{Users: map[string]User{"alice": {Password: "alicePw1"}}, Log: slog.New(tc.handler(out))}, proxyLine(p, ""))
 				addr := tg.Listener.Addr().String()
+				var routes strings.Builder // X-Switchyard-Route of every answer
 				for _, req := range []string{
 					"GET " + tg.URL + "/search?q=x&token=T0kenSecret HTTP/1.1\r\nHost: " + addr + "\r\nConnection: close\r\nProxy-Authorization: " + basic("alice-session-s1", "alicePw1") + "\r\n\r\n",
 					"GET " + tg.URL + "/ HTTP/1.1\r\nHost: " + addr + "\r\nConnection: close\r\nProxy-Authorization: " + basic("alice", "Wr0ngPw") + "\r\n\r\n",
 					"CONNECT " + addr + " HTTP/1.1\r\nHost: " + addr + "\r\nProxy-Authorization: " + basic("alice-session-s2", "alicePw1") + "\r\n\r\n",
 				} {
-					if resp := raw(t, v.url.Host, req); resp.StatusCode != 200 && resp.StatusCode != 407 {
+					resp := raw(t, v.url.Host, req)
+					if resp.StatusCode != 200 && resp.StatusCode != 407 {
 						t.Fatalf("status %d", resp.StatusCode)
 					}
+					routes.WriteString(resp.Header.Get(headerRoute) + "\n")
 				}
 				// Lines are written once the answer is out: wait, bounded.
 				for deadline := time.Now().Add(5 * time.Second); strings.Count(out.String(), "\n") < 3; time.Sleep(5 * time.Millisecond) {
@@ -206,19 +209,25 @@ func TestRequestLogHasNoSecrets(t *testing.T) {
 				}
 				log := out.String()
 				for _, secret := range []string{
-					"alicePw1", "Wr0ngPw", "R0utePw", "T0kenSecret", "token=",
+					"alicePw1", "Wr0ngPw", "R0uteUser", "R0utePw", "T0kenSecret", "token=",
 					base64.StdEncoding.EncodeToString([]byte("alice-session-s1:alicePw1")),
 					base64.StdEncoding.EncodeToString([]byte("alice:Wr0ngPw")),
-					base64.StdEncoding.EncodeToString([]byte("routeuser:R0utePw")),
+					base64.StdEncoding.EncodeToString([]byte("R0uteUser:R0utePw")),
 				} {
 					if strings.Contains(log, secret) {
 						t.Errorf("the log holds %q:\n%s", secret, log)
+					}
+					if strings.Contains(routes.String(), secret) {
+						t.Errorf("X-Switchyard-Route holds %q:\n%s", secret, routes.String())
 					}
 				}
 				for _, want := range []string{v.id(0), tc.wantClass, "200", "407", "s1", "s2", "CONNECT", "/search", "alice"} {
 					if !strings.Contains(log, want) {
 						t.Errorf("the log lacks %q:\n%s", want, log)
 					}
+				}
+				if !strings.Contains(routes.String(), v.id(0)) {
+					t.Errorf("no answer names the route:\n%s", routes.String())
 				}
 			})
 		}

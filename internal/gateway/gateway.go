@@ -20,6 +20,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/guard"
@@ -350,9 +351,9 @@ func (g *Gateway) logRequest(ctx context.Context, rec *record) {
 		status = rec.w.status
 	}
 	attrs := []slog.Attr{
-		slog.String("method", rec.method),
-		slog.String("target", rec.target),
-		slog.String("url", rec.url),
+		slog.String("method", clip(rec.method, maxLogField)),
+		slog.String("target", clip(rec.target, maxLogField)),
+		slog.String("url", clip(rec.url, maxLogURL)),
 		slog.Int("status", status),
 		slog.Int("attempts", rec.attempts),
 		slog.Int64("ms", g.cfg.Now().Sub(rec.start).Milliseconds()),
@@ -360,16 +361,41 @@ func (g *Gateway) logRequest(ctx context.Context, rec *record) {
 	if rec.hedges > 0 {
 		attrs = append(attrs, slog.Int("hedges", rec.hedges))
 	}
+	// The route id is the operator's, bounded by the list's line length,
+	// and kept whole so that it can be searched for.
 	if rec.route != "" {
 		attrs = append(attrs, slog.String("route", rec.route), slog.String("class", rec.class.String()))
 	}
 	if rec.session != "" {
-		attrs = append(attrs, slog.String("session", rec.session))
+		attrs = append(attrs, slog.String("session", clip(rec.session, maxLogField)))
 	}
 	if rec.user != "" {
-		attrs = append(attrs, slog.String("user", rec.user))
+		attrs = append(attrs, slog.String("user", clip(rec.user, maxLogField)))
 	}
 	g.cfg.Log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+}
+
+// Caps, in bytes, on what a log line quotes of a client's request: its
+// request line and headers may take up to a megabyte (net/http's
+// MaxHeaderBytes), which must not reach the log for every request.
+const (
+	maxLogURL   = 256 // scheme, host and path
+	maxLogField = 128 // any other field
+)
+
+// clip is s cut to at most limit bytes on a UTF-8 boundary, marked with how
+// many bytes were cut.
+func clip(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	n := limit
+	// Back to the start of the rune cut through; no further than a rune's
+	// length, so that invalid UTF-8 keeps its prefix too.
+	for i := 1; i < utf8.UTFMax && n > 0 && !utf8.RuneStart(s[n]); i++ {
+		n--
+	}
+	return fmt.Sprintf("%s…[%d bytes cut]", s[:n], len(s)-n)
 }
 
 // statusWriter remembers the status sent, for the log. Unwrap keeps

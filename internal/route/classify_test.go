@@ -69,7 +69,7 @@ func at(host func(testing.TB) string) layerSetup {
 			return direct(host)(t)
 		}
 		u := &url.URL{Scheme: string(s), Host: host(t), User: url.UserPassword(user, password)}
-		return dialCase{r: routeFor(u), addr: pageTarget(t)}
+		return dialCase{r: routeFor(t, u), addr: pageTarget(t)}
 	}
 }
 

@@ -25,10 +25,10 @@ import (
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
 
-// The credentials every test route carries. The password is distinctive so
-// that finding it in any error text cannot be a coincidence.
+// The credentials every test route carries, distinctive so that finding
+// either in any error text cannot be a coincidence.
 const (
-	user     = "crawler"
+	user     = "crawler-Qv7acct"
 	password = "pw-Xyzzy-7f3a-never-print"
 	banner   = "220 target speaks first\r\n"
 )
@@ -44,14 +44,14 @@ type dialCase struct {
 
 type setup func(t *testing.T) dialCase
 
-// routeFor is a route to the proxy at u, with the id the list parser gives
-// it: the URL without the password.
-func routeFor(u *url.URL) *route.Route {
-	id := *u
-	if id.User != nil {
-		id.User = url.User(id.User.Username())
+// routeFor is the route the list parser makes of the proxy at u.
+func routeFor(t testing.TB, u *url.URL) *route.Route {
+	t.Helper()
+	routes, err := route.ParseList("routeFor", []byte(u.String()))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return &route.Route{ID: id.String(), Scheme: route.Scheme(u.Scheme), URL: u}
+	return &routes[0]
 }
 
 // viaProxy dials target through a routetest proxy with behaviour b; the
@@ -61,7 +61,7 @@ func viaProxy(b routetest.Behavior, target func(testing.TB) string) setup {
 		p := routetest.NewProxy(t, b)
 		u := *p.URL
 		u.User = url.UserPassword(user, password)
-		return dialCase{r: routeFor(&u), addr: target(t), tlsConfig: &tls.Config{RootCAs: p.CertPool()}, proxy: p}
+		return dialCase{r: routeFor(t, &u), addr: target(t), tlsConfig: &tls.Config{RootCAs: p.CertPool()}, proxy: p}
 	}
 }
 
@@ -70,7 +70,7 @@ func viaProxy(b routetest.Behavior, target func(testing.TB) string) setup {
 func viaRaw(scheme route.Scheme, handle func(c net.Conn)) setup {
 	return func(t *testing.T) dialCase {
 		u := &url.URL{Scheme: string(scheme), Host: routetest.ServeTCP(t, handle), User: url.UserPassword(user, password)}
-		return dialCase{r: routeFor(u), addr: pageTarget(t)}
+		return dialCase{r: routeFor(t, u), addr: pageTarget(t)}
 	}
 }
 
@@ -86,7 +86,7 @@ func withoutCredentials(s setup) setup {
 		d := s(t)
 		u := *d.r.URL
 		u.User = nil
-		d.r = routeFor(&u)
+		d.r = routeFor(t, &u)
 		return d
 	}
 }
@@ -344,8 +344,8 @@ func TestDialTargetFailures(t *testing.T) {
 	})
 }
 
-// checkNoSecret fails if the password, in clear or in its Basic encoding,
-// appears in any error of err's chain.
+// checkNoSecret fails if the user name or the password, in clear or in
+// their Basic encoding, appears in any error of err's chain.
 func checkNoSecret(t *testing.T, err error) {
 	t.Helper()
 	basic := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
@@ -355,8 +355,8 @@ func checkNoSecret(t *testing.T, err error) {
 		err = errors.Unwrap(err)
 	}
 	for _, s := range texts {
-		if strings.Contains(s, password) || strings.Contains(s, basic) {
-			t.Errorf("error text reveals the password: %s", s)
+		if strings.Contains(s, user) || strings.Contains(s, password) || strings.Contains(s, basic) {
+			t.Errorf("error text reveals the credentials: %s", s)
 		}
 	}
 }
@@ -372,9 +372,9 @@ func TestDialTargetRejectsBadInput(t *testing.T) {
 			r    *route.Route
 			addr string // "": NewExit must refuse the route
 		}{
-			{desc: "no port", r: routeFor(proxyURL), addr: "example.com"},
-			{desc: "header injection", r: routeFor(proxyURL), addr: "example.com:80\r\nX-Evil: 1"},
-			{desc: "space", r: routeFor(proxyURL), addr: "example.com:80 HTTP/1.0"},
+			{desc: "no port", r: routeFor(t, proxyURL), addr: "example.com"},
+			{desc: "header injection", r: routeFor(t, proxyURL), addr: "example.com:80\r\nX-Evil: 1"},
+			{desc: "space", r: routeFor(t, proxyURL), addr: "example.com:80 HTTP/1.0"},
 			{desc: "unknown scheme", r: &route.Route{ID: "ftp://127.0.0.1:1", Scheme: "ftp", URL: proxyURL}},
 			{desc: "proxy route without URL", r: &route.Route{ID: "http", Scheme: route.HTTP}},
 		}
@@ -415,16 +415,16 @@ func TestErrorClass(t *testing.T) {
 		class engine.Class
 		text  string // "" = not checked
 	}{
-		{desc: "proxy refused", err: &route.Error{Phase: route.PhaseDial, Route: "http://u@1.2.3.4:80", Err: refused}, class: engine.ProxyConnectFailed,
-			text: "route http://u@1.2.3.4:80: dial: dial tcp: connect: connection refused"},
+		{desc: "proxy refused", err: &route.Error{Phase: route.PhaseDial, Route: "http://1.2.3.4:80~0bfe935e", Err: refused}, class: engine.ProxyConnectFailed,
+			text: "route http://1.2.3.4:80~0bfe935e: dial: dial tcp: connect: connection refused"},
 		{desc: "proxy name did not resolve", err: &route.Error{Phase: route.PhaseDial, Err: &net.DNSError{Err: "no such host", Name: "proxy.example", IsNotFound: true}}, class: engine.ProxyConnectFailed},
 		{desc: "proxy dial timeout", err: &route.Error{Phase: route.PhaseDialTimeout, Err: ioTimeout}, class: engine.ProxyTimeout},
 		{desc: "handshake stalled", err: &route.Error{Phase: route.PhaseHandshake, Err: ioTimeout}, class: engine.ProxyTimeout},
 		{desc: "handshake broken", err: &route.Error{Phase: route.PhaseHandshake, Err: io.ErrUnexpectedEOF}, class: engine.ProxyConnectFailed},
-		{desc: "407", err: &route.Error{Phase: route.PhaseProxyAuth, Status: 407, Route: "http://u@1.2.3.4:80"}, class: engine.ProxyAuth,
-			text: "route http://u@1.2.3.4:80: proxy auth: proxy answered 407"},
-		{desc: "403 for one host", err: &route.Error{Phase: route.PhaseTunnel, Status: 403, Route: "http://u@1.2.3.4:80"}, class: engine.Blocked,
-			text: "route http://u@1.2.3.4:80: tunnel: proxy answered 403"},
+		{desc: "407", err: &route.Error{Phase: route.PhaseProxyAuth, Status: 407, Route: "http://1.2.3.4:80~0bfe935e"}, class: engine.ProxyAuth,
+			text: "route http://1.2.3.4:80~0bfe935e: proxy auth: proxy answered 407"},
+		{desc: "403 for one host", err: &route.Error{Phase: route.PhaseTunnel, Status: 403, Route: "http://1.2.3.4:80~0bfe935e"}, class: engine.Blocked,
+			text: "route http://1.2.3.4:80~0bfe935e: tunnel: proxy answered 403"},
 		{desc: "502 for one host", err: &route.Error{Phase: route.PhaseTunnel, Status: 502}, class: engine.TunnelFailed},
 		{desc: "socks5 not allowed by ruleset", err: &route.Error{Phase: route.PhaseTunnel, Reply: 2}, class: engine.Blocked},
 		{desc: "socks5 host unreachable", err: &route.Error{Phase: route.PhaseTunnel, Reply: 4}, class: engine.TunnelFailed},
@@ -433,8 +433,8 @@ func TestErrorClass(t *testing.T) {
 		{desc: "direct deadline", err: &route.Error{Phase: route.PhaseTarget, Err: context.DeadlineExceeded}, class: engine.TargetTimeout},
 		{desc: "direct DNS", err: &route.Error{Phase: route.PhaseTarget, Err: &net.OpError{Op: "dial", Err: &net.DNSError{Err: "no such host", Name: "x.example", IsNotFound: true}}}, class: engine.DNSFailed},
 		{desc: "canceled while dialing", err: &route.Error{Phase: route.PhaseDial, Err: context.Canceled}, class: engine.Canceled},
-		{desc: "canceled in handshake", err: &route.Error{Phase: route.PhaseHandshake, Route: "socks5://u@1.2.3.4:1080", Err: context.Canceled}, class: engine.Canceled,
-			text: "route socks5://u@1.2.3.4:1080: handshake: context canceled"},
+		{desc: "canceled in handshake", err: &route.Error{Phase: route.PhaseHandshake, Route: "socks5://1.2.3.4:1080~0bfe935e", Err: context.Canceled}, class: engine.Canceled,
+			text: "route socks5://1.2.3.4:1080~0bfe935e: handshake: context canceled"},
 		{desc: "direct canceled", err: &route.Error{Phase: route.PhaseTarget, Err: context.Canceled}, class: engine.Canceled},
 	}
 	for _, tc := range tests {
@@ -513,7 +513,7 @@ func FuzzProxyAnswer(f *testing.F) {
 		if socks {
 			scheme = route.SOCKS5
 		}
-		x, err := route.NewExit(routeFor(&url.URL{Scheme: string(scheme), Host: proxyAddr, User: url.UserPassword(user, password)}),
+		x, err := route.NewExit(routeFor(t, &url.URL{Scheme: string(scheme), Host: proxyAddr, User: url.UserPassword(user, password)}),
 			route.Dialer{Timeouts: route.Timeouts{Handshake: 20 * time.Millisecond}})
 		if err != nil {
 			t.Fatal(err)
@@ -559,7 +559,7 @@ func TestDialerControl(t *testing.T) {
 				target := routetest.ServeTCP(t, func(c net.Conn) { reached.Store(true); c.Close() })
 				r := &route.Route{ID: "direct", Scheme: route.Direct}
 				if tc.proxy {
-					r = routeFor(routetest.NewProxy(t, routetest.Behavior{}).URL)
+					r = routeFor(t, routetest.NewProxy(t, routetest.Behavior{}).URL)
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()

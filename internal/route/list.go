@@ -2,6 +2,8 @@ package route
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -163,14 +165,32 @@ func parseAddr(addr string) (Route, error) {
 	if err != nil {
 		return Route{}, err
 	}
-	// The username stays in the id, since it tells sub-accounts of one
-	// gateway apart; the password never does.
-	id := url.URL{Scheme: string(r.Scheme), Host: r.URL.Host}
-	if r.URL.User != nil {
-		id.User = url.User(r.URL.User.Username())
-	}
-	r.ID = id.String()
+	r.ID = defaultID(r.Scheme, r.URL)
 	return r, nil
+}
+
+// defaultID is the id of a proxy line without id=: scheme://host:port, then
+// "~" and a fingerprint of the user name when there is one. Ids are shown to
+// every client (X-Switchyard-Route), in metrics and in logs, and providers
+// put API keys and steering parameters in the user name, so no credential
+// is in the id; the fingerprint keeps sub-accounts of one gateway apart,
+// with ids that survive restarts and a password change.
+//
+// The fingerprint is 32 bits of an unkeyed SHA-256 (a key would have to be
+// configured alike on every gateway sharing a store), so a guessed user
+// name can be confirmed against it. That is accepted: a name that can be
+// guessed is no credential, and one that is (an API key) is far beyond
+// guessing, 32 bits of its hash giving nothing to go on. A name that must
+// not even be confirmable takes an id=. Two names on one proxy sharing a
+// fingerprint (odds about n²/2³³ for n of them) are refused as a duplicate
+// id, which id= also settles.
+func defaultID(s Scheme, u *url.URL) string {
+	id := string(s) + "://" + u.Host
+	if u.User != nil {
+		sum := sha256.Sum256([]byte(u.User.Username()))
+		id += "~" + hex.EncodeToString(sum[:4])
+	}
+	return id
 }
 
 // isSchemeToken reports whether s is a URI scheme (RFC 3986 §3.1).

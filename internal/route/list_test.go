@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,21 +29,21 @@ func TestParseListRoutes(t *testing.T) {
 		want want
 	}{
 		{desc: "http url with credentials", line: "http://user:pass@192.0.2.1:8080",
-			want: want{id: "http://user@192.0.2.1:8080", scheme: HTTP, host: "192.0.2.1:8080", user: "user", pass: "pass"}},
+			want: want{id: "http://192.0.2.1:8080~04f8996d", scheme: HTTP, host: "192.0.2.1:8080", user: "user", pass: "pass"}},
 		{desc: "https without credentials", line: "https://proxy.example.com:443",
 			want: want{id: "https://proxy.example.com:443", scheme: HTTPS, host: "proxy.example.com:443"}},
 		{desc: "socks5 with percent-encoded credentials", line: "socks5://us%40er:p%3Ass%2Fw%2Bd@198.51.100.7:1080",
-			want: want{id: "socks5://us%40er@198.51.100.7:1080", scheme: SOCKS5, host: "198.51.100.7:1080", user: "us@er", pass: "p:ss/w+d"}},
-		{desc: "scheme and host case folded, user kept", line: "HTTP://User:Pass@Proxy.Example.COM:3128",
-			want: want{id: "http://User@proxy.example.com:3128", scheme: HTTP, host: "proxy.example.com:3128", user: "User", pass: "Pass"}},
+			want: want{id: "socks5://198.51.100.7:1080~f6011dca", scheme: SOCKS5, host: "198.51.100.7:1080", user: "us@er", pass: "p:ss/w+d"}},
+		{desc: "scheme and host case folded, user name not", line: "HTTP://User:Pass@Proxy.Example.COM:3128",
+			want: want{id: "http://proxy.example.com:3128~b512d97e", scheme: HTTP, host: "proxy.example.com:3128", user: "User", pass: "Pass"}},
 		{desc: "unencoded specials in password", line: "http://u:p@ss/w#rd?x:y@203.0.113.5:80",
-			want: want{id: "http://u@203.0.113.5:80", scheme: HTTP, host: "203.0.113.5:80", user: "u", pass: "p@ss/w#rd?x:y"}},
+			want: want{id: "http://203.0.113.5:80~0bfe935e", scheme: HTTP, host: "203.0.113.5:80", user: "u", pass: "p@ss/w#rd?x:y"}},
 		{desc: "colon in socks5 user", line: "socks5://a%3Ab:pw@198.51.100.7:1080",
-			want: want{id: "socks5://a%3Ab@198.51.100.7:1080", scheme: SOCKS5, host: "198.51.100.7:1080", user: "a:b", pass: "pw"}},
+			want: want{id: "socks5://198.51.100.7:1080~6783a31e", scheme: SOCKS5, host: "198.51.100.7:1080", user: "a:b", pass: "pw"}},
 		{desc: "user without password", line: "socks5://u@203.0.113.5:1080",
-			want: want{id: "socks5://u@203.0.113.5:1080", scheme: SOCKS5, host: "203.0.113.5:1080", user: "u"}},
+			want: want{id: "socks5://203.0.113.5:1080~0bfe935e", scheme: SOCKS5, host: "203.0.113.5:1080", user: "u"}},
 		{desc: "empty password", line: "http://u:@203.0.113.5:80",
-			want: want{id: "http://u@203.0.113.5:80", scheme: HTTP, host: "203.0.113.5:80", user: "u"}},
+			want: want{id: "http://203.0.113.5:80~0bfe935e", scheme: HTTP, host: "203.0.113.5:80", user: "u"}},
 		{desc: "lone trailing slash", line: "http://203.0.113.5:80/",
 			want: want{id: "http://203.0.113.5:80", scheme: HTTP, host: "203.0.113.5:80"}},
 		{desc: "ipv6 canonicalized", line: "http://[2001:DB8:0::1]:8080",
@@ -54,9 +55,9 @@ func TestParseListRoutes(t *testing.T) {
 		{desc: "host:port", line: "192.0.2.1:3128",
 			want: want{id: "http://192.0.2.1:3128", scheme: HTTP, host: "192.0.2.1:3128"}},
 		{desc: "host:port:user:pass takes the password as written", line: "gw.example.com:3128:user:p@ss#w/r%41d",
-			want: want{id: "http://user@gw.example.com:3128", scheme: HTTP, host: "gw.example.com:3128", user: "user", pass: "p@ss#w/r%41d"}},
+			want: want{id: "http://gw.example.com:3128~04f8996d", scheme: HTTP, host: "gw.example.com:3128", user: "user", pass: "p@ss#w/r%41d"}},
 		{desc: "host:port:user:pass with ipv6", line: "[2001:db8::2]:3128:u:p",
-			want: want{id: "http://u@[2001:db8::2]:3128", scheme: HTTP, host: "[2001:db8::2]:3128", user: "u", pass: "p"}},
+			want: want{id: "http://[2001:db8::2]:3128~0bfe935e", scheme: HTTP, host: "[2001:db8::2]:3128", user: "u", pass: "p"}},
 		{desc: "direct", line: "direct", want: want{id: "direct", scheme: Direct}},
 		{desc: "direct any case with labels", line: "DIRECT region=home",
 			want: want{id: "direct", scheme: Direct, labels: "region=home"}},
@@ -71,7 +72,7 @@ func TestParseListRoutes(t *testing.T) {
 		{desc: "trailing comment", line: "  192.0.2.1:80 region=us # main exit, p#1",
 			want: want{id: "http://192.0.2.1:80", scheme: HTTP, host: "192.0.2.1:80", labels: "region=us"}},
 		{desc: "trailing comment after tab", line: "192.0.2.1:80:u:pw#1\t#note",
-			want: want{id: "http://u@192.0.2.1:80", scheme: HTTP, host: "192.0.2.1:80", user: "u", pass: "pw#1"}},
+			want: want{id: "http://192.0.2.1:80~0bfe935e", scheme: HTTP, host: "192.0.2.1:80", user: "u", pass: "pw#1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
@@ -178,11 +179,11 @@ func TestParseListErrors(t *testing.T) {
 		{desc: "line too long", list: "direct\n" + long, want: "proxies.txt:2: line longer than 4096 bytes"},
 		{desc: "long comment", list: "direct\n#" + strings.Repeat("x", maxLineLen), want: "proxies.txt:2: line longer than 4096 bytes"},
 		{desc: "duplicate address", list: "http://u@192.0.2.1:80\n\n# c\nhttp://u@192.0.2.1:80",
-			want: `proxies.txt:4: duplicate route id "http://u@192.0.2.1:80" (first on line 1)`},
+			want: `proxies.txt:4: duplicate route id "http://192.0.2.1:80~0bfe935e" (first on line 1)`},
 		{desc: "duplicate spelled differently", list: "HTTP://u:a@Proxy.Example.com:080\nhttp://u:b@proxy.example.com:80",
-			want: `proxies.txt:2: duplicate route id "http://u@proxy.example.com:80" (first on line 1)`},
+			want: `proxies.txt:2: duplicate route id "http://proxy.example.com:80~0bfe935e" (first on line 1)`},
 		{desc: "duplicate colon and url forms", list: "192.0.2.1:80:u:a\nhttp://u:a@192.0.2.1:80",
-			want: `proxies.txt:2: duplicate route id "http://u@192.0.2.1:80" (first on line 1)`},
+			want: `proxies.txt:2: duplicate route id "http://192.0.2.1:80~0bfe935e" (first on line 1)`},
 		{desc: "duplicate explicit id", list: "192.0.2.1:80 id=x\n192.0.2.2:80 id=x", want: `proxies.txt:2: duplicate route id "x" (first on line 1)`},
 		{desc: "explicit id taking direct", list: "direct\n192.0.2.2:80 id=direct", want: `proxies.txt:2: duplicate route id "direct" (first on line 1)`},
 		{desc: "two direct lines", list: "direct\ndirect region=eu", want: `proxies.txt:2: duplicate route id "direct" (first on line 1)`},
@@ -258,8 +259,8 @@ func TestParseListSecrets(t *testing.T) {
 			if pw, _ := r.URL.User.Password(); !strings.HasPrefix(pw, secret) {
 				t.Fatalf("password = %q, want prefix %q", pw, secret)
 			}
-			if !strings.Contains(r.Redacted(), "user:***@") {
-				t.Errorf("Redacted() = %q, want user:***", r.Redacted())
+			if !strings.Contains(r.Redacted(), "://***:***@") {
+				t.Errorf("Redacted() = %q, want ***:***", r.Redacted())
 			}
 			for _, shown := range []string{
 				r.ID, r.Redacted(), r.Labels.String(),
@@ -270,6 +271,69 @@ func TestParseListSecrets(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDefaultIDHoldsNoCredentials checks that the id of a line without id=
+// names the proxy and a fingerprint of the user name, never the user name
+// or the password in any spelling: ids reach every client. The ids are
+// fixed here, since routes keep their state across restarts by them.
+func TestDefaultIDHoldsNoCredentials(t *testing.T) {
+	t.Parallel()
+	const pass = "Pw9Secret"
+	tests := []struct {
+		desc, line string
+		user, pass string // as decoded
+		want       string
+	}{
+		{desc: "url", line: "http://Acct7Name:Pw9Secret@192.0.2.1:8080",
+			user: "Acct7Name", pass: pass, want: "http://192.0.2.1:8080~6c9d343c"},
+		{desc: "sub-account on the same proxy", line: "http://customer-acme-session-s9x-country-us:Pw9Secret@192.0.2.1:8080",
+			user: "customer-acme-session-s9x-country-us", pass: pass, want: "http://192.0.2.1:8080~81a35ab4"},
+		{desc: "api key as user name, empty password", line: "http://KEYzq8vRtWm3NpLx:@proxy.example.com:3128",
+			user: "KEYzq8vRtWm3NpLx", want: "http://proxy.example.com:3128~f4600df7"},
+		{desc: "api key as user name, no password", line: "https://KEYzq8vRtWm3NpLx@proxy.example.com:443",
+			user: "KEYzq8vRtWm3NpLx", want: "https://proxy.example.com:443~f4600df7"},
+		{desc: "percent-encoded", line: "socks5://acct%40corp%2Fus:Pw%3A9Secret@198.51.100.7:1080",
+			user: "acct@corp/us", pass: "Pw:9Secret", want: "socks5://198.51.100.7:1080~14fc11f9"},
+		{desc: "colon form", line: "gw.example.com:3128:Acct7Name:Pw9Secret",
+			user: "Acct7Name", pass: pass, want: "http://gw.example.com:3128~6c9d343c"},
+		{desc: "colon form with ipv6", line: "[2001:db8::2]:3128:Acct7Name:Pw9Secret region=eu",
+			user: "Acct7Name", pass: pass, want: "http://[2001:db8::2]:3128~6c9d343c"},
+	}
+	var lines []string
+	for _, tt := range tests {
+		lines = append(lines, tt.line)
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			routes, err := ParseList("proxies.txt", []byte(tt.line))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := routes[0]
+			if pw, _ := r.URL.User.Password(); r.URL.User.Username() != tt.user || pw != tt.pass {
+				t.Fatalf("credentials %v, want %s:%s", r.URL.User, tt.user, tt.pass)
+			}
+			if r.ID != tt.want {
+				t.Errorf("id = %q, want %q", r.ID, tt.want)
+			}
+			for _, secret := range []string{tt.user, tt.pass} {
+				if secret == "" {
+					continue
+				}
+				for _, spelled := range []string{secret, strings.ToLower(secret), url.PathEscape(secret), url.QueryEscape(secret), url.User(secret).String()} {
+					for _, shown := range []string{r.ID, r.Redacted(), fmt.Sprint(r)} {
+						if strings.Contains(shown, spelled) {
+							t.Errorf("%q shows %q", shown, spelled)
+						}
+					}
+				}
+			}
+		})
+	}
+	// Sub-accounts of one proxy stay apart.
+	if _, err := ParseList("proxies.txt", []byte(strings.Join(lines, "\n"))); err != nil {
+		t.Errorf("all the lines as one list: %v", err)
 	}
 }
 
@@ -295,7 +359,7 @@ func TestParseListLines(t *testing.T) {
 	for _, r := range routes {
 		got = append(got, line{r.ID, r.Line})
 	}
-	want := []line{{"http://192.0.2.1:80", 4}, {"http://u@192.0.2.2:80", 6}, {"direct", 8}}
+	want := []line{{"http://192.0.2.1:80", 4}, {"http://192.0.2.2:80~0bfe935e", 6}, {"direct", 8}}
 	if !slices.Equal(got, want) {
 		t.Errorf("routes = %v, want %v", got, want)
 	}

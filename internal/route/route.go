@@ -1,5 +1,5 @@
 // Package route is Switchyard's exits: the proxy-list format, stable route
-// ids with credentials redacted, and each route's way out (Exit: direct,
+// ids free of credentials, and each route's way out (Exit: direct,
 // HTTP proxy, HTTPS proxy, SOCKS5) for requests, tunnels and checks alike,
 // with typed errors that say where an attempt failed and the one
 // classifier (Classify) that names its outcome.
@@ -7,7 +7,6 @@ package route
 
 import (
 	"net/url"
-	"strings"
 
 	"github.com/switchyard/switchyard/engine"
 )
@@ -24,9 +23,9 @@ const (
 )
 
 // Route is one exit. Its URL holds the credentials; everything printed
-// about a route (ID, Redacted) leaves the password out.
+// about a route (ID, Redacted) leaves them out, user name included.
 type Route struct {
-	ID     string        // stable id: the normalized URL without password, or an id= label
+	ID     string        // stable id: scheme://host:port[~user name fingerprint] (defaultID), or an id= label
 	Scheme Scheme        // how targets are reached
 	URL    *url.URL      // proxy address with credentials; nil for Direct
 	Labels engine.Labels // labels other than the reserved id, max_inflight, cost, weight
@@ -37,18 +36,20 @@ type Route struct {
 	Line        int     // line in the list it came from, for messages
 }
 
-// Redacted is the route's address as it may be shown: user:*** instead of
-// the password (SPEC §1.3).
+// Redacted is the route's address as it may be shown: "***" for the user
+// name and for the password, since providers put API keys in either.
 func (r *Route) Redacted() string {
 	if r.URL == nil {
 		return string(r.Scheme)
 	}
-	u := *r.URL
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "***")
+	creds := ""
+	if u := r.URL.User; u != nil {
+		creds = "***@"
+		if _, has := u.Password(); has {
+			creds = "***:***@"
+		}
 	}
-	// url.URL escapes "*" in passwords; the marker must read as written.
-	return strings.Replace(u.String(), ":%2A%2A%2A@", ":***@", 1)
+	return r.URL.Scheme + "://" + creds + r.URL.Host
 }
 
 // Spec is what the engine needs to know of the route.
