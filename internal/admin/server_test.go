@@ -565,7 +565,7 @@ func TestActionLogs(t *testing.T) {
 			if line.Msg != tc.wantMsg || line.Level != tc.wantLevel || line.Action != action || line.Route != tc.wantRoute || !strings.HasPrefix(line.Remote, "127.0.0.1:") {
 				t.Errorf("logged %+v, want %s %q action %s route %q from 127.0.0.1", line, tc.wantLevel, tc.wantMsg, action, tc.wantRoute)
 			}
-			for _, secret := range append([]string{token, "tok-124"}, passwords...) {
+			for _, secret := range append([]string{token, "tok-124"}, credentials...) {
 				if strings.Contains(text, secret) {
 					t.Errorf("the log holds %q: %s", secret, text)
 				}
