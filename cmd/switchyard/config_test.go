@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/logtest"
 )
 
 func TestCheckConfig(t *testing.T) {
@@ -64,7 +66,7 @@ func TestServeReloadsOnHangup(t *testing.T) {
 	}
 	write("[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[routes]\ninline = [\"direct\"]\n")
 	ctx, cancel := context.WithCancel(context.Background())
-	log := &syncBuffer{}
+	log := &logtest.Buffer{}
 	hup := make(chan os.Signal, 1)
 	done := make(chan int, 1)
 	go func() { done <- serve(ctx, []string{"--config", path}, log, hup) }()

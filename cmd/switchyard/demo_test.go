@@ -5,11 +5,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/logtest"
 )
 
 func TestDemoFlags(t *testing.T) {
 	for _, args := range [][]string{{"--bogus"}, {"extra"}} {
-		var out, errs syncBuffer
+		var out, errs logtest.Buffer
 		if code := demoCmd(context.Background(), args, &out, &errs); code != 2 {
 			t.Errorf("demo %q: exit %d, want 2", args, code)
 		}
@@ -21,7 +23,7 @@ func TestDemoFlags(t *testing.T) {
 
 func TestDemoRunsUntilCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errs syncBuffer
+	var out, errs logtest.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- demoCmd(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"}, &out, &errs)
@@ -46,7 +48,7 @@ func TestDemoRunsUntilCancelled(t *testing.T) {
 }
 
 func TestDemoListenFails(t *testing.T) {
-	var out, errs syncBuffer
+	var out, errs logtest.Buffer
 	if code := demoCmd(context.Background(), []string{"--listen", "256.0.0.1:0", "--admin", "127.0.0.1:0"}, &out, &errs); code != 1 {
 		t.Fatalf("exit %d, want 1: %s", code, errs.String())
 	}

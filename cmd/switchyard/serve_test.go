@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -12,33 +11,15 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/logtest"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
 
-// syncBuffer is a bytes.Buffer safe to write from serve and read here.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // addrOf waits (bounded) for serve to log the address of listener msg.
-func addrOf(t *testing.T, log *syncBuffer, msg string) string {
+func addrOf(t *testing.T, log *logtest.Buffer, msg string) string {
 	t.Helper()
 	re := regexp.MustCompile(`msg="` + msg + `" addr=(\S+)`)
 	deadline := time.Now().Add(5 * time.Second)
@@ -61,7 +42,7 @@ func TestServeEndToEnd(t *testing.T) {
 	os.WriteFile(list, []byte("direct\n"), 0o644)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	log := &syncBuffer{}
+	log := &logtest.Buffer{}
 	done := make(chan int)
 	go func() {
 		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--proxies", list}, log, nil)
@@ -119,7 +100,7 @@ func TestServeRejectsBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
 			t.Parallel()
-			log := &syncBuffer{}
+			log := &logtest.Buffer{}
 			if code := serve(context.Background(), tt.args, log, nil); code != 2 {
 				t.Fatalf("exit %d, want 2", code)
 			}
@@ -137,7 +118,7 @@ func startServe(t *testing.T) (proxyAddr, adminAddr string, stop context.CancelF
 	list := filepath.Join(t.TempDir(), "proxies.txt")
 	os.WriteFile(list, []byte("direct\n"), 0o644)
 	ctx, cancel := context.WithCancel(context.Background())
-	log := &syncBuffer{}
+	log := &logtest.Buffer{}
 	done = make(chan int, 1)
 	go func() {
 		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--proxies", list}, log, nil)
@@ -258,7 +239,7 @@ func TestServeWithUsers(t *testing.T) {
 	// retried on direct, and its failures are logged.
 	os.WriteFile(list, []byte("direct\nhttp://Pr0xyUser:Pr0xyPw@"+routetest.ClosedPort(t)+"\n"), 0o644)
 	ctx, cancel := context.WithCancel(context.Background())
-	log := &syncBuffer{}
+	log := &logtest.Buffer{}
 	done := make(chan int, 1)
 	go func() {
 		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--proxies", list, "--log-format", "json"}, log, nil)
@@ -351,7 +332,7 @@ func TestServeRejectsBadUsers(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Setenv("SWITCHYARD_USERS", tc.users)
-			log := &syncBuffer{}
+			log := &logtest.Buffer{}
 			args := append([]string{"--listen", "127.0.0.1:0", "--admin", "", "--proxies", list}, tc.args...)
 			if code := serve(context.Background(), args, log, nil); code != 2 {
 				t.Fatalf("exit %d, want 2:\n%s", code, log)

@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,11 +14,11 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/logtest"
 	"github.com/switchyard/switchyard/internal/route"
 )
 
@@ -509,24 +508,6 @@ func TestActionEventsAreRecorded(t *testing.T) {
 	}
 }
 
-// syncBuffer collects log lines written by the server's handlers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Every action and every refused one is logged with the action, the
 // client's address and the route when it is one; never a token, nor an
 // id no route has (it may be a route typed with its password).
@@ -553,7 +534,7 @@ func TestActionLogs(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
-			out := &syncBuffer{}
+			out := &logtest.Buffer{}
 			f := newFixture(t, Options{Token: tc.token, Log: slog.New(slog.NewJSONHandler(out, nil))})
 			f.do(t, http.MethodPost, tc.path, tc.auth)
 			text := out.String()

@@ -6,31 +6,13 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/logtest"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
-
-// syncBuffer collects Run's output safely.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestRunShowsFaults runs the demo until the engine has cooled the refused
 // and 407 routes and banned the blocker for localhost only, checks the
@@ -43,7 +25,7 @@ func TestRunShowsFaults(t *testing.T) {
 
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		out := &syncBuffer{}
+		out := &logtest.Buffer{}
 		done := make(chan error, 1)
 		go func() { done <- Run(ctx, out, Options{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0"}) }()
 		var e *engine.Engine

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -21,6 +20,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/logtest"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
 
@@ -150,24 +150,6 @@ func TestConstrain(t *testing.T) {
 	}
 }
 
-// lockedBuffer collects log output written by handler goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // Request logs name the route, class and status of every request, and
 // never a credential (the client's or the route's, plain or base64) nor a
 // query string; nor does the X-Switchyard-Route of the answers.
@@ -186,7 +168,7 @@ func TestRequestLogHasNoSecrets(t *testing.T) {
 				t.Parallel()
 				tg := newTarget(t, func(int, http.ResponseWriter, *http.Request) {})
 				p := routetest.NewProxy(t, routetest.Behavior{User: "R0uteUser", Password: "R0utePw"})
-				out := &lockedBuffer{}
+				out := &logtest.Buffer{}
 				v := newEnv(t, Config{Users: map[string]User{"alice": {Password: "alicePw1"}}, Log: slog.New(tc.handler(out))}, proxyLine(p, ""))
 				addr := tg.Listener.Addr().String()
 				var routes strings.Builder // X-Switchyard-Route of every answer

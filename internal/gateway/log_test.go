@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/logtest"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
 
@@ -57,7 +58,7 @@ func TestRequestLogIsBounded(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(tt.desc, func(t *testing.T) {
 				t.Parallel()
-				var out lockedBuffer
+				var out logtest.Buffer
 				// The only route refuses connections: nothing leaves 127.0.0.1.
 				p := routetest.NewProxy(t, routetest.Behavior{Refuse: true})
 				v := newEnv(t, Config{Log: slog.New(slog.NewJSONHandler(&out, nil))}, proxyLine(p, ""))

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -10,12 +9,12 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/config"
+	"github.com/switchyard/switchyard/internal/logtest"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
@@ -190,33 +189,12 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-// syncBuffer collects log output written by any goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// take returns what was written since the last take.
-func (s *syncBuffer) take() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := s.b.String()
-	s.b.Reset()
-	return out
-}
-
 // Every reload that leaves a restart-only section different from the
 // running process says so, in the log, in /readyz and in the metrics,
 // until a reload puts the section back.
 func TestReloadSaysRestartRequiredEveryTime(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
-		out := &syncBuffer{}
+		out := &logtest.Buffer{}
 		g := runServer(t, configOf(t, "direct\n"), slog.New(slog.NewTextHandler(out, nil)))
 		steps := []struct {
 			desc   string
@@ -242,12 +220,12 @@ func TestReloadSaysRestartRequiredEveryTime(t *testing.T) {
 		for _, step := range steps {
 			next := configOf(t, "direct\n")
 			step.change(next)
-			out.take()
+			out.Take()
 			if err := g.s.Reload(next); err != nil {
 				t.Fatal(err)
 			}
 			var warned []string
-			for line := range strings.Lines(out.take()) {
+			for line := range strings.Lines(out.Take()) {
 				if _, section, ok := strings.Cut(line, "needs a restart"); ok {
 					_, section, _ = strings.Cut(section, "section=")
 					warned = append(warned, strings.TrimSpace(section))
