@@ -258,7 +258,7 @@ password_hash = "$2a$10$lQqgSZM0OFJ/c2WgOm8Z0.tNuu2arLuLq8XwiE5wC7/yjIfXDcu6m"
 			t.Errorf("effective config shows %q:\n%s", secret, out)
 		}
 	}
-	for _, want := range []string{`token = "file:` + tokenFile + `"`, `password = "env:ALICE_PW"`, `password = "***"`, `password_hash = "***"`, `url = "redis://:***@127.0.0.1:6379/0"`, "http://***:***@192.0.2.1:3128 id=http://192.0.2.1:3128~b0ced0de region=us max_inflight=3"} {
+	for _, want := range []string{`token = "file:` + tokenFile + `"`, `password = "env:ALICE_PW"`, `password = "***"`, `password_hash = "***"`, `url = "redis://***:***@127.0.0.1:6379/0"`, "http://***:***@192.0.2.1:3128 id=http://192.0.2.1:3128~b0ced0de region=us max_inflight=3"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("effective config lacks %q:\n%s", want, out)
 		}
@@ -427,5 +427,23 @@ func TestConfigFileMustBeRegular(t *testing.T) {
 	t.Parallel()
 	if _, err := Load(Source{Path: "/dev/zero", Env: []string{}}); err == nil || !strings.Contains(err.Error(), "/dev/zero: not a regular file") {
 		t.Fatalf("Load(/dev/zero): %v", err)
+	}
+}
+
+// A state URL is shown with neither its user name nor its password, and
+// one that does not parse not at all.
+func TestRedactURL(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, want string }{
+		{"redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"},
+		{"redis://:pw@127.0.0.1:6379/0", "redis://***:***@127.0.0.1:6379/0"},
+		{"redis://acct-KEY:pw@redis.example:6379/2", "redis://***:***@redis.example:6379/2"},
+		{"redis://acct-KEY@redis.example:6379", "redis://***@redis.example:6379"},
+		{"redis://user:p%zzw@host:6379", "***"},
+	}
+	for _, tc := range tests {
+		if got := redactURL(tc.in); got != tc.want {
+			t.Errorf("redactURL(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }

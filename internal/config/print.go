@@ -55,15 +55,22 @@ func listLine(r *route.Route) string {
 	return strings.Join(parts, " ")
 }
 
-// redactURL is u with its password, if any, as "***".
+// redactURL is u with its user name and password, if any, as "***", as
+// route addresses are shown; a URL that does not parse is hidden whole,
+// since where its credentials end cannot be told.
 func redactURL(u string) string {
 	parsed, err := url.Parse(u)
-	if err != nil || parsed.User == nil {
+	switch {
+	case err != nil:
+		return "***"
+	case parsed.User == nil:
 		return u
 	}
-	if _, has := parsed.User.Password(); !has {
-		return u
+	creds := "***@"
+	if _, has := parsed.User.Password(); has {
+		creds = "***:***@"
 	}
-	parsed.User = url.UserPassword(parsed.User.Username(), "***")
-	return strings.Replace(parsed.String(), ":%2A%2A%2A@", ":***@", 1)
+	parsed.User = nil
+	scheme, rest, _ := strings.Cut(parsed.String(), "://")
+	return scheme + "://" + creds + rest
 }
