@@ -338,21 +338,29 @@ func TestTargetProbeGoesAsUsersTraffic(t *testing.T) {
 	})
 }
 
-// Probes through a Direct route meet the same admission as users' traffic:
-// a refused destination is no evidence and is never connected to, and a
-// host allow-listed by name is reached.
+// Probes meet the same admission as users' traffic on every route type:
+// through a Direct route at connect time, through a proxy before the proxy
+// is asked (Config.Admit). A refused page is no evidence and is never
+// reached, nor asked of the proxy; an admitted one is fetched.
 func TestProbesPassAdmission(t *testing.T) {
 	t.Parallel()
 	routetest.NoLeaks(t, func(t *testing.T) {
+		loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 		tests := []struct {
 			desc       string
+			proxy      *routetest.Behavior // nil: Direct
+			allow      []netip.Prefix
 			allowHosts []string
 			host       string
 			want       engine.State
 			reached    bool
 		}{
-			{desc: "loopback refused", host: "127.0.0.1", want: engine.HalfOpen},
-			{desc: "allow-listed name", allowHosts: []string{"localhost"}, host: "localhost", want: engine.Healthy, reached: true},
+			{desc: "direct, loopback refused at connect", host: "127.0.0.1", want: engine.HalfOpen},
+			{desc: "direct, allow-listed name", allowHosts: []string{"localhost"}, host: "localhost", want: engine.Healthy, reached: true},
+			{desc: "http proxy, loopback refused", proxy: &routetest.Behavior{}, host: "127.0.0.1", want: engine.HalfOpen},
+			{desc: "socks5 proxy, loopback refused", proxy: &routetest.Behavior{Kind: routetest.SOCKS5Proxy}, host: "127.0.0.1", want: engine.HalfOpen},
+			{desc: "http proxy, loopback allowed", proxy: &routetest.Behavior{}, allow: loopback, host: "127.0.0.1", want: engine.Healthy, reached: true},
+			{desc: "socks5 proxy, loopback allowed", proxy: &routetest.Behavior{Kind: routetest.SOCKS5Proxy}, allow: loopback, host: "127.0.0.1", want: engine.Healthy, reached: true},
 		}
 		for _, tc := range tests {
 			t.Run(tc.desc, func(t *testing.T) {
@@ -361,62 +369,22 @@ func TestProbesPassAdmission(t *testing.T) {
 				page := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
 				defer page.Close()
 				_, port, _ := net.SplitHostPort(page.Listener.Addr().String())
-				e, routes := setup(t, "direct\n")
-				now := halfOpen(t, e, routes[0].ID, "site.test")
-				admission := guard.NewAdmission(nil, tc.allowHosts)
-				p := New(e, exitsOf(t, routes, route.Dialer{Control: admission.DialControl}), Config{
-					Now:       func() time.Time { return now },
-					TargetURL: func(string) string { return "http://" + net.JoinHostPort(tc.host, port) + "/" },
-				})
-				answer(t, p)
-				if s := state(e, routes[0].ID, "site.test"); s != tc.want {
-					t.Errorf("state %v after probes, want %v", s, tc.want)
-				}
-				if reached := hits.Load() > 0; reached != tc.reached {
-					t.Errorf("page reached: %v, want %v", reached, tc.reached)
-				}
-			})
-		}
-	})
-}
-
-// Probes through proxy routes meet the admission users' traffic meets
-// before a route is dialled (Config.Admit): a refused page is never asked
-// of the proxy, and is no evidence; an admitted one is fetched.
-func TestProbesAdmittedOnProxyRoutes(t *testing.T) {
-	t.Parallel()
-	routetest.NoLeaks(t, func(t *testing.T) {
-		loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
-		tests := []struct {
-			desc    string
-			kind    routetest.Kind
-			allow   []netip.Prefix
-			want    engine.State
-			reached bool
-		}{
-			{desc: "http proxy, loopback refused", kind: routetest.HTTPProxy, want: engine.HalfOpen},
-			{desc: "socks5 proxy, loopback refused", kind: routetest.SOCKS5Proxy, want: engine.HalfOpen},
-			{desc: "http proxy, loopback allowed", kind: routetest.HTTPProxy, allow: loopback, want: engine.Healthy, reached: true},
-			{desc: "socks5 proxy, loopback allowed", kind: routetest.SOCKS5Proxy, allow: loopback, want: engine.Healthy, reached: true},
-		}
-		for _, tc := range tests {
-			t.Run(tc.desc, func(t *testing.T) {
-				t.Parallel()
-				var hits atomic.Int64
-				page := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
-				defer page.Close()
-				proxy := routetest.NewProxy(t, routetest.Behavior{Kind: tc.kind})
-				e, routes := setup(t, proxy.URL.String()+"\n")
-				now := halfOpen(t, e, routes[0].ID, "site.test")
-				admission := guard.NewAdmission(tc.allow, nil)
-				p := New(e, exitsOf(t, routes, route.Dialer{}), Config{
-					Now:       func() time.Time { return now },
-					TargetURL: func(string) string { return page.URL + "/" },
-					Admit: func(_ context.Context, authority string) (string, error) {
+				admission := guard.NewAdmission(tc.allow, tc.allowHosts)
+				cfg := Config{TargetURL: func(string) string { return "http://" + net.JoinHostPort(tc.host, port) + "/" }}
+				line, asked := "direct", func() int { return 0 }
+				if tc.proxy != nil {
+					proxy := routetest.NewProxy(t, *tc.proxy)
+					line, asked = proxy.URL.String(), proxy.Requests
+					// The gateway's Admit, as far as the name goes.
+					cfg.Admit = func(_ context.Context, authority string) (string, error) {
 						host, _, _ := net.SplitHostPort(authority)
 						return authority, admission.CheckHost(host)
-					},
-				})
+					}
+				}
+				e, routes := setup(t, line+"\n")
+				now := halfOpen(t, e, routes[0].ID, "site.test")
+				cfg.Now = func() time.Time { return now }
+				p := New(e, exitsOf(t, routes, route.Dialer{Control: admission.DialControl}), cfg)
 				answer(t, p)
 				if s := state(e, routes[0].ID, "site.test"); s != tc.want {
 					t.Errorf("state %v after probes, want %v", s, tc.want)
@@ -424,8 +392,8 @@ func TestProbesAdmittedOnProxyRoutes(t *testing.T) {
 				if reached := hits.Load() > 0; reached != tc.reached {
 					t.Errorf("page reached: %v, want %v", reached, tc.reached)
 				}
-				if !tc.reached && proxy.Requests() > 0 {
-					t.Errorf("the proxy was asked %d times for a refused page", proxy.Requests())
+				if n := asked(); !tc.reached && n > 0 {
+					t.Errorf("the proxy was asked %d times for a refused page", n)
 				}
 			})
 		}
