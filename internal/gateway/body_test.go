@@ -162,3 +162,53 @@ func TestClientBodyBreakOffIsNoEvidence(t *testing.T) {
 		}
 	})
 }
+
+// A client that leaves while the upstream stalls mid-body ends the
+// attempt: the upstream connection is closed at once, not held until the
+// upstream gives up, and the route is not blamed for the client leaving.
+// The answer's headers and first bytes reach the client as they come.
+func TestClientLeavingEndsAStalledBody(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		for _, via := range []string{"direct", "http proxy"} {
+			t.Run(via, func(t *testing.T) {
+				t.Parallel()
+				released := make(chan struct{})
+				site := routetest.ServeTCP(t, func(c net.Conn) {
+					defer c.Close()
+					if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+						return
+					}
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\nthe first bytes")
+					io.Copy(io.Discard, c) // stalls until the gateway lets go
+					close(released)
+				})
+				line := "direct"
+				if via != "direct" {
+					line = proxyLine(routetest.NewProxy(t, routetest.Behavior{}), "")
+				}
+				v := newEnv(t, Config{}, line)
+				c, err := net.Dial("tcp", v.url.Host)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.WriteString(c, "GET http://"+site+"/page HTTP/1.1\r\nHost: "+site+"\r\n\r\n")
+				c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if _, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil {
+					t.Fatal(err)
+				}
+				c.Close()
+				// Reported once the relay ends (or at half the lease TTL,
+				// a minute away): the gateway let go.
+				v.waitOutcome(t, 0, engine.OK)
+				if via != "direct" {
+					return // the test proxy itself holds on to the site until it writes
+				}
+				select {
+				case <-released:
+				case <-time.After(5 * time.Second):
+					t.Fatal("the site's connection is still held 5s after the client left")
+				}
+			})
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"io"
 	"mime"
 	"net/http"
@@ -113,6 +114,10 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 	})
 	if answered := cmp.Or(win, last); answered != nil && answered.resp != nil {
 		g.noteOrigin(target, r.URL.Host) // admitted, and a target answered there
+		// A client that leaves mid-answer ends the attempt, so that a body
+		// the upstream stalls does not hold the lease, the connection and
+		// this goroutine until the upstream gives up.
+		defer context.AfterFunc(r.Context(), answered.done)()
 	}
 	switch {
 	case win != nil:
@@ -306,9 +311,7 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, o *outcome, attem
 		h[k] = v
 	}
 	w.WriteHeader(resp.StatusCode)
-	// Unknown length (streams, server-sent events): each piece is passed
-	// on as it comes.
-	if relay(w, resp.Body, resp.ContentLength < 0) != nil {
+	if relay(w, resp.Body) != nil {
 		o.class = engine.TargetReset
 		return true
 	}
@@ -319,11 +322,14 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, o *outcome, attem
 // per response was most of what the gateway allocated.
 var relayBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// relay copies body to w, flushing each piece when flush. It returns the
+// relay copies body to w, each piece passed on as it comes: a stream, a
+// server-sent event or a slow page reaches the client as the upstream
+// sends it, headers first, not once a buffer fills (a fast body's reads
+// fill whole buffers, so this costs it no extra writes). It returns the
 // error that broke reading the body off, nil at its proper end; a client
-// that stops taking it is not the body's failure and ends the copy with
-// nil.
-func relay(w http.ResponseWriter, body io.Reader, flush bool) error {
+// that stops taking it or leaves (its request's end cancels the attempt)
+// is not the body's failure and ends the copy with nil.
+func relay(w http.ResponseWriter, body io.Reader) error {
 	bp := relayBuffers.Get().(*[]byte)
 	defer relayBuffers.Put(bp)
 	buf := *bp
@@ -334,12 +340,10 @@ func relay(w http.ResponseWriter, body io.Reader, flush bool) error {
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return nil
 			}
-			if flush {
-				rc.Flush()
-			}
+			rc.Flush()
 		}
 		switch {
-		case err == io.EOF:
+		case err == io.EOF, errors.Is(err, context.Canceled):
 			return nil
 		case err != nil:
 			return err
