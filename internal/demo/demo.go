@@ -106,7 +106,16 @@ func Run(ctx context.Context, out io.Writer, opts Options) (err error) {
 		proxyLn.Close()
 		return err
 	}
-	srv, err := server.New(config.WithRoutes(routes), server.Listeners{Proxy: proxyLn, Admin: adminLn}, nil)
+	cfg := config.WithRoutes(routes)
+	// The demo is there to show every fault met and judged. The defaults
+	// keep traffic on the routes already proven (sharpness 4, the better
+	// of two draws), so a blocker whose first check came in after the
+	// healthy routes had answered might never be asked for localhost; here
+	// every usable route is drawn in plain proportion to its expected
+	// speed (docs/design/005-cost.md).
+	cfg.Engine.Picker = "weighted_random"
+	cfg.Engine.Sharpness = 1
+	srv, err := server.New(cfg, server.Listeners{Proxy: proxyLn, Admin: adminLn}, nil)
 	if err != nil {
 		proxyLn.Close()
 		adminLn.Close()
