@@ -27,6 +27,7 @@ type Metrics struct {
 	hedges         prometheus.Counter
 	attemptSeconds *prometheus.HistogramVec
 	connsCut       *prometheus.CounterVec
+	authRefused    *prometheus.CounterVec
 
 	perRoute sync.Map // route id → *routeCounts, for /api/routes
 }
@@ -65,12 +66,16 @@ func NewMetrics(e *engine.Engine) *Metrics {
 			Name: "switchyard_client_conns_cut_total",
 			Help: "Client connections the gateway cut, by reason: idle, header, slow_body or over_cap.",
 		}, []string{"reason"}),
+		authRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_auth_refused_total",
+			Help: "Clients refused at authentication, by reason: denied (407), throttled (429: too many failures from the address) or busy (503: too many checks waiting).",
+		}, []string{"reason"}),
 	}
 	// Every reason is exported, even at 0, so that alerts see a series.
 	for _, r := range []CutReason{CutIdle, CutHeader, CutSlowBody, CutOverCap} {
 		m.connsCut.WithLabelValues(string(r))
 	}
-	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.hedges, m.attemptSeconds, m.connsCut, engineCollector{e})
+	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.hedges, m.attemptSeconds, m.connsCut, m.authRefused, engineCollector{e})
 	return m
 }
 
@@ -88,6 +93,11 @@ const (
 // ObserveConnCut counts a client connection cut for reason.
 func (m *Metrics) ObserveConnCut(reason CutReason) {
 	m.connsCut.WithLabelValues(string(reason)).Inc()
+}
+
+// ObserveAuthRefusal counts a client refused at authentication.
+func (m *Metrics) ObserveAuthRefusal(reason string) {
+	m.authRefused.WithLabelValues(reason).Inc()
 }
 
 // WatchClientConns adds the gauge of open client connections, read from

@@ -91,6 +91,18 @@ func TestMetrics(t *testing.T) {
 			},
 		},
 		{
+			desc: "auth refusals",
+			setup: func(_ *testing.T, f *fixture) {
+				f.m.ObserveAuthRefusal("denied")
+				f.m.ObserveAuthRefusal("throttled")
+				f.m.ObserveAuthRefusal("throttled")
+			},
+			want: []string{
+				`switchyard_auth_refused_total{reason="denied"} 1`,
+				`switchyard_auth_refused_total{reason="throttled"} 2`,
+			},
+		},
+		{
 			desc: "requests, attempts, retries and hedges",
 			setup: func(_ *testing.T, f *fixture) {
 				f.m.ObserveRequest(http.MethodGet, engine.OK, 2, 1)

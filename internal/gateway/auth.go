@@ -157,26 +157,34 @@ type throttled struct {
 
 func (*throttled) Error() string { return "too many wrong passwords from this address" }
 
+// Why authenticate refused a client, as Observer.ObserveAuthRefusal and
+// the metrics name it.
+const (
+	authDenied    = "denied"    // 407: wrong or missing credentials
+	authThrottled = "throttled" // 429: the address is over its failures
+	authBusy      = "busy"      // 503: too many checks waiting, or the client left while it waited
+)
+
 // authenticate checks r's credentials; when they do not pass it answers
-// the client itself and ok is false: 407 for wrong or missing ones, 429
-// for an address over its failures, 503 when too many checks wait (or the
-// client left while its check waited).
-func (a *accounts) authenticate(w http.ResponseWriter, r *http.Request) (name string, labels engine.Labels, ok bool) {
+// the client itself and says why it refused (authDenied, authThrottled or
+// authBusy), "" when they pass.
+func (a *accounts) authenticate(w http.ResponseWriter, r *http.Request) (name string, labels engine.Labels, refused string) {
 	name, labels, err := a.verify(r.Context(), r.Header, r.RemoteAddr)
 	var th *throttled
 	switch {
 	case err == nil:
-		return name, labels, true
+		return name, labels, ""
 	case errors.Is(err, errDenied):
 		challenge(w)
+		return "", nil, authDenied
 	case errors.As(err, &th):
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(th.retryAfter.Seconds())))))
 		fail(w, http.StatusTooManyRequests, "auth_throttled", "switchyard: "+th.Error()+"; retry later")
-	default:
-		w.Header().Set("Retry-After", "1")
-		fail(w, http.StatusServiceUnavailable, "auth_busy", "switchyard: "+errBusy.Error()+"; retry later")
+		return "", nil, authThrottled
 	}
-	return "", nil, false
+	w.Header().Set("Retry-After", "1")
+	fail(w, http.StatusServiceUnavailable, "auth_busy", "switchyard: "+errBusy.Error()+"; retry later")
+	return "", nil, authBusy
 }
 
 // verify checks the Basic Proxy-Authorization in h, from the client at

@@ -588,7 +588,7 @@ func TestAuthAnswers(t *testing.T) {
 				r.Header.Set("Proxy-Authorization", tc.auth)
 			}
 			w := httptest.NewRecorder()
-			if _, _, ok := a.authenticate(w, r); ok {
+			if _, _, refused := a.authenticate(w, r); refused == "" {
 				t.Fatal("let through")
 			}
 			name, value, _ := strings.Cut(tc.wantHeader, ": ")

@@ -54,8 +54,9 @@ type Config struct {
 	// Now is the clock for the engine's timeline and the retry budget.
 	// Default time.Now.
 	Now func() time.Time
-	// Observer is told of every attempt and every request that got a
-	// route, for metrics; nil means none.
+	// Observer is told of every attempt, every request that got a route
+	// and every client refused at authentication, for metrics; nil means
+	// none.
 	Observer Observer
 	// Admission refuses internal destinations (SPEC §4, docs/security.md);
 	// nil means no checks (a malformed target is answered 400 either way).
@@ -100,6 +101,9 @@ type Config struct {
 type Observer interface {
 	ObserveAttempt(route string, class engine.Class, latency time.Duration)
 	ObserveRequest(method string, class engine.Class, retries, hedges int)
+	// ObserveAuthRefusal is told of each client refused at
+	// authentication: "denied" (407), "throttled" (429) or "busy" (503).
+	ObserveAuthRefusal(reason string)
 }
 
 // Defaults applied by New to zero fields.
@@ -275,8 +279,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var user engine.Labels
 	if s.users != nil {
-		name, labels, ok := s.users.authenticate(w, r)
-		if !ok {
+		name, labels, refused := s.users.authenticate(w, r)
+		if refused != "" {
+			if g.cfg.Observer != nil {
+				g.cfg.Observer.ObserveAuthRefusal(refused)
+			}
 			return
 		}
 		rec.user, user = name, labels

@@ -3,6 +3,7 @@ package gateway
 import (
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ type recorder struct {
 	attempts []engine.Class
 	requests []int // retries per request
 	hedges   int
+	refused  []string
 }
 
 func (r *recorder) ObserveAttempt(_ string, c engine.Class, _ time.Duration) {
@@ -30,6 +32,39 @@ func (r *recorder) ObserveRequest(_ string, _ engine.Class, retries, hedges int)
 	defer r.mu.Unlock()
 	r.requests = append(r.requests, retries)
 	r.hedges += hedges
+}
+
+func (r *recorder) ObserveAuthRefusal(reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refused = append(r.refused, reason)
+}
+
+// Every client refused at authentication is told, with why: wrong
+// passwords are denied until the address is over its failures, then
+// throttled.
+func TestObserverSeesAuthRefusals(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") })
+		rec := &recorder{}
+		v := newEnv(t, Config{Observer: rec, Users: map[string]User{"alice": {Password: "right"}}}, "direct")
+		for range failureBurst + 2 {
+			resp, err := v.client(t, "alice").Get(site.URL) // password "pw"
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+		want := append(slices.Repeat([]string{authDenied}, failureBurst), authThrottled, authThrottled)
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if !slices.Equal(rec.refused, want) {
+			t.Errorf("refusals %v, want %v", rec.refused, want)
+		}
+		if site.Hits() != 0 {
+			t.Errorf("the site was reached %d times by refused clients", site.Hits())
+		}
+	})
 }
 
 func TestObserverSeesAttemptsAndRequests(t *testing.T) {
