@@ -171,33 +171,39 @@ func as(host string, e *Error) *Error {
 // remaining bytes. numeric says every part looks like a number; ok that
 // they form an address.
 func parseIPv4(s string) (ip netip.Addr, numeric, ok bool) {
-	parts := strings.Split(s, ".")
-	vals := make([]uint64, 0, len(parts))
-	ok = len(parts) <= 4
-	for _, p := range parts {
+	// Every target is read through here: no allocation.
+	var vals [4]uint64
+	n := 0
+	ok = true
+	for p := range strings.SplitSeq(s, ".") {
 		v, isNum, good := parsePart(p)
 		if !isNum {
 			return netip.Addr{}, false, false
 		}
+		if n < len(vals) {
+			vals[n] = v
+		} else {
+			ok = false // more than four parts
+		}
+		n++
 		ok = ok && good
-		vals = append(vals, v)
 	}
 	if !ok {
 		return netip.Addr{}, true, false
 	}
-	var n uint64
-	for i, v := range vals[:len(vals)-1] {
+	var addr uint64
+	for i, v := range vals[:n-1] {
 		if v > 0xff {
 			return netip.Addr{}, true, false
 		}
-		n |= v << (24 - 8*i)
+		addr |= v << (24 - 8*i)
 	}
-	last := vals[len(vals)-1]
-	if last >= 1<<(8*(5-len(vals))) {
+	last := vals[n-1]
+	if last >= 1<<(8*(5-n)) {
 		return netip.Addr{}, true, false
 	}
-	n |= last
-	return netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}), true, true
+	addr |= last
+	return netip.AddrFrom4([4]byte{byte(addr >> 24), byte(addr >> 16), byte(addr >> 8), byte(addr)}), true, true
 }
 
 // parsePart reads one part of a numeric IPv4 host. isNum says it looks
