@@ -24,7 +24,8 @@ type Config struct {
 	LatencyDecay time.Duration
 	// LatencyForget is how fast a route's latency estimate, without new
 	// samples, returns to the pool's typical latency: a slow exit that lost
-	// its traffic is tried again in time. Default 1m.
+	// its traffic is tried again in time. Default 2m: measured against 1m
+	// and 5m in the simulator (docs/design/005-cost.md).
 	LatencyForget time.Duration
 	// DeadlineFactor × the 99th percentile of a route's time to an answer
 	// (of its pair with the target when known, else the slower of the
@@ -37,6 +38,9 @@ type Config struct {
 	// neutral probe) and ramps up by slow start after it passes.
 	UncheckedCandidates bool
 	// Prior is the score assumed before any evidence. Default 0.6.
+	// Selection shrinks toward the pool's typical success instead once its
+	// routes have evidence (docs/design/005-cost.md): a route that joins a
+	// pool of veterans is priced as one of them, not as a suspect.
 	Prior float64
 	// PriorSamples is how many samples weigh as much as the prior, so a
 	// route that succeeded once is not a veteran. Default 5.
@@ -184,7 +188,7 @@ func (c Config) normalize() (Config, error) {
 	setF(&c.Gamma, 2)
 	setF(&c.Sharpness, 4)
 	setD(&c.LatencyDecay, 10*time.Second)
-	setD(&c.LatencyForget, time.Minute)
+	setD(&c.LatencyForget, 2*time.Minute)
 	setF(&c.DeadlineFactor, 3)
 	setD(&c.DeadlineFloor, time.Second)
 	setF(&c.Prior, 0.6)

@@ -68,9 +68,11 @@ type Engine struct {
 	nextEvict atomic.Int64 // Unix ns of the next idle-pair eviction pass
 
 	// The pool's typical latency (float64 seconds, 0 until the first
-	// sample) and time to an answer: what a route without evidence of its
-	// own is assumed to take. Sweep keeps them (pool.go).
+	// sample), success probability (float64, 0 until the first veteran)
+	// and time to an answer: what a route without evidence of its own is
+	// assumed to take and give. Sweep keeps them (pool.go).
 	typicalLatency atomic.Uint64
+	typicalSuccess atomic.Uint64
 	typicalTTFB    atomicLogNormal
 	sweep          poolSweep
 

@@ -20,7 +20,7 @@ func newTestEngine(t testing.TB, cfg Config, n int) *Engine {
 	if cfg.Seed == 0 {
 		cfg.Seed = 1
 	}
-	// Routes serve at once: TestCandidatesAreCheckedFirst tests the check.
+	// Routes serve at once: internal/probe TestCandidatesAreChecked tests the check.
 	cfg.UncheckedCandidates = true
 	e, err := New(cfg, nil)
 	if err != nil {

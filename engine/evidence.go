@@ -114,6 +114,18 @@ func (e *Evidence) Score(c *Config) float64 {
 	return shrink(e.Success, float64(e.Samples), c.Prior, c.PriorSamples)
 }
 
+// selectionScore is Score with the pool's typical success (prior) in
+// place of Config.Prior, for selection: a route with little evidence is
+// priced as the pool's typical route until its own samples say otherwise,
+// or one that joins a pool of veterans is never drawn to earn them
+// (docs/design/005-cost.md). Without a typical value (prior 0) it is Score.
+func (e *Evidence) selectionScore(c *Config, prior float64) float64 {
+	if prior <= 0 {
+		prior = c.Prior
+	}
+	return shrink(e.Success, float64(e.Samples), prior, c.PriorSamples)
+}
+
 // targetFactor is the route×target success term of the selection weight,
 // shrunk toward 1 because a pair record exists only after negative
 // evidence (or a session) and no record means no complaint.

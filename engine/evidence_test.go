@@ -53,18 +53,19 @@ func TestLatencyPeakEWMA(t *testing.T) {
 // slow exit that lost its traffic is tried again.
 func TestLatencyAgesTowardTypical(t *testing.T) {
 	t.Parallel()
-	c := testConfig(t) // LatencyForget 1m
+	c := testConfig(t)
+	forget := c.LatencyForget
 	var slow, fresh Evidence
 	slow.observe(true, true, 2*time.Second, &c, t0)
 	if got := slow.latencyEstimate(0.2, &c, t0); got != 2 {
 		t.Errorf("fresh estimate %v, want 2", got)
 	}
-	got := slow.latencyEstimate(0.2, &c, t0+int64(time.Minute))
+	got := slow.latencyEstimate(0.2, &c, t0+int64(forget))
 	if want := 0.2 + 1.8*math.Exp(-1); math.Abs(got-want) > 1e-9 {
-		t.Errorf("a minute later: %v, want %v", got, want)
+		t.Errorf("LatencyForget later: %v, want %v", got, want)
 	}
-	if got := slow.latencyEstimate(0.2, &c, t0+int64(10*time.Minute)); math.Abs(got-0.2) > 1e-3 {
-		t.Errorf("ten minutes later: %v, want about the typical 0.2", got)
+	if got := slow.latencyEstimate(0.2, &c, t0+int64(10*forget)); math.Abs(got-0.2) > 1e-3 {
+		t.Errorf("ten times LatencyForget later: %v, want about the typical 0.2", got)
 	}
 	if got := fresh.latencyEstimate(0.2, &c, t0); got != 0.2 {
 		t.Errorf("without evidence: %v, want the typical 0.2", got)

@@ -5,18 +5,20 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // cost is a route's expected time to a valid answer, in seconds (docs/
 // design/005-cost.md): its latency estimate × (in-flight + 1) ÷ its
-// success probability^Gamma. Only ratios of costs matter, so a route with
-// no latency evidence in a pool with none either takes 1.
+// success probability^Gamma, both shrunk toward the pool's typical values
+// while its own evidence is thin. Only ratios of costs matter, so a route
+// with no latency evidence in a pool with none either takes 1.
 func (e *Engine) cost(h *Health, inflight int32, ns int64) float64 {
 	l := h.latencyEstimate(e.typical(), &e.cfg, ns)
 	if l <= 0 {
 		l = 1
 	}
-	return l * float64(1+inflight) / pow(h.Score(&e.cfg), e.cfg.Gamma)
+	return l * float64(1+inflight) / pow(h.selectionScore(&e.cfg, e.typicalScore()), e.cfg.Gamma)
 }
 
 // pow is math.Pow, with the whole exponents of the default configuration
@@ -47,15 +49,21 @@ func pow(x, y float64) float64 {
 // typical is the pool's typical latency in seconds, 0 before any sample.
 func (e *Engine) typical() float64 { return math.Float64frombits(e.typicalLatency.Load()) }
 
+// typicalScore is the typical success probability of the pool's usable
+// routes that have evidence, 0 before Sweep has seen one.
+func (e *Engine) typicalScore() float64 { return math.Float64frombits(e.typicalSuccess.Load()) }
+
 // poolSweep is Sweep's rotating pass over the routes. Each Sweep refreshes
 // a slice of them, so that the weights of routes without traffic follow
 // their latency estimates as they age toward the typical (LatencyForget),
-// and measures the pool's typical latency and time to an answer on them.
+// and measures the pool's typical latency, success and time to an answer
+// on them.
 type poolSweep struct {
-	mu   sync.Mutex  // serializes passes
-	next int32       // guarded by mu: the next route slot to visit
-	lat  []float64   // guarded by mu: scratch for the typical latency
-	ttfb []LogNormal // guarded by mu: scratch for the typical time to an answer
+	mu      sync.Mutex  // serializes passes
+	next    int32       // guarded by mu: the next route slot to visit
+	lat     []float64   // guarded by mu: scratch for the typical latency
+	success []float64   // guarded by mu: scratch for the typical success
+	ttfb    []LogNormal // guarded by mu: scratch for the typical time to an answer
 }
 
 // A pass visits 1/sweepShare of the routes (at least sweepMin), so every
@@ -78,7 +86,7 @@ func (e *Engine) sweepPool(ns int64) {
 	defer p.mu.Unlock()
 	count := min(n, max(sweepMin, n/sweepShare))
 	step := max(1, count/typicalSamples)
-	p.lat, p.ttfb = p.lat[:0], p.ttfb[:0]
+	p.lat, p.success, p.ttfb = p.lat[:0], p.success[:0], p.ttfb[:0]
 	for i := range count {
 		slot := (p.next + i) % n
 		e.refresh(e.routes.get(slot), ns)
@@ -94,21 +102,35 @@ func (e *Engine) sweepPool(ns int64) {
 			if h.TTFB.Known() {
 				p.ttfb = append(p.ttfb, h.TTFB)
 			}
+			// Success as the routes with evidence of their own show it:
+			// shrunk scores would pull the typical toward the prior.
+			if float64(h.Samples) >= e.cfg.PriorSamples {
+				p.success = append(p.success, h.Success)
+			}
 		}
 	}
 	p.next = (p.next + count) % n
-	if len(p.lat) > 0 {
-		slices.Sort(p.lat)
-		m := p.lat[len(p.lat)/2]
-		if old := e.typical(); old > 0 {
-			m = (old + m) / 2 // the slice changes every pass: smooth it
-		}
-		e.typicalLatency.Store(math.Float64bits(m))
-	}
+	smoothMedian(&e.typicalLatency, p.lat)
+	smoothMedian(&e.typicalSuccess, p.success)
 	if len(p.ttfb) > 0 {
 		slices.SortFunc(p.ttfb, func(a, b LogNormal) int {
 			return cmp.Compare(a.Quantile(zP99), b.Quantile(zP99))
 		})
 		e.typicalTTFB.store(p.ttfb[len(p.ttfb)/2])
 	}
+}
+
+// smoothMedian stores into v (float64 bits) the median of samples, averaged
+// with v's old value, since each pass samples another slice of the pool; it
+// leaves v alone without samples. It sorts samples.
+func smoothMedian(v *atomic.Uint64, samples []float64) {
+	if len(samples) == 0 {
+		return
+	}
+	slices.Sort(samples)
+	m := samples[len(samples)/2]
+	if old := math.Float64frombits(v.Load()); old > 0 {
+		m = (old + m) / 2
+	}
+	v.Store(math.Float64bits(m))
 }

@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"cmp"
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
@@ -37,6 +39,9 @@ type enginePolicy struct {
 	routes  map[string]int
 	targets map[string]int
 	names   []string // target names by number
+	limits  []int    // max_inflight by route
+	joining []int    // routes yet to join, by join time
+	joinsAt func(route int) time.Duration
 
 	leases []engine.Lease // tickets index this
 	free   []uint64
@@ -70,22 +75,30 @@ func NewEnginePolicy(w World, s EngineSettings, start time.Time) (Policy, error)
 		targets:  make(map[string]int, w.Targets()),
 		restarts: make(map[string]int),
 	}
-	limits := make([]int, w.Routes())
+	p.limits = make([]int, w.Routes())
 	if gt, ok := w.(groundTruth); ok {
 		for g := range gt.Groups() {
 			first, count, limit := gt.Group(g)
 			for r := first; r < first+count; r++ {
-				limits[r] = limit
+				p.limits[r] = limit
 			}
 		}
 	}
+	p.joinsAt = func(int) time.Duration { return 0 }
+	if l, ok := w.(lister); ok {
+		p.joinsAt = l.JoinsAt
+	}
 	for i := range w.Routes() {
-		id := w.RouteID(i)
-		if err := e.AddRoute(start, engine.RouteSpec{ID: id, MaxInflight: limits[i]}); err != nil {
+		p.routes[w.RouteID(i)] = i
+		if p.joinsAt(i) > 0 {
+			p.joining = append(p.joining, i)
+			continue
+		}
+		if err := p.add(start, i); err != nil {
 			return nil, err
 		}
-		p.routes[id] = i
 	}
+	slices.SortStableFunc(p.joining, func(a, b int) int { return cmp.Compare(p.joinsAt(a), p.joinsAt(b)) })
 	for j := range w.Targets() {
 		p.names = append(p.names, w.TargetName(j))
 		p.targets[w.TargetName(j)] = j
@@ -94,6 +107,11 @@ func NewEnginePolicy(w World, s EngineSettings, start time.Time) (Policy, error)
 		p.events = e.Subscribe(1<<14, engine.EventState)
 	}
 	return p, nil
+}
+
+// add adds route to the engine at now, as a reload adds a new line.
+func (p *enginePolicy) add(now time.Time, route int) error {
+	return p.e.AddRoute(now, engine.RouteSpec{ID: p.w.RouteID(route), MaxInflight: p.limits[route]})
 }
 
 // Pick implements Policy. A session whose route the engine no longer
@@ -183,6 +201,12 @@ func (p *enginePolicy) Hedge(now time.Time) bool { return p.budget.Hedge(now) }
 // Tick implements Policy: the engine's Sweep, and its probe jobs answered
 // by the world when their results arrive.
 func (p *enginePolicy) Tick(now time.Time, probe Prober) {
+	for len(p.joining) > 0 && !now.Before(p.start.Add(p.joinsAt(p.joining[0]))) {
+		if err := p.add(now, p.joining[0]); err != nil {
+			panic(err) // the ids are unique and the engine open: a bug
+		}
+		p.joining = p.joining[1:]
+	}
 	p.e.Sweep(now)
 	p.jobs = p.e.ProbeJobs(p.jobs[:0])
 	for _, job := range p.jobs {

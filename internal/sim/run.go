@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -122,6 +123,10 @@ type runner struct {
 	started  int       // tasks handed out
 	cum      []float64
 
+	unlisted []int // routes yet to join the list, by join time (lister)
+	joins    []time.Duration
+	pickAway []int // scratch: a pick's avoided routes, the unlisted ones included
+
 	probes   []pendingProbe // by slot: probes whose result is on its way
 	freeProb []int32        // probe slots not in use
 	parked   parkedTasks    // tasks set aside until their due time
@@ -206,13 +211,39 @@ func (r *runner) init() {
 	for _, f := range r.w.Faults() {
 		r.faults = append(r.faults, newFaultTrack(f, r.w.Routes()))
 	}
+	if l, ok := r.w.(lister); ok {
+		for route := range r.w.Routes() {
+			if l.JoinsAt(route) > 0 {
+				r.unlisted = append(r.unlisted, route)
+			}
+		}
+		slices.SortStableFunc(r.unlisted, func(a, b int) int { return cmp.Compare(l.JoinsAt(a), l.JoinsAt(b)) })
+		for _, route := range r.unlisted {
+			r.joins = append(r.joins, l.JoinsAt(route))
+		}
+	}
 }
+
+// list drops from the unlisted routes those that have joined by now.
+func (r *runner) list() {
+	n := 0
+	for n < len(r.joins) && r.joins[n] <= r.now {
+		n++
+	}
+	r.unlisted, r.joins = r.unlisted[n:], r.joins[n:]
+}
+
+// listed is the number of routes in the list now.
+func (r *runner) listed() int { return r.w.Routes() - len(r.unlisted) }
 
 // probe is a Prober: a probe at now as the gateway's prober makes it. A
 // neutral probe without a probe URL is a TCP check of the exit; anything
 // else fetches a page, and a probe without an answer fails at the
 // prober's timeout, as proxy_timeout.
 func (r *runner) probe(route, target int, done func(time.Time, Result)) {
+	if slices.Contains(r.unlisted, route) {
+		return // no gateway knows of it yet
+	}
 	var res Result
 	switch {
 	case target == tcpCheck, target == NeutralTarget && !r.load.ProbeURL:
@@ -247,6 +278,7 @@ func (r *runner) loop(progress func(int)) {
 		ended := false
 		switch ev.kind {
 		case evTick:
+			r.list()
 			r.p.Tick(Epoch.Add(r.now), r.probe)
 			r.queue.push(event{at: r.now + time.Second, kind: evTick})
 			if r.load.Duration > 0 && r.now > 0 && progress != nil {
@@ -370,7 +402,12 @@ func (r *runner) pick(i int) (Attempt, bool) {
 	if wk.sticky {
 		session = wk.session
 	}
-	return r.p.Pick(Epoch.Add(r.now), wk.target, session, wk.avoid)
+	avoid := wk.avoid
+	if len(r.unlisted) > 0 {
+		r.pickAway = append(append(r.pickAway[:0], wk.avoid...), r.unlisted...)
+		avoid = r.pickAway
+	}
+	return r.p.Pick(Epoch.Add(r.now), wk.target, session, avoid)
 }
 
 // send starts the first attempt of the worker's request, or a retry after
@@ -544,7 +581,7 @@ func (r *runner) deadline(slot int32) bool {
 // allow it.
 func (r *runner) retries(i int, c engine.Class) bool {
 	wk := &r.workers[i]
-	if wk.sticky || wk.attempts >= r.load.MaxAttempts || len(wk.avoid) >= r.w.Routes() || r.now >= wk.giveUp {
+	if wk.sticky || wk.attempts >= r.load.MaxAttempts || len(wk.avoid) >= r.listed() || r.now >= wk.giveUp {
 		return false
 	}
 	if r.retrier != nil {
@@ -560,7 +597,7 @@ func (r *runner) retries(i int, c engine.Class) bool {
 // allows. A hedge that finds no route is not counted.
 func (r *runner) hedge(i int) {
 	wk := &r.workers[i]
-	if wk.attempts != 1 || len(wk.inflight) != 1 || len(wk.avoid) >= r.w.Routes() || !r.hedger.Hedge(Epoch.Add(r.now)) {
+	if wk.attempts != 1 || len(wk.inflight) != 1 || len(wk.avoid) >= r.listed() || !r.hedger.Hedge(Epoch.Add(r.now)) {
 		return
 	}
 	if a, ok := r.pick(i); ok {

@@ -73,6 +73,7 @@ type RouteGroup struct {
 	Jitter      float64       // sigma of the lognormal latency; default 0.3
 	Weight      float64       // static weight of each route, for the weighted baseline; default 1
 	MaxInflight int           // each route's max_inflight, as in a proxy list; default 0, unlimited
+	Joins       time.Duration // when the routes join the gateway's list (a reload adds them); default 0, from the start
 	Behaviours  []Behaviour
 }
 
@@ -283,6 +284,7 @@ func (s *Scenario) Validate() error {
 		c.need(g.Jitter >= 0, p+".jitter", "must not be negative")
 		c.need(g.Weight >= 0, p+".weight", "must not be negative")
 		c.need(g.MaxInflight >= 0, p+".max_inflight", "must not be negative")
+		c.need(g.Joins >= 0, p+".joins", "must not be negative")
 		if c.err != nil {
 			break
 		}
@@ -406,6 +408,7 @@ type routeFile struct {
 	Jitter      any             `toml:"jitter,omitempty"`
 	Weight      any             `toml:"weight,omitempty"`
 	MaxInflight any             `toml:"max_inflight,omitempty"`
+	Joins       any             `toml:"joins,omitempty"`
 	Behaviours  []behaviourFile `toml:"behaviours,omitempty"`
 }
 
@@ -483,6 +486,7 @@ func (f *scenarioFile) scenario(name string) (*Scenario, error) {
 			Weight:  d.number(rf.Weight, p+".weight", 1),
 		}
 		g.MaxInflight = d.integer(rf.MaxInflight, p+".max_inflight", 0)
+		g.Joins = d.duration(rf.Joins, p+".joins", 0)
 		for j, bf := range rf.Behaviours {
 			g.Behaviours = append(g.Behaviours, d.behaviour(fmt.Sprintf("%s.behaviours[%d]", p, j), &bf))
 		}
@@ -684,7 +688,7 @@ func (s *Scenario) Encode() ([]byte, error) {
 	}
 	for _, g := range s.Routes {
 		rf := routeFile{Name: g.Name, Count: int64(g.Count), Latency: formatDuration(g.Latency), Jitter: g.Jitter, Weight: g.Weight,
-			MaxInflight: optionalInt(g.MaxInflight)}
+			MaxInflight: optionalInt(g.MaxInflight), Joins: optionalDuration(g.Joins)}
 		for _, b := range g.Behaviours {
 			bf := behaviourFile{
 				Kind:   string(b.Kind),

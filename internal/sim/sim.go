@@ -61,6 +61,16 @@ type World interface {
 	Faults() []Fault
 }
 
+// lister is a World whose routes join the gateway's list during the run,
+// as a reload adds them; a World without it lists every route from the
+// start. Before it joins, a route is in no policy's list: the runner
+// avoids it for every pick and probes it for no one, and the engine
+// policies add it to their engine when it joins.
+type lister interface {
+	// JoinsAt is when route joins the list; 0: from the start.
+	JoinsAt(route int) time.Duration
+}
+
 // Fault is a scheduled fault: Routes fail Target (-1: every target) from
 // Start until End (End 0: to the end of the run).
 type Fault struct {

@@ -36,7 +36,7 @@ func (s *Scenario) World() World {
 		w.targets = append(w.targets, worldTarget{name: t.Name, down: t.Down})
 	}
 	for gi, g := range s.Routes {
-		wg := worldGroup{name: g.Name, first: len(w.ids), count: g.Count, median: g.Latency, sigma: g.Jitter, maxInflight: g.MaxInflight}
+		wg := worldGroup{name: g.Name, first: len(w.ids), count: g.Count, median: g.Latency, sigma: g.Jitter, maxInflight: g.MaxInflight, joins: g.Joins}
 		for r := range g.Count {
 			w.ids = append(w.ids, routeID(g, r))
 			w.groupOf = append(w.groupOf, int32(gi))
@@ -105,7 +105,8 @@ type worldGroup struct {
 	first, count int // routes first … first+count-1
 	median       time.Duration
 	sigma        float64
-	maxInflight  int    // the routes' max_inflight, for policies that honour it
+	maxInflight  int // the routes' max_inflight, for policies that honour it
+	joins        time.Duration
 	exit         []rule // dead, outage, flap, blackhole, auth, by precedence
 	slow         []rule
 	target       []rule // ban, burstban, ratelimit, softban, errors, degrade, by precedence
@@ -240,7 +241,10 @@ func (b *rateBucket) wait(r *rule, now time.Duration) time.Duration {
 	return time.Duration((1 - tokens) / r.RPS * float64(time.Second))
 }
 
-func (w *scenarioWorld) Routes() int              { return len(w.ids) }
+func (w *scenarioWorld) Routes() int { return len(w.ids) }
+func (w *scenarioWorld) JoinsAt(route int) time.Duration {
+	return w.groups[w.groupOf[route]].joins
+}
 func (w *scenarioWorld) Targets() int             { return len(w.targets) }
 func (w *scenarioWorld) RouteID(route int) string { return w.ids[route] }
 
@@ -439,6 +443,11 @@ func (w *scenarioWorld) Faults() []Fault {
 	for gi := range w.groups {
 		g := &w.groups[gi]
 		add := func(name string, target int, start, end time.Duration) {
+			// A fault of routes not yet listed starts when they join.
+			start = max(start, g.joins)
+			if end != 0 && end <= start {
+				return
+			}
 			routes := make([]int, g.count)
 			for i := range routes {
 				routes[i] = g.first + i
