@@ -183,3 +183,84 @@ func TestSeries(t *testing.T) {
 		})
 	}
 }
+
+// recorder records when a policy picked and probed which routes.
+type recorder struct {
+	Policy
+	picked, probed map[int]time.Time // route → first time
+}
+
+func (r *recorder) Pick(now time.Time, target int, session string, avoid []int) (Attempt, bool) {
+	a, ok := r.Policy.Pick(now, target, session, avoid)
+	if _, seen := r.picked[a.Route]; ok && !seen {
+		r.picked[a.Route] = now
+	}
+	return a, ok
+}
+
+func (r *recorder) Tick(now time.Time, probe Prober) {
+	r.Policy.Tick(now, func(route, target int, done func(time.Time, Result)) {
+		probe(route, target, func(at time.Time, res Result) {
+			if _, seen := r.probed[route]; !seen {
+				r.probed[route] = now // the probe reached the world
+			}
+			done(at, res)
+		})
+	})
+}
+
+// Routes that join the list mid-run are neither picked nor probed before
+// they join, by any policy, and every policy takes them up once they have.
+func TestRoutesJoinMidRun(t *testing.T) {
+	t.Parallel()
+	sc, err := ParseScenario("joins.toml", []byte(`
+duration = "1m"
+workers = 8
+[[targets]]
+name = "site.example"
+[[routes]]
+name = "old"
+count = 4
+latency = "400ms"
+[[routes]]
+name = "new"
+count = 4
+latency = "100ms"
+joins = "20s"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := sc.jobs(Options{Policies: PolicyNames()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const joins = 20 * time.Second
+	for _, j := range jobs {
+		t.Run(j.name, func(t *testing.T) {
+			t.Parallel()
+			w := sc.World()
+			p, err := j.build(w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := &recorder{Policy: p, picked: map[int]time.Time{}, probed: map[int]time.Time{}}
+			Run(w, rec, sc.load(), nil)
+			used := 0
+			for route := 4; route < 8; route++ {
+				for what, first := range map[string]map[int]time.Time{"picked": rec.picked, "probed": rec.probed} {
+					if at, ok := first[route]; ok && at.Sub(Epoch) < joins {
+						t.Errorf("%s %s at %v, before it joined at %v", what, w.RouteID(route), at.Sub(Epoch), joins)
+					}
+				}
+				if _, ok := rec.picked[route]; ok {
+					used++
+				}
+			}
+			// glider's fastest keeps to the one exit that checked fastest.
+			if want := 4; used < want && (j.name != "fastest" || used == 0) {
+				t.Errorf("%d of the 4 new routes picked after they joined", used)
+			}
+		})
+	}
+}

@@ -58,6 +58,7 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"zero period", scnHead + "[[routes.behaviours]]\nkind = 'flap'\nperiod = '0s'\n", "bad.toml:8: routes[0].behaviours[0].period: must be positive"},
 		{"negative latency", scnHead + "latency = '-5ms'\n", "bad.toml:6: routes[0].latency: must be positive"},
 		{"negative jitter", scnHead + "jitter = -0.1\n", "bad.toml:6: routes[0].jitter: must not be negative"},
+		{"negative joins", scnHead + "joins = '-1m'\n", "bad.toml:6: routes[0].joins: must not be negative"},
 		{"zero count", scnHead + "count = 0\n", "bad.toml:6: routes[0].count: must be positive"},
 		{"too many routes", scnHead + "count = 600000\n[[routes]]\nname = 'b'\ncount = 600000\n", "bad.toml:9: routes[1].count: more than 1000000 routes"},
 		{"infinite factor", scnHead + "[[routes.behaviours]]\nkind = 'slow'\nfactor = inf\n", "bad.toml:8: routes[0].behaviours[0].factor: must be a finite number"},
