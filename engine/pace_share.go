@@ -397,10 +397,10 @@ func (e *Engine) applyPace(ns int64, in *PaceNews, targets []*target) {
 		}
 		p := tp.pairAt(l.Route, ns)
 		p.mu.Lock()
-		first := p.adopt(&e.cfg, l, ns)
+		first, rate := p.adopt(&e.cfg, l, ns), p.rate
 		p.mu.Unlock()
-		if first && tp.tripped.Add(1) >= freezeAfter {
-			tp.freeze(&e.cfg, l.Route, ns)
+		if first {
+			tp.tripped1(&e.cfg, l.Route, rate, ns)
 		}
 	}
 	for _, s := range in.Seen {

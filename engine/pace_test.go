@@ -58,7 +58,7 @@ func TestPaceLearnedFrom429s(t *testing.T) {
 	}{
 		{desc: "first 429 without a count: PaceStart", sent: 0, want: 4},
 		{desc: "first 429: rateMargin of what it was sending", sent: 40, want: rateMargin * 2},
-		{desc: "a 429 while held: rateMargin of the held rate", sent: 40, then: 40, want: rateMargin * rateMargin * 2},
+		{desc: "a 429 while held: rateBackoff of the held rate", sent: 40, then: 40, want: rateBackoff * rateMargin * 2},
 		{desc: "a 429 right after the last: half the held rate", sent: 40, then: 20.5, want: rateMargin * 2 / 2},
 	}
 	for _, tt := range tests {
@@ -219,6 +219,32 @@ func TestFreezeAfterTwoExits(t *testing.T) {
 		if got := heldRate(e, slot, "s.com", now); math.Abs(got-2) > 0.3 {
 			t.Errorf("r%d held to %v after two exits' 429s, want about twice its 1 request/s", slot, got)
 		}
+	}
+}
+
+// TestFreezeHoldsIdleExitsAtTheSiteRate: an exit the picks had kept
+// nearly idle is frozen at the median rate the first 429s measured, not
+// near the floor, and a first 429 too early to measure anything (PaceStart)
+// does not count toward that median.
+func TestFreezeHoldsIdleExitsAtTheSiteRate(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 5)
+	e.watch(e.target("s.com"))
+	now := start
+	attemptAt(t, e, now, "r3", "s.com", 5, okOutcome) // r3 is leased once: it has pacing state
+	for i := range 60 { // 10 s of r0 and r1 sending 3 requests/s each
+		now = start.Add(time.Duration(i) * time.Second / 6)
+		attemptAt(t, e, now, fmt.Sprintf("r%d", i%2), "s.com", 5, okOutcome)
+	}
+	attemptAt(t, e, now, "r4", "s.com", 5, rateLimited) // nothing counted: PaceStart
+	attemptAt(t, e, now, "r0", "s.com", 5, rateLimited)
+	attemptAt(t, e, now, "r1", "s.com", 5, rateLimited)
+	measured := heldRate(e, 0, "s.com", now)
+	if measured < 2 || measured > 3 {
+		t.Fatalf("r0 held to %v after its 429 at 3 requests/s, want rateMargin of it", measured)
+	}
+	if got := heldRate(e, 3, "s.com", now); math.Abs(got-measured) > 0.3 {
+		t.Errorf("idle r3 frozen at %v, want the measured %v, not PaceStart %v nor the floor", got, measured, e.cfg.PaceStart)
 	}
 }
 
