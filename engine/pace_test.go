@@ -232,7 +232,8 @@ func TestFreezeHoldsIdleExitsAtTheSiteRate(t *testing.T) {
 	e.watch(e.target("s.com"))
 	now := start
 	attemptAt(t, e, now, "r3", "s.com", 5, okOutcome) // r3 is leased once: it has pacing state
-	for i := range 60 {                               // 10 s of r0 and r1 sending 3 requests/s each
+	// 10 s of r0 and r1 sending 3 requests/s each.
+	for i := range 60 {
 		now = start.Add(time.Duration(i) * time.Second / 6)
 		attemptAt(t, e, now, fmt.Sprintf("r%d", i%2), "s.com", 5, okOutcome)
 	}
