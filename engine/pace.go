@@ -96,6 +96,10 @@ type targetPace struct {
 	// keeps the rates the first maxFirsts of those measured.
 	tripped atomic.Int32
 	firsts  []float64 // guarded by mu
+	// frozen is the rate, as float64 bits, a pair new to the target is
+	// held to once the target froze (0: it has not): freeze holds the
+	// pairs there at that moment, and later ones start held.
+	frozen atomic.Uint64
 	// wave holds the last bans that showed a tolerance.
 	wave []waveBan // guarded by mu
 
@@ -273,11 +277,19 @@ func (tp *targetPace) pairAt(slot int32, ns int64) *pairPace {
 	return p
 }
 
-// newPair is route slot's pacing, counting from ns.
+// newPair is route slot's pacing, counting from ns; held to the frozen
+// rate when the target has frozen.
 func (tp *targetPace) newPair(slot int32, ns int64) *pairPace {
 	p := &pairPace{slot: slot, tokens: 1, last: ns, since: ns}
 	if tp.shared {
 		p.sh = &pairShare{}
+	}
+	if rate := math.Float64frombits(tp.frozen.Load()); rate > 0 {
+		p.rate, p.cut = rate, ns
+		p.held.Store(true)
+		if p.sh != nil {
+			p.sh.dirty = true
+		}
 	}
 	return p
 }
@@ -361,16 +373,31 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 const maxFirsts = 32
 
 // tripped1 notes the first 429 of route slot here, which measured rate
-// (0: too few requests to tell), and freezes the other pairs once
-// freezeAfter exits have had theirs.
+// (0: too few requests to tell), and freezes the target once freezeAfter
+// exits have had theirs.
 func (tp *targetPace) tripped1(c *Config, slot int32, rate float64, ns int64) {
 	tp.mu.Lock()
 	if rate > 0 && len(tp.firsts) < maxFirsts {
 		tp.firsts = append(tp.firsts, rate)
 	}
 	site := median(tp.firsts)
-	tp.mu.Unlock()
+	first := false
 	if tp.tripped.Add(1) >= freezeAfter {
+		// Under mu, as newPair reads it: a pair made from now on starts
+		// held, and one made before is in the table for freeze to hold,
+		// which it does only once, so a first 429 never scans the
+		// target's pairs again.
+		// A pair new to the target is held as one whose first 429 came
+		// too soon to measure (PaceStart) when no first 429 measured the
+		// site's rate.
+		rate := site
+		if rate == 0 {
+			rate = c.PaceStart
+		}
+		first = tp.frozen.Swap(math.Float64bits(min(max(rate, c.PaceFloor), c.PaceMax))) == 0
+	}
+	tp.mu.Unlock()
+	if first {
 		tp.freeze(c, slot, site, ns)
 	}
 }

@@ -224,8 +224,9 @@ func TestFreezeAfterTwoExits(t *testing.T) {
 
 // TestFreezeHoldsIdleExitsAtTheSiteRate: an exit the picks had kept
 // nearly idle is frozen at the median rate the first 429s measured, not
-// near the floor, and a first 429 too early to measure anything (PaceStart)
-// does not count toward that median.
+// near the floor, and so is one first leased after the freeze; a first
+// 429 too early to measure anything (PaceStart) does not count toward that
+// median.
 func TestFreezeHoldsIdleExitsAtTheSiteRate(t *testing.T) {
 	t.Parallel()
 	e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 5)
@@ -246,6 +247,11 @@ func TestFreezeHoldsIdleExitsAtTheSiteRate(t *testing.T) {
 	}
 	if got := heldRate(e, 3, "s.com", now); math.Abs(got-measured) > 0.3 {
 		t.Errorf("idle r3 frozen at %v, want the measured %v, not PaceStart %v nor the floor", got, measured, e.cfg.PaceStart)
+	}
+	// r2, first leased after the freeze, starts held at the site's rate.
+	attemptAt(t, e, now, "r2", "s.com", 5, okOutcome)
+	if got := heldRate(e, 2, "s.com", now); math.Abs(got-measured) > 0.3 {
+		t.Errorf("r2, new after the freeze, held to %v, want the measured %v", got, measured)
 	}
 }
 
