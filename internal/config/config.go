@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/pacing"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/target"
 )
@@ -271,9 +271,9 @@ func (c *Config) TargetRules() *target.Rules {
 	return target.New(rules)
 }
 
-// Limits is the target's pacing as the guard applies it.
-func (t Target) Limits() guard.Limits {
-	return guard.Limits{
+// Limits is the target's pacing as the pacer (internal/pacing) applies it.
+func (t Target) Limits() pacing.Limits {
+	return pacing.Limits{
 		Rate: t.Rate, Burst: t.Burst, MaxConcurrent: t.MaxConcurrent, MaxWait: t.MaxWait,
 		MaxQueue: t.MaxQueue, PairRate: t.PairRate, PairBurst: t.PairBurst,
 	}

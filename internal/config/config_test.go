@@ -307,10 +307,10 @@ func TestEngineSection(t *testing.T) {
 	if _, ok := c.Picker.(engine.PowerOfTwo); !ok {
 		t.Errorf("picker %T", c.Picker)
 	}
-	if c.Rules.Class[engine.Blocked].Cooldown != 7*time.Minute || engine.DefaultRules.Class[engine.Blocked].Cooldown == 7*time.Minute {
+	if c.Rules.Class[engine.Blocked].Cooldown != 7*time.Minute || engine.DefaultRules().Class[engine.Blocked].Cooldown == 7*time.Minute {
 		t.Error("cooldown override not applied, or applied to the default table")
 	}
-	if want := engine.DefaultRules.Version + "+cooldowns(blocked,rate_limited)"; c.Rules.Version != want {
+	if want := engine.DefaultRules().Version + "+cooldowns(blocked,rate_limited)"; c.Rules.Version != want {
 		t.Errorf("rules version %q, want %q", c.Rules.Version, want)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/pacing"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/target"
 )
@@ -240,7 +240,7 @@ func (l *loader) checkTargets() error {
 				return l.errAt(at("block_signatures"), "an empty signature would match every page")
 			}
 		}
-		var le *guard.LimitsError
+		var le *pacing.LimitsError
 		if err := t.Limits().Validate(); errors.As(err, &le) {
 			return l.errAt(at(le.Field), "must be a finite number ≥ 0")
 		}

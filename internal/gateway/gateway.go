@@ -23,7 +23,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/admit"
+	"github.com/switchyard/switchyard/internal/pacing"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/target"
 )
@@ -65,7 +66,7 @@ type Config struct {
 	// address is checked again at connect time, so DNS rebinding cannot
 	// slip past. Proxy routes resolve the target at the proxy, so only the
 	// host is checked for them, unless ResolveProxyTargets.
-	Admission *guard.Admission
+	Admission *admit.Admission
 	// ResolveProxyTargets also resolves each target name at admission
 	// and refuses it if an address is blocked, for the proxy routes whose
 	// connections the dial-time check never sees. A name that does not
@@ -142,7 +143,7 @@ type Gateway struct {
 	cfg    Config
 	engine *engine.Engine
 	budget *engine.Budget
-	pacer  *guard.Pacer
+	pacer  *pacing.Pacer
 
 	// current is what Update may change, swapped whole: a request reads it
 	// once and keeps that view to its end.
@@ -158,7 +159,7 @@ func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) 
 	cfg = cfg.withDefaults()
 	g := &Gateway{cfg: cfg, engine: e, budget: engine.NewBudget(cfg.Budget)}
 	// Pacing waits on real timers, so it reads the real clock too.
-	g.pacer = guard.NewPacer(guard.PacerConfig{Limits: g.paceOf, MaxTargets: cfg.MaxPacedTargets})
+	g.pacer = pacing.New(pacing.Config{Limits: g.paceOf, MaxTargets: cfg.MaxPacedTargets})
 	if err := g.Update(routes, cfg.Users, cfg.Targets); err != nil {
 		return nil, err
 	}
@@ -190,7 +191,7 @@ func (g *Gateway) Exit(id string) *route.Exit {
 // authority to carry the request to, so that what was checked is what
 // goes out; the authority needs a port unless one is implied.
 func (g *Gateway) admit(ctx context.Context, w http.ResponseWriter, authority string, needPort bool) (host, hostport string, ok bool) {
-	host, hostport, err := guard.NormalizeHostPort(authority, needPort)
+	host, hostport, err := admit.NormalizeHostPort(authority, needPort)
 	if err == nil {
 		err = g.check(ctx, host)
 	}
@@ -220,10 +221,10 @@ func sentTo(r *http.Request, hostport string) *http.Request {
 
 // Admit is admission's verdict on a probe's target authority (host, and
 // port when not 80), read and checked as users' traffic is before it is
-// dialled: the authority to send it to, or the *guard.Error refusing it.
+// dialled: the authority to send it to, or the *admit.Error refusing it.
 // Direct routes check every address again at connect time.
 func (g *Gateway) Admit(ctx context.Context, authority string) (string, error) {
-	host, hostport, err := guard.NormalizeHostPort(authority, false)
+	host, hostport, err := admit.NormalizeHostPort(authority, false)
 	if err == nil {
 		err = g.check(ctx, host)
 	}
@@ -248,8 +249,8 @@ func blockedDestination(w http.ResponseWriter, err error) {
 }
 
 // refusal returns the admission refusal in err's chain, or nil.
-func refusal(err error) *guard.Error {
-	var e *guard.Error
+func refusal(err error) *admit.Error {
+	var e *admit.Error
 	if errors.As(err, &e) {
 		return e
 	}
@@ -515,7 +516,7 @@ func acquireError(w http.ResponseWriter, err error) {
 	case errors.Is(err, engine.ErrNoMatch):
 		code = "no_matching_route"
 	}
-	var paced *guard.PaceError
+	var paced *pacing.Error
 	switch {
 	case errors.As(err, &paced):
 		tooSoon(w, paced)
@@ -526,7 +527,7 @@ func acquireError(w http.ResponseWriter, err error) {
 		if pe, ok := errors.AsType[*engine.PacedError](err); ok {
 			wait = pe.RetryAfter
 		}
-		tooSoon(w, &guard.PaceError{Reason: "learned", RetryAfter: wait})
+		tooSoon(w, &pacing.Error{Reason: "learned", RetryAfter: wait})
 		return
 	}
 	fail(w, http.StatusServiceUnavailable, code, "switchyard: "+code)

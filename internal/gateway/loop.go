@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/admit"
 	"github.com/switchyard/switchyard/internal/route"
 )
 
@@ -58,7 +58,7 @@ type outcome struct {
 	retryAfter time.Duration
 	reached    bool         // bytes of the request may have reached the target
 	timeout    engine.Class // what silence reads as at the layer the attempt reached
-	blocked    *guard.Error // admission refused the address dialled; class is then Canceled
+	blocked    *admit.Error // admission refused the address dialled; class is then Canceled
 	bodyErr    error        // the client's streamed body broke off (gone, too slow); class is then Canceled
 	resp       *http.Response
 	conn       net.Conn

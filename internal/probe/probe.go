@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/admit"
 	"github.com/switchyard/switchyard/internal/route"
 )
 
@@ -165,7 +165,7 @@ func (p *Prober) fetch(ctx context.Context, x *route.Exit, page string) (engine.
 	var progress route.Progress
 	resp, err := x.RoundTrip(req, &progress)
 	if err != nil {
-		if errors.As(err, new(*guard.Error)) {
+		if errors.As(err, new(*admit.Error)) {
 			return engine.Canceled, 0
 		}
 		class, _ := route.Classify(err, &progress)

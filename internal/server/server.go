@@ -17,9 +17,9 @@ import (
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/engine/redisstore"
 	"github.com/switchyard/switchyard/internal/admin"
+	"github.com/switchyard/switchyard/internal/admit"
 	"github.com/switchyard/switchyard/internal/config"
 	"github.com/switchyard/switchyard/internal/gateway"
-	"github.com/switchyard/switchyard/internal/guard"
 	"github.com/switchyard/switchyard/internal/probe"
 	"github.com/switchyard/switchyard/internal/route"
 )
@@ -120,7 +120,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		Log:                 log,
 	}
 	if cfg.BlockPrivate() {
-		gcfg.Admission = guard.NewAdmission(cfg.Security.Prefixes(), cfg.Security.AllowHosts)
+		gcfg.Admission = admit.New(cfg.Security.Prefixes(), cfg.Security.AllowHosts)
 	}
 	if s.gateway, err = gateway.New(gcfg, e, routes); err != nil {
 		s.closeShared()
