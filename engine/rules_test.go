@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -34,5 +37,56 @@ func TestDefaultRulesIsACopy(t *testing.T) {
 	}
 	if got := other.Config().Rules.Rule(Blocked).Cooldown; got != want {
 		t.Fatalf("one engine's table is another's: blocked cooldown %v, want %v", got, want)
+	}
+}
+
+// docs/design/006-model.md shows the default rule table; a class added or
+// a rule changed must change the note too.
+func TestModelNoteShowsTheRuleTable(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/design/006-model.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dash := func(s string) string {
+		if s == "" {
+			return "—"
+		}
+		return s
+	}
+	rules := DefaultRules()
+	for c := range Class(numClasses) {
+		r := rules.Rule(c)
+		var scope string
+		switch r.Scope {
+		case ScopeRoute | ScopeTarget:
+			scope = "route + target"
+		case ScopeRoute:
+			scope = "route"
+		case ScopeTarget:
+			scope = "target"
+		default:
+			scope = "none"
+		}
+		var effects []string
+		for _, e := range []struct {
+			on   bool
+			name string
+		}{{r.Breaker, "breaker"}, {r.Retry, "retry"}, {r.AtOnce, "at once"}, {r.Incident, "incident"}, {r.Timeout, "timeout"}} {
+			if e.on {
+				effects = append(effects, e.name)
+			}
+		}
+		var cooldown, coolAfter string
+		if r.Cooldown > 0 {
+			cooldown = r.Cooldown.String()
+		}
+		if r.CoolAfter > 0 {
+			coolAfter = strconv.Itoa(r.CoolAfter)
+		}
+		row := "| `" + c.String() + "` | " + scope + " | " + dash(strings.Join(effects, ", ")) + " | " + dash(cooldown) + " | " + dash(coolAfter) + " |\n"
+		if !strings.Contains(string(doc), row) {
+			t.Errorf("docs/design/006-model.md has no row %q", row)
+		}
 	}
 }

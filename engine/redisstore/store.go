@@ -1,6 +1,7 @@
-// Package redisstore keeps the engine's shared state in Redis (SPEC §3,
-// docs/design/004): health records, leases under max_inflight, sessions and
-// incident flags, so that many gateway processes share one view of the pool.
+// Package redisstore keeps the engine's shared state in Redis
+// (docs/design/004-redis-store.md): health records, leases under
+// max_inflight, sessions and incident flags, so that many gateway processes
+// share one view of the pool.
 //
 // Selection never waits on Redis: every process keeps a local read model of
 // the records, kept fresh by pub/sub notifications (and a periodic full

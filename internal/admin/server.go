@@ -1,8 +1,9 @@
-// Package admin is Switchyard's admin listener (SPEC §1.5): Prometheus
-// metrics, liveness and readiness, a JSON API over the engine's state, and
-// the operator actions drain, eject and restore. Everything it prints about a
-// route comes from the route's id or Redacted address, so proxy credentials
-// never leave the process through it.
+// Package admin is Switchyard's admin listener
+// (docs/design/008-gateway.md): Prometheus metrics, liveness and readiness,
+// a JSON API over the engine's state, and the operator actions drain, eject
+// and restore. Everything it prints about a route comes from the route's id
+// or Redacted address, so proxy credentials never leave the process through
+// it.
 package admin
 
 import (

@@ -1,5 +1,5 @@
 // Package admit decides which destinations the gateway may reach: SSRF
-// admission (SPEC §4; docs/security.md lists what is blocked and why).
+// admission (docs/security.md lists what is blocked and why).
 // Targets are checked twice: as the client wrote the host, read as the
 // routes will send it (NormalizeHostPort, CheckHost), before any DNS; and
 // as the address actually connected to, after DNS, inside the dialer

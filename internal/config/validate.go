@@ -145,7 +145,7 @@ func (s Security) Prefixes() []netip.Prefix {
 }
 
 // BlockPrivate says whether SSRF admission is on: as configured, else on
-// for a proxy reachable beyond loopback (SPEC §4).
+// for a proxy reachable beyond loopback (docs/security.md).
 func (c *Config) BlockPrivate() bool {
 	if b := c.Security.BlockPrivateNetworks; b != nil {
 		return *b

@@ -1,9 +1,10 @@
-// Package gateway is Switchyard's forward proxy (SPEC §1.1): it takes
-// absolute-form HTTP requests and CONNECT tunnels from unmodified clients
-// and runs each through the attempt loop (loop.go) — lease a route from
-// the engine, carry the attempt through it within the lease's deadline,
-// classify the outcome, report it, and retry or hedge on another route when
-// the rules, the budget and the method allow.
+// Package gateway is Switchyard's forward proxy
+// (docs/design/008-gateway.md): it takes absolute-form HTTP requests and
+// CONNECT tunnels from unmodified clients and runs each through the attempt
+// loop (loop.go) — lease a route from the engine, carry the attempt through
+// it within the lease's deadline, classify the outcome, report it, and
+// retry or hedge on another route when the rules, the budget and the method
+// allow.
 //
 // Traffic only ever leaves through a leased route: when the engine has none
 // to give, the client gets a 503, never a direct connection.
@@ -46,8 +47,8 @@ type Config struct {
 	// Default 1 MiB.
 	RetryBody int64
 	// Budget caps retries and hedges pool-wide, so that a failing pool
-	// cannot turn into a retry storm (SPEC §2.4). The zero value means
-	// engine.DefaultBudget.
+	// cannot turn into a retry storm (docs/design/007-attempts.md). The
+	// zero value means engine.DefaultBudget.
 	Budget engine.BudgetConfig
 	// ProxyTLS holds the roots that HTTPS proxies are verified against; nil
 	// means the system's. Tests set it to trust fake proxies.
@@ -59,7 +60,7 @@ type Config struct {
 	// and every client refused at authentication, for metrics; nil means
 	// none.
 	Observer Observer
-	// Admission refuses internal destinations (SPEC §4, docs/security.md);
+	// Admission refuses internal destinations (docs/security.md);
 	// nil means no checks (a malformed target is answered 400 either way).
 	// The host, read as every route will send it and then sent so, is
 	// checked before a route is leased; on Direct routes every resolved
@@ -76,8 +77,9 @@ type Config struct {
 	// that a name reads alike at both; nil means net.DefaultResolver.
 	Resolver *net.Resolver
 	// Users, when not empty, are the only clients let through: every
-	// request must carry their Basic Proxy-Authorization (SPEC §1.1).
-	// Empty means no client authentication. Update replaces them.
+	// request must carry their Basic Proxy-Authorization
+	// (docs/design/008-gateway.md). Empty means no client authentication.
+	// Update replaces them.
 	Users map[string]User
 	// Targets name the target of each host and hold the operator's
 	// per-target settings (probe path, block signatures, pacing); nil

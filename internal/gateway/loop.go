@@ -201,12 +201,12 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 }
 
 // retry decides whether a failed attempt is tried again on another route
-// (SPEC §2.4), in this order: attempts are left; the request allows it
-// (no session: a session's exit never changes silently; the body can be
-// sent again; the method is idempotent, RFC 9110 §9.2.2, or nothing of it
-// can have reached the target); the engine deems another route worth it
-// (the rule table, no incident of that class at the target); and the
-// pool-wide budget has room, which it then spends.
+// (docs/design/007-attempts.md), in this order: attempts are left; the
+// request allows it (no session: a session's exit never changes silently;
+// the body can be sent again; the method is idempotent, RFC 9110 §9.2.2, or
+// nothing of it can have reached the target); the engine deems another
+// route worth it (the rule table, no incident of that class at the target);
+// and the pool-wide budget has room, which it then spends.
 func (g *Gateway) retry(j *job, o *outcome, attempts int) bool {
 	return attempts < g.cfg.MaxAttempts &&
 		j.retryable(o) &&

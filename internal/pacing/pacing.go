@@ -15,9 +15,9 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Limits paces one target (SPEC §2.4). Zero fields mean "no limit" except
-// where said. Being paced is not a failure: a refusal is never evidence
-// against a route.
+// Limits paces one target (docs/design/007-attempts.md). Zero fields mean
+// "no limit" except where said. Being paced is not a failure: a refusal is
+// never evidence against a route.
 type Limits struct {
 	Rate          float64       // requests per second let through to the target; 0 = unlimited
 	Burst         int           // token bucket size; 0 = max(1, ceil(Rate))

@@ -37,8 +37,8 @@ type Config struct {
 	// check: a TCP connection to the proxy.
 	NeutralURL string
 	// Admit is the admission users' traffic meets before it is dialled
-	// (SPEC §4): a page whose authority it refuses is not fetched, on any
-	// route type, and one it admits is fetched from the authority it
+	// (docs/security.md): a page whose authority it refuses is not fetched,
+	// on any route type, and one it admits is fetched from the authority it
 	// returns, as admission read it. Nil admits every page as written;
 	// Direct routes' Exits still check each address at connect time.
 	Admit func(ctx context.Context, authority string) (string, error)
