@@ -9,13 +9,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"reflect"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/logtest"
@@ -41,34 +41,9 @@ const (
 	token  = "tok-123"
 )
 
-// TestMain fails the package if a collector goroutine outlives its test:
-// every Server must be closed.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if err := waitNoCollectors(5 * time.Second); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// waitNoCollectors waits, at most d, until no goroutine runs Server.collect.
-func waitNoCollectors(d time.Duration) error {
-	deadline := time.Now().Add(d)
-	for {
-		buf := make([]byte, 1<<20)
-		stacks := string(buf[:runtime.Stack(buf, true)])
-		if !strings.Contains(stacks, "admin.(*Server).collect") {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return errors.New("leaked event collector goroutines:\n" + stacks)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// TestMain fails the package if any goroutine outlives its tests (an event
+// collector of a Server never closed, say).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // fixture is a server over an engine driven into known states:
 // alice cooling (proxy timeouts), bob healthy with its pair for
