@@ -338,7 +338,12 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	writeJSON(w, http.StatusOK, s.events.newest(limit))
+	events := s.events.newest(limit)
+	out := make([]apiEvent, len(events))
+	for i, e := range events {
+		out[i] = apiEvent(e)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // act runs an operator action on a route: POST /api/routes/{id}/{action}.

@@ -644,3 +644,60 @@ func TestRoutesCountAttempts(t *testing.T) {
 		}
 	}
 }
+
+// Every state change on /api/events says where it came from and went to,
+// candidate included, which the engine's own JSON leaves out as the zero
+// state.
+func TestEventsAlwaysHaveFrom(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	var got []map[string]any
+	f.getJSON(t, "/api/events", &got)
+	fromCandidate := false
+	for _, ev := range got {
+		if ev["kind"] != "state" {
+			continue
+		}
+		if _, ok := ev["from"]; !ok {
+			t.Errorf("state event without from: %v", ev)
+		}
+		if _, ok := ev["to"]; !ok {
+			t.Errorf("state event without to: %v", ev)
+		}
+		fromCandidate = fromCandidate || ev["from"] == "candidate"
+	}
+	if !fromCandidate {
+		t.Fatalf("no state change from candidate among %v: the fixture changed", got)
+	}
+}
+
+func TestAPIEventJSON(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		desc string
+		ev   engine.Event
+		want string
+	}{
+		{"from candidate", engine.Event{Time: at, Kind: engine.EventState, Route: "r", From: engine.Candidate, To: engine.Healthy},
+			`{"from":"candidate","time":"2026-01-01T00:00:00Z","kind":"state","route":"r","to":"healthy"}`},
+		{"to candidate", engine.Event{Time: at, Kind: engine.EventState, Route: "r", From: engine.Draining, To: engine.Candidate},
+			`{"to":"candidate","time":"2026-01-01T00:00:00Z","kind":"state","route":"r","from":"draining"}`},
+		{"neither", engine.Event{Time: at, Kind: engine.EventState, Route: "r", From: engine.Healthy, To: engine.Cooling},
+			`{"time":"2026-01-01T00:00:00Z","kind":"state","route":"r","from":"healthy","to":"cooling"}`},
+		{"not a state change", engine.Event{Time: at, Kind: engine.EventIncident, Route: "r", Target: "t", Open: true},
+			`{"time":"2026-01-01T00:00:00Z","kind":"incident","route":"r","target":"t","open":true}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			b, err := json.Marshal(apiEvent(tc.ev))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(b) != tc.want {
+				t.Errorf("got  %s\nwant %s", b, tc.want)
+			}
+		})
+	}
+}

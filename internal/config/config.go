@@ -34,6 +34,10 @@ type Config struct {
 
 	// RouteList is the routes of Routes.File and Routes.Inline, parsed.
 	RouteList []route.Route `toml:"-"`
+	// Warnings are what Load let pass but the operator should hear of, one
+	// line each, for the caller to log: a secret written in the file as
+	// is. They never quote a secret.
+	Warnings []string `toml:"-"`
 	// inlineFrom is where Routes.Inline starts in RouteList.
 	inlineFrom int
 }
