@@ -16,8 +16,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -434,10 +436,15 @@ func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 // acquire leases a route for an attempt; the error is what the client is
 // told when there is none. The attempt timeout caps the lease's deadline.
 func (g *Gateway) acquire(s *settings, ctl control, target string, avoid []string) (engine.Lease, *route.Exit, error) {
-	l, err := g.engine.Acquire(g.cfg.Now(), engine.Request{
+	now := g.cfg.Now()
+	l, err := g.engine.Acquire(now, engine.Request{
 		Target: target, Session: ctl.session, Labels: ctl.labels, Avoid: avoid, Timeout: g.cfg.AttemptTimeout,
 	})
 	if err != nil {
+		if errors.Is(err, engine.ErrNoRoute) || errors.Is(err, engine.ErrBusy) {
+			d, _ := g.engine.ReadyIn(now)
+			err = &unavailableError{err: err, retryAfter: d}
+		}
 		return engine.Lease{}, nil, err
 	}
 	x, ok := s.exits[l.Route]
@@ -507,6 +514,17 @@ func (g *Gateway) observeRequest(method string, class engine.Class, attempts, he
 	}
 }
 
+// unavailableError is the engine's ErrNoRoute or ErrBusy with the
+// engine's estimate of when a route could take the request
+// (Engine.ReadyIn), which the 503 passes on as Retry-After.
+type unavailableError struct {
+	err        error
+	retryAfter time.Duration // 0 when unknown
+}
+
+func (e *unavailableError) Error() string { return e.err.Error() }
+func (e *unavailableError) Unwrap() error { return e.err }
+
 // acquireError answers a request for which no route could be leased.
 func acquireError(w http.ResponseWriter, err error) {
 	code := "no_route"
@@ -531,6 +549,11 @@ func acquireError(w http.ResponseWriter, err error) {
 		}
 		tooSoon(w, &pacing.Error{Reason: "learned", RetryAfter: wait})
 		return
+	}
+	if u, ok := errors.AsType[*unavailableError](err); ok {
+		// Refused work should come back later, not be dropped: in whole
+		// seconds rounded up (RFC 9110 §10.2.3), at least one.
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(u.retryAfter.Seconds())))))
 	}
 	fail(w, http.StatusServiceUnavailable, code, "switchyard: "+code)
 }

@@ -165,6 +165,9 @@ func TestAcquireErrors(t *testing.T) {
 	}{
 		{engine.ErrNoRoute, 503, "no_route", ""},
 		{engine.ErrBusy, 503, "busy", ""},
+		{&unavailableError{err: engine.ErrNoRoute, retryAfter: 2100 * time.Millisecond}, 503, "no_route", "3"},
+		{&unavailableError{err: engine.ErrBusy, retryAfter: 80 * time.Millisecond}, 503, "busy", "1"},
+		{&unavailableError{err: engine.ErrNoRoute}, 503, "no_route", "1"},
 		{engine.ErrNoMatch, 503, "no_matching_route", ""},
 		{engine.ErrSessionRestartRequired, 503, "session_restart_required", ""},
 		{engine.ErrPaced, 429, "paced", "1"},
