@@ -11,7 +11,7 @@ import (
 type BudgetConfig struct {
 	// BudgetRatio caps retries and hedges together at this share of the
 	// requests of the last ~10s, plus a floor of 10, so that a failing
-	// pool cannot turn into a retry storm (SPEC §2.4).
+	// pool cannot turn into a retry storm (docs/design/007-attempts.md).
 	BudgetRatio float64
 	// HedgeRatio caps hedges alone at this share of the requests of the
 	// last ~10s, within the retry budget; 0 turns hedging off.

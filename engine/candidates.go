@@ -91,9 +91,10 @@ func (c *Candidates) Draw() (slot int32, weight float64, ok bool) {
 		if !acceptable {
 			continue
 		}
-		// Rejection sampling: accepting with probability f makes the draw
-		// proportional to weight × f without a per-target index. The
-		// least-bad fallback accepts every draw and compares w × f instead.
+		// Rejection sampling (docs/design/003-selection.md): accepting with
+		// probability f makes the draw proportional to weight × f without a
+		// per-target index. The least-bad fallback accepts every draw and
+		// compares w × f instead.
 		if !c.Fallback && f < 1 && unitFloat(c.e.rng.Uint64()) >= f {
 			continue
 		}

@@ -7,7 +7,8 @@ import "fmt"
 // rule table (Rules), not by the code that observed it.
 type Class uint8
 
-// The outcome classes of SPEC §2.1.
+// The outcome classes (docs/design/006-model.md lists what each means
+// and its rule).
 const (
 	OK                 Class = iota // the target answered with a valid result
 	ProxyConnectFailed              // could not reach the exit (refused, unreachable)

@@ -7,7 +7,7 @@ import "time"
 // are applied in one pass by New, so a Config read back from Engine.Config
 // shows the values in force.
 type Config struct {
-	// Rules is the outcome rule table. Default: &DefaultRules.
+	// Rules is the outcome rule table. Default: DefaultRules().
 	Rules *Rules
 
 	// Alpha is the EWMA weight of the newest sample. Default 0.3.
@@ -167,7 +167,8 @@ func DefaultConfig() Config {
 
 func (c Config) normalize() (Config, error) {
 	if c.Rules == nil {
-		c.Rules = &DefaultRules
+		rules := DefaultRules()
+		c.Rules = &rules
 	}
 	setF := func(p *float64, d float64) {
 		if *p == 0 {

@@ -21,7 +21,8 @@
 // retried elsewhere, whether it cools at once, and the cooldown it starts.
 // A 403 from one site never lowers the route's global score; only successes
 // and timeouts feed the latency estimate, so a fast rejection never looks
-// like a fast exit.
+// like a fast exit. docs/design/006-model.md has the table and the states
+// below.
 //
 // # Evidence and states
 //

@@ -828,7 +828,7 @@ func TestEventsRecordAndReplayThroughJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := buf.String()
-	for _, want := range []string{`"kind":"state"`, `"to":"cooling"`, `"reason":"failure threshold"`, `"rules":"` + DefaultRules.Version} {
+	for _, want := range []string{`"kind":"state"`, `"to":"cooling"`, `"reason":"failure threshold"`, `"rules":"` + DefaultRules().Version} {
 		if !strings.Contains(text, want) {
 			t.Errorf("event log lacks %s:\n%s", want, text)
 		}

@@ -112,10 +112,11 @@ func TestHealthTransitions(t *testing.T) {
 func TestEveryClassInEveryState(t *testing.T) {
 	t.Parallel()
 	c := testConfig(t)
+	rules := DefaultRules()
 	for s := range State(numStates) {
 		for cl := range Class(numClasses) {
 			for _, scope := range []Scope{ScopeRoute, ScopeTarget} {
-				rule := DefaultRules.Rule(cl)
+				rule := rules.Rule(cl)
 				h := Health{State: s, Gen: 7, Evidence: Evidence{Samples: 20, Success: 1, ConsecOK: 20, LastSuccess: t0}}
 				before := h
 				ch := h.observe(Observation{Class: cl, Latency: time.Millisecond}, scope, &c, t0+int64(time.Second))

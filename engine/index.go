@@ -27,7 +27,8 @@ const (
 // and must not serialize the engine: slots are split over numShards shards,
 // each with its own lock, and each shard publishes its totals atomically.
 // A draw picks a shard from those totals without any lock, then locks only
-// that shard to descend its sum tree, so O(log n) work and no allocation.
+// that shard to descend its sum tree, so O(log n) work and no allocation
+// (docs/design/003-selection.md).
 //
 // Every slot has two weights: its eligible weight, and its fallback weight
 // used when the pool is in panic or fallback mode. Each has its own trees.

@@ -37,11 +37,16 @@ type Rules struct {
 	Class   [numClasses]Rule
 }
 
-// DefaultRules is the rule table in force unless a Config names another.
+// DefaultRules returns the rule table in force unless a Config names
+// another: a copy, so a caller that edits it (a class's cooldown) edits its
+// own and no other engine's.
+func DefaultRules() Rules { return defaultRules }
+
+// defaultRules is DefaultRules' table, never written.
 // Target-scoped failures never touch the route's global evidence: a 403 from
 // one site says nothing about the exit's other sites. Only OK feeds latency
 // (see Evidence.observe), so fast rejections never look like fast successes.
-var DefaultRules = Rules{
+var defaultRules = Rules{
 	Version: "rules/2026-12-01.1",
 	Class: [numClasses]Rule{
 		OK: {Scope: ScopeRoute | ScopeTarget},

@@ -6,7 +6,8 @@ import "fmt"
 // state machine (see the package documentation for the transitions).
 type State uint8
 
-// The states of SPEC §2.2.
+// The states (docs/design/006-model.md: what each allows and what
+// moves a record out of it).
 const (
 	Candidate State = iota // new, too little evidence to judge; eligible
 	Healthy                // eligible at full weight

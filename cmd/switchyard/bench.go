@@ -35,8 +35,8 @@ func bench(args []string, stdout, stderr io.Writer) int {
 	tasks := fs.Int("tasks", 0, "override each scenario's task count")
 	duration := fs.Duration("duration", 0, "override each scenario's simulated duration, e.g. 2m")
 	list := fs.Bool("list", false, "list built-in scenarios and policies")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := parseFlags(fs, args); done {
+		return code
 	}
 	if *list {
 		fmt.Fprintln(stdout, "scenarios:", strings.Join(sim.BuiltinNames(), ", "))

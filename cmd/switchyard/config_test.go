@@ -30,7 +30,8 @@ func TestCheckConfig(t *testing.T) {
 		wantErr  string
 	}{
 		{desc: "the example", args: []string{"--config", "../../switchyard.example.toml"}, wantCode: 0, wantOut: "[engine]\n  alpha = 0.3"},
-		{desc: "secrets redacted", args: []string{"--config", secret}, wantCode: 0, wantOut: `token = "***"`},
+		{desc: "secrets redacted, a literal one warned of", args: []string{"--config", secret}, wantCode: 0, wantOut: `token = "***"`,
+			wantErr: "warning: " + secret + ":4: admin.token is written in the file as is"},
 		{desc: "bad value", args: []string{"--config", bad}, wantCode: 1, wantErr: "bad.toml:4: engine.alpha: must be in (0, 1]\n"},
 		{desc: "missing file", args: []string{"--config", filepath.Join(dir, "nope.toml")}, wantCode: 1, wantErr: "nope.toml: no such file"},
 		{desc: "no file named", args: nil, wantCode: 2, wantErr: "usage"},
@@ -123,5 +124,30 @@ func TestServeReloadsOnHangup(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "engine.alpha: must be in (0, 1]") {
 		t.Errorf("the refusal does not say why:\n%s", log)
+	}
+}
+
+// serve logs a literal secret in its file as a warning naming the key and
+// line, never the secret.
+func TestServeWarnsOfLiteralSecrets(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "switchyard.toml")
+	body := "[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[routes]\ninline = [\"direct\"]\n[admin]\ntoken = \"T0ken-LITERAL\"\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	log := &logtest.Buffer{}
+	done := make(chan int, 1)
+	go func() { done <- serve(ctx, []string{"--config", path}, log, nil) }()
+	addrOf(t, log, "forward proxy listening")
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d:\n%s", code, log)
+	}
+	if want := path + ":7: admin.token is written in the file as is"; !strings.Contains(log.String(), want) {
+		t.Errorf("no warning %q in the log:\n%s", want, log)
+	}
+	if strings.Contains(log.String(), "T0ken-LITERAL") {
+		t.Errorf("the log holds the token:\n%s", log)
 	}
 }

@@ -29,8 +29,8 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	listen := fs.String("listen", "127.0.0.1:8080", "address of the forward proxy")
 	adminAddr := fs.String("admin", "127.0.0.1:9090", "address of the admin listener")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := parseFlags(fs, args); done {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()

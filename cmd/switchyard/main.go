@@ -4,8 +4,11 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
 )
 
 const usage = `usage: switchyard <command> [flags]
@@ -15,10 +18,8 @@ commands:
   check-config  validate a config file and print it in effect, secrets redacted
   demo          a live tour: fake proxies, the gateway and light load (switchyard demo -h)
   bench         compare the engine with other policies on simulated pools (switchyard bench -h)
-  version       print the version
+  version       print the module version and VCS revision (also --version)
 `
-
-var version = "dev"
 
 func main() {
 	if len(os.Args) < 2 {
@@ -40,12 +41,54 @@ func main() {
 		os.Exit(code)
 	case "bench":
 		os.Exit(bench(os.Args[2:], os.Stdout, os.Stderr))
-	case "version":
-		fmt.Println("switchyard", version)
+	case "version", "--version", "-version":
+		fmt.Println(versionLine(debug.ReadBuildInfo()))
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 	default:
 		fmt.Fprintf(os.Stderr, "switchyard: unknown command %q\n%s", os.Args[1], usage)
 		os.Exit(2)
 	}
+}
+
+// parseFlags parses a command's flags. done says the command ends there,
+// with code: 0 when help was asked for (-h, --help), 2 for a bad flag (the
+// flag package has printed why, and the usage).
+func parseFlags(fs *flag.FlagSet, args []string) (code int, done bool) {
+	switch err := fs.Parse(args); {
+	case errors.Is(err, flag.ErrHelp):
+		return 0, true
+	case err != nil:
+		return 2, true
+	}
+	return 0, false
+}
+
+// versionLine is what `switchyard version` prints, from the build
+// information Go records in the binary: the module's version (the tag
+// under go install …@version, a pseudo-version or "(devel)" from a work
+// tree), the VCS revision built, marked when the tree had uncommitted
+// changes, and the Go version.
+func versionLine(info *debug.BuildInfo, ok bool) string {
+	if !ok {
+		return "switchyard: no build information in this binary"
+	}
+	v := info.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	line := "switchyard " + v
+	var rev, modified string
+	for _, s := range info.Settings {
+		switch {
+		case s.Key == "vcs.revision":
+			rev = s.Value
+		case s.Key == "vcs.modified" && s.Value == "true":
+			modified = " (modified)"
+		}
+	}
+	if rev != "" {
+		line += " revision " + rev + modified
+	}
+	return line + " " + info.GoVersion
 }

@@ -69,8 +69,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 	fs.String("log-format", "text", "format of the log on stderr, request lines included: text or json")
 	fs.String("state", "memory", "where health state lives: memory, or redis://host:port/db (redis-cluster://host:port?addr=… for a cluster) shared by several gateways (a password belongs in SWITCHYARD_STATE_URL)")
 	fs.String("state-prefix", "switchyard", "Redis key prefix, one per deployment")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := parseFlags(fs, args); done {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
@@ -88,6 +88,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 		return 2
 	}
 	log := newLogger(cfg.Log.Format, stderr)
+	warnConfig(log, cfg)
 	if !cfg.LoopbackOnly() && len(cfg.Users) == 0 {
 		log.Warn("the proxy listens beyond loopback without client auth: anyone who reaches it can use your exits (add [[users]] or SWITCHYARD_USERS)", "addr", cfg.Listen.Proxy)
 	}
@@ -136,12 +137,21 @@ func reloadOnHangup(ctx context.Context, hangups <-chan os.Signal, src config.So
 		case <-hangups:
 			next, err := config.Load(src)
 			if err == nil {
+				warnConfig(log, next)
 				err = srv.Reload(next)
 			}
 			if err != nil {
 				log.Error("reload refused; the running configuration stays", "err", err)
 			}
 		}
+	}
+}
+
+// warnConfig logs what the configuration let pass but should not have,
+// such as a secret written in the file as is (never the secret).
+func warnConfig(log *slog.Logger, cfg *config.Config) {
+	for _, w := range cfg.Warnings {
+		log.Warn("config: " + w)
 	}
 }
 
@@ -190,8 +200,8 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	path := fs.String("config", "", "TOML config file")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := parseFlags(fs, args); done {
+		return code
 	}
 	if *path == "" || fs.NArg() > 0 {
 		fs.Usage()
@@ -201,6 +211,9 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "switchyard check-config:", err)
 		return 1
+	}
+	for _, w := range cfg.Warnings {
+		fmt.Fprintln(stderr, "switchyard check-config: warning:", w)
 	}
 	if err := cfg.WriteEffective(stdout); err != nil {
 		fmt.Fprintln(stderr, "switchyard check-config:", err)

@@ -14,10 +14,11 @@ import (
 	"github.com/switchyard/switchyard/engine"
 )
 
-// Shared pacing (engine.PaceSharer; docs/design/004 and 005). The engine
-// hands its news to SharePace on every Sweep and takes back what the store
-// heard since; the store's own loop does the I/O, one round per call, so
-// neither a pick nor Sweep waits on Redis. A round:
+// Shared pacing (engine.PaceSharer; docs/design/004-redis-store.md and
+// 005-cost.md). The engine hands its news to SharePace on every Sweep and
+// takes back what the store heard since; the store's own loop does the
+// I/O, one round per call, so neither a pick nor Sweep waits on Redis. A
+// round:
 //
 //   - writes the limits the engine learned, each by compare-and-set on the
 //     one Redis holds, only when it supersedes it (engine.PairLimit's

@@ -32,7 +32,8 @@ const maxPending = 64
 // flush instead of a round trip now: a success on a healthy record that
 // already exists in Redis, moving nothing but evidence. Every failure and
 // every transition is written at once, so thresholds stay exact across
-// processes; what waits is score drift, by at most Options.Flush.
+// processes; what waits is score drift, by at most Options.Flush
+// (docs/design/004-redis-store.md, "Successes wait, failures do not").
 func coalesce(cur *record, op engine.Op, ch engine.Change) bool {
 	return op.Kind == engine.OpObserve && op.Obs.Class == engine.OK && !op.Obs.Probe &&
 		cur != nil && cur.ver != 0 && cur.h.State == engine.Healthy && len(cur.pending) < maxPending &&
@@ -136,7 +137,8 @@ func (r *routeState) set(target int32, rec record) {
 // Update implements engine.HealthStore: the transition runs on the record
 // as this process knows it and is written only if no other process wrote
 // it since; otherwise the newer record is taken and the transition run
-// again on it. Degraded, it is applied locally and merged on recovery.
+// again on it (docs/design/004-redis-store.md, "One rule book"). Degraded,
+// it is applied locally and merged on recovery.
 func (s *Store) Update(c *engine.Config, k engine.Key, op engine.Op, now int64) (engine.Change, bool) {
 	r := s.route(k.Route)
 	if r == nil {

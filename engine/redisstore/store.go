@@ -1,6 +1,7 @@
-// Package redisstore keeps the engine's shared state in Redis (SPEC §3,
-// docs/design/004): health records, leases under max_inflight, sessions and
-// incident flags, so that many gateway processes share one view of the pool.
+// Package redisstore keeps the engine's shared state in Redis
+// (docs/design/004-redis-store.md): health records, leases under
+// max_inflight, sessions and incident flags, so that many gateway processes
+// share one view of the pool.
 //
 // Selection never waits on Redis: every process keeps a local read model of
 // the records, kept fresh by pub/sub notifications (and a periodic full
@@ -65,8 +66,11 @@ type Options struct {
 	// about once a second): a process gone that long leaves its share to
 	// the others. Default 3s.
 	PaceLive time.Duration
-	// Log receives the transitions to and from degraded, once each; nil
-	// discards them.
+	// Log receives the transitions to and from degraded, once each, and
+	// go-redis's own log lines, so that a JSON log stays JSON; nil
+	// discards the former and leaves the latter on go-redis's logger. The
+	// library has one logger per process: the last New given a Log sets
+	// it.
 	Log *slog.Logger
 }
 
@@ -152,6 +156,9 @@ var (
 // touches one slot). Nothing is sent until the engine announces routes;
 // call Run to receive other processes' changes.
 func New(rdb redis.UniversalClient, opts Options) *Store {
+	if opts.Log != nil {
+		redis.SetLogger(goRedisLog{opts.Log})
+	}
 	opts = opts.withDefaults()
 	addr := ""
 	switch c := rdb.(type) {
@@ -178,6 +185,18 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	s.sessions.init()
 	s.pace.init()
 	return s
+}
+
+// goRedisLog writes go-redis's log lines, printf-style text, to a slog
+// logger as warnings: they are about connections failing or commands
+// adjusted.
+type goRedisLog struct{ log *slog.Logger }
+
+func (l goRedisLog) Printf(ctx context.Context, format string, v ...any) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	l.log.WarnContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)), "from", "go-redis")
 }
 
 // Open connects to the Redis at url and returns a store over it:

@@ -224,7 +224,8 @@ func (s *Store) wakeMaintain() {
 
 // maintain writes waiting successes every Options.Flush, resyncs every
 // Options.Resync and, while degraded, pings Redis until it answers, then
-// merges and resyncs before the store leaves degraded.
+// merges and resyncs before the store leaves degraded
+// (docs/design/004-redis-store.md, "Redis out of reach is not an outage").
 func (s *Store) maintain(ctx context.Context) {
 	tick := time.NewTicker(s.opts.Resync)
 	defer tick.Stop()

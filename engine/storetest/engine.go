@@ -702,7 +702,7 @@ func incidentOpensAndCloses(r *rig) {
 // longBans is the default rule table with bans that outlast a scenario,
 // so that it tests what happens to them, not when they end.
 func longBans() *engine.Rules {
-	rules := engine.DefaultRules
+	rules := engine.DefaultRules()
 	rules.Class[engine.Blocked].Cooldown = 10 * time.Minute
 	return &rules
 }

@@ -1,10 +1,39 @@
 package admin
 
 import (
+	"encoding/json"
 	"sync"
 
 	"github.com/switchyard/switchyard/engine"
 )
+
+// apiEvent is an event as /api/events shows it: the engine's JSON form
+// (engine.Event.MarshalJSON), which leaves out zero fields, so that a
+// state change from or to candidate, the zero state, would have no from
+// or to. Here a state change always has both.
+type apiEvent engine.Event
+
+func (e apiEvent) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(engine.Event(e))
+	if err != nil || e.Kind != engine.EventState || len(b) < 2 || b[0] != '{' {
+		return b, err
+	}
+	var missing []byte
+	if e.From == engine.Candidate {
+		missing = append(missing, `"from":"candidate",`...)
+	}
+	if e.To == engine.Candidate {
+		missing = append(missing, `"to":"candidate",`...)
+	}
+	if missing == nil {
+		return b, nil
+	}
+	out := append([]byte{'{'}, missing...)
+	if b[1] == '}' {
+		out = out[:len(out)-1] // no other field: drop the trailing comma
+	}
+	return append(out, b[1:]...), nil
+}
 
 // recentEvents keeps the last events added, for /api/events: a fixed ring,
 // so a flapping pool costs bounded memory.

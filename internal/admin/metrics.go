@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/switchyard/switchyard/engine"
@@ -76,6 +77,10 @@ func NewMetrics(e *engine.Engine) *Metrics {
 		m.connsCut.WithLabelValues(string(r))
 	}
 	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.hedges, m.attemptSeconds, m.connsCut, m.authRefused, engineCollector{e})
+	// The process's own health, as every Go exporter shows it: go_*
+	// (goroutines, heap, GC pauses) and process_* (CPU, memory, open
+	// file descriptors against their limit).
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -146,3 +146,22 @@ func TestMetrics(t *testing.T) {
 		})
 	}
 }
+
+// /metrics has the process's own health beside the gateway's: the Go
+// runtime's and the process's collectors.
+func TestMetricsProcessCollectors(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	_, _, body := f.do(t, http.MethodGet, "/metrics", "")
+	for _, name := range []string{"go_goroutines", "go_memstats_heap_alloc_bytes", "go_gc_duration_seconds_count", "process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"} {
+		found := false
+		for l := range strings.Lines(string(body)) {
+			if value, ok := strings.CutPrefix(l, name+" "); ok && strings.TrimSpace(value) != "" {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no %s sample in /metrics", name)
+		}
+	}
+}

@@ -1,8 +1,9 @@
-// Package admin is Switchyard's admin listener (SPEC §1.5): Prometheus
-// metrics, liveness and readiness, a JSON API over the engine's state, and
-// the operator actions drain, eject and restore. Everything it prints about a
-// route comes from the route's id or Redacted address, so proxy credentials
-// never leave the process through it.
+// Package admin is Switchyard's admin listener
+// (docs/design/008-gateway.md): Prometheus metrics, liveness and readiness,
+// a JSON API over the engine's state, and the operator actions drain, eject
+// and restore. Everything it prints about a route comes from the route's id
+// or Redacted address, so proxy credentials never leave the process through
+// it.
 package admin
 
 import (
@@ -337,7 +338,12 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	writeJSON(w, http.StatusOK, s.events.newest(limit))
+	events := s.events.newest(limit)
+	out := make([]apiEvent, len(events))
+	for i, e := range events {
+		out[i] = apiEvent(e)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // act runs an operator action on a route: POST /api/routes/{id}/{action}.

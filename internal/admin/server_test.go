@@ -9,13 +9,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"reflect"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/logtest"
@@ -41,34 +41,9 @@ const (
 	token  = "tok-123"
 )
 
-// TestMain fails the package if a collector goroutine outlives its test:
-// every Server must be closed.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if err := waitNoCollectors(5 * time.Second); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// waitNoCollectors waits, at most d, until no goroutine runs Server.collect.
-func waitNoCollectors(d time.Duration) error {
-	deadline := time.Now().Add(d)
-	for {
-		buf := make([]byte, 1<<20)
-		stacks := string(buf[:runtime.Stack(buf, true)])
-		if !strings.Contains(stacks, "admin.(*Server).collect") {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return errors.New("leaked event collector goroutines:\n" + stacks)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// TestMain fails the package if any goroutine outlives its tests (an event
+// collector of a Server never closed, say).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // fixture is a server over an engine driven into known states:
 // alice cooling (proxy timeouts), bob healthy with its pair for
@@ -667,5 +642,62 @@ func TestRoutesCountAttempts(t *testing.T) {
 		if got := [2]uint64{r.Attempts, r.Successes}; got != want {
 			t.Errorf("%s: attempts, successes = %v, want %v", r.ID, got, want)
 		}
+	}
+}
+
+// Every state change on /api/events says where it came from and went to,
+// candidate included, which the engine's own JSON leaves out as the zero
+// state.
+func TestEventsAlwaysHaveFrom(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	var got []map[string]any
+	f.getJSON(t, "/api/events", &got)
+	fromCandidate := false
+	for _, ev := range got {
+		if ev["kind"] != "state" {
+			continue
+		}
+		if _, ok := ev["from"]; !ok {
+			t.Errorf("state event without from: %v", ev)
+		}
+		if _, ok := ev["to"]; !ok {
+			t.Errorf("state event without to: %v", ev)
+		}
+		fromCandidate = fromCandidate || ev["from"] == "candidate"
+	}
+	if !fromCandidate {
+		t.Fatalf("no state change from candidate among %v: the fixture changed", got)
+	}
+}
+
+func TestAPIEventJSON(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		desc string
+		ev   engine.Event
+		want string
+	}{
+		{"from candidate", engine.Event{Time: at, Kind: engine.EventState, Route: "r", From: engine.Candidate, To: engine.Healthy},
+			`{"from":"candidate","time":"2026-01-01T00:00:00Z","kind":"state","route":"r","to":"healthy"}`},
+		{"to candidate", engine.Event{Time: at, Kind: engine.EventState, Route: "r", From: engine.Draining, To: engine.Candidate},
+			`{"to":"candidate","time":"2026-01-01T00:00:00Z","kind":"state","route":"r","from":"draining"}`},
+		{"neither", engine.Event{Time: at, Kind: engine.EventState, Route: "r", From: engine.Healthy, To: engine.Cooling},
+			`{"time":"2026-01-01T00:00:00Z","kind":"state","route":"r","from":"healthy","to":"cooling"}`},
+		{"not a state change", engine.Event{Time: at, Kind: engine.EventIncident, Route: "r", Target: "t", Open: true},
+			`{"time":"2026-01-01T00:00:00Z","kind":"incident","route":"r","target":"t","open":true}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			b, err := json.Marshal(apiEvent(tc.ev))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(b) != tc.want {
+				t.Errorf("got  %s\nwant %s", b, tc.want)
+			}
+		})
 	}
 }

@@ -1,15 +1,16 @@
 // Package config turns a TOML file, SWITCHYARD_<SECTION>_<KEY> environment
-// variables and command-line flags into one validated Config (SPEC §1.4).
-// Defaults are applied in one pass (Default), then the file, then the
-// environment, then flags; every error names the key, with file:line when
-// the value came from the file. switchyard.example.toml documents every key.
+// variables and command-line flags into one validated Config
+// (docs/design/008-gateway.md). Defaults are applied in one pass (Default),
+// then the file, then the environment, then flags; every error names the
+// key, with file:line when the value came from the file.
+// switchyard.example.toml documents every key.
 package config
 
 import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/pacing"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/target"
 )
@@ -33,6 +34,10 @@ type Config struct {
 
 	// RouteList is the routes of Routes.File and Routes.Inline, parsed.
 	RouteList []route.Route `toml:"-"`
+	// Warnings are what Load let pass but the operator should hear of, one
+	// line each, for the caller to log: a secret written in the file as
+	// is. They never quote a secret.
+	Warnings []string `toml:"-"`
 	// inlineFrom is where Routes.Inline starts in RouteList.
 	inlineFrom int
 }
@@ -73,8 +78,8 @@ type Log struct {
 	Format string `toml:"format"` // "text" (default) or "json"
 }
 
-// Routes are the exits, in the proxy-list syntax of SPEC §1.3: from a file
-// (relative to the config file), inline, or both.
+// Routes are the exits, in the proxy-list syntax proxies.example.txt
+// documents: from a file (relative to the config file), inline, or both.
 type Routes struct {
 	File   string   `toml:"file"`
 	Inline []string `toml:"inline"`
@@ -133,7 +138,7 @@ type Engine struct {
 	Cooldowns map[string]time.Duration `toml:"cooldowns"`
 }
 
-// Retry is the attempt loop's budget (SPEC §2.4).
+// Retry is the attempt loop's budget (docs/design/007-attempts.md).
 type Retry struct {
 	MaxAttempts    int           `toml:"max_attempts"`    // attempts per request, the first included; default 3
 	AttemptTimeout time.Duration `toml:"attempt_timeout"` // dial to response headers; default 30s
@@ -149,7 +154,7 @@ type Probe struct {
 	URL string `toml:"url"`
 }
 
-// Security is SSRF admission (SPEC §4).
+// Security is SSRF admission (docs/security.md).
 type Security struct {
 	// BlockPrivateNetworks refuses internal destinations; unset means on
 	// unless listen.proxy is a loopback address.
@@ -179,7 +184,8 @@ type Pacing struct {
 	LearnedMaxWait time.Duration `toml:"learned_max_wait"`
 }
 
-// State says where the engine's shared state lives (SPEC §3).
+// State says where the engine's shared state lives
+// (docs/design/004-redis-store.md).
 type State struct {
 	// URL is "memory" (this process alone) or a Redis URL shared by every
 	// gateway process pointed at it: redis://[:password@]host:port/db
@@ -230,7 +236,7 @@ type Target struct {
 	Hedge *bool `toml:"hedge"`
 }
 
-// User is a client allowed through the proxy (SPEC §1.1).
+// User is a client allowed through the proxy (docs/design/008-gateway.md).
 type User struct {
 	Name string `toml:"name"` // letters, digits, '_' or '.'
 	// PasswordHash is a bcrypt hash ($2a$, $2b$ or $2y$), as made by
@@ -271,9 +277,9 @@ func (c *Config) TargetRules() *target.Rules {
 	return target.New(rules)
 }
 
-// Limits is the target's pacing as the guard applies it.
-func (t Target) Limits() guard.Limits {
-	return guard.Limits{
+// Limits is the target's pacing as the pacer (internal/pacing) applies it.
+func (t Target) Limits() pacing.Limits {
+	return pacing.Limits{
 		Rate: t.Rate, Burst: t.Burst, MaxConcurrent: t.MaxConcurrent, MaxWait: t.MaxWait,
 		MaxQueue: t.MaxQueue, PairRate: t.PairRate, PairBurst: t.PairBurst,
 	}

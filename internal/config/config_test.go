@@ -42,6 +42,10 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown top-level key", "colour = 1\n" + routesOK, nil, nil, ":1: colour: unknown key"},
 		{"unknown section key", "[engine]\nalpah = 0.2\n", nil, nil, ":4: engine.alpah: unknown key"},
 		{"unknown key in an array of tables", "[[targets]]\nhosts = [\"*\"]\nrat = 2\n", nil, nil, ":5: targets.rat: unknown key"},
+		{"unknown section", "[listn]\nproxy = \"127.0.0.1:1\"\n", nil, nil, ":3: listn: unknown section"},
+		{"unknown empty section", "[engine]\nalpha = 0.2\n\n[ probes ] # typo\n", nil, nil, ":6: probes: unknown section"},
+		{"unknown array of tables", "[[target]]\nhosts = [\"*\"]\n", nil, nil, ":3: target: unknown section"},
+		{"unknown subsection", "[engine]\n[engine.cooldown]\nblocked = \"1m\"\n", nil, nil, ":4: engine.cooldown: unknown section"},
 		{"wrong type", "[engine]\nalpha = \"high\"\n", nil, nil, ":4: engine.alpha: incompatible types: TOML value has type string; destination has type float"},
 		{"bad duration", "[retry]\nattempt_timeout = \"30 seconds\"\n", nil, nil, `:4: retry.attempt_timeout: invalid duration: "30 seconds"`},
 		{"syntax error", "[engine\n", nil, nil, "switchyard.toml:4: routes: expected '.' or ']'"},
@@ -94,6 +98,8 @@ func TestLoadErrors(t *testing.T) {
 		{"bad route line", "[routes]\ninline = [\"direct\", \"http://h\"]\n", nil, nil, "routes.inline: "},
 		{"route in both", "[routes]\nfile = \"proxies.txt\"\ninline = [\"direct\"]\n", nil, nil, "route direct is also in"},
 		{"env typo", "", []string{"SWITCHYARD_ENGINE_ALPAH=0.2"}, nil, "engine_alpah (environment variable SWITCHYARD_ENGINE_ALPAH): no such setting"},
+		{"env section typo", "", []string{"SWITCHYARD_LISTN_PROXY=127.0.0.1:1"}, nil, "listn_proxy (environment variable SWITCHYARD_LISTN_PROXY): no such section"},
+		{"env without a key", "", []string{"SWITCHYARD_PROXY=127.0.0.1:1"}, nil, "proxy (environment variable SWITCHYARD_PROXY): no such section"},
 		{"env value", "", []string{"SWITCHYARD_ENGINE_ALPHA=high"}, nil, `engine.alpha (environment variable SWITCHYARD_ENGINE_ALPHA): "high" is not a number`},
 		{"env range", "[engine]\nalpha = 0.2\n", []string{"SWITCHYARD_ENGINE_ALPHA=7"}, nil, "engine.alpha (environment variable SWITCHYARD_ENGINE_ALPHA): must be in (0, 1]"},
 		{"env users", "", []string{"SWITCHYARD_USERS=alice"}, nil, "users (environment variable SWITCHYARD_USERS): entry 1: want user:password"},
@@ -122,6 +128,20 @@ func TestLoadErrors(t *testing.T) {
 				t.Errorf("error spans lines: %q", err)
 			}
 		})
+	}
+}
+
+// The variables the project's tools read are not settings, and a gateway
+// they start must not refuse them.
+func TestToolVariablesAreNotSettings(t *testing.T) {
+	t.Parallel()
+	env := []string{"SWITCHYARD_TEST_REDIS=127.0.0.1:6379", "SWITCHYARD_LIVEBENCH_WORKERS=3", "SWITCHYARD_SOAK=1m", "SWITCHYARD_USERS=alice:pw"}
+	c, err := Load(Source{Path: writeConfig(t, routesOK), Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Users) != 1 {
+		t.Errorf("users %+v, want alice from SWITCHYARD_USERS", c.Users)
 	}
 }
 
@@ -268,6 +288,54 @@ password_hash = "$2a$10$lQqgSZM0OFJ/c2WgOm8Z0.tNuu2arLuLq8XwiE5wC7/yjIfXDcu6m"
 	}
 }
 
+// A secret written in the file as is is allowed but warned of, naming the
+// key and its line, never the secret; references, hashes and what the
+// environment sets are not.
+func TestLiteralSecretsAreWarnedOf(t *testing.T) {
+	t.Parallel()
+	path := writeConfig(t, routesOK+`[admin]
+token = "tok-LITERAL"
+[[users]]
+name = "alice"
+password = "env:ALICE_PW"
+[[users]]
+name = "carol"
+password = "pw-LITERAL"
+[[users]]
+name = "dave"
+password_hash = "$2a$10$lQqgSZM0OFJ/c2WgOm8Z0.tNuu2arLuLq8XwiE5wC7/yjIfXDcu6m"
+`)
+	c, err := Load(Source{Path: path, Env: []string{"ALICE_PW=pw-FROMENV", "SWITCHYARD_USERS=erin:pw-ENVUSER"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		path + ":4: admin.token is written in the file as is",
+		path + ":10: users[2].password is written in the file as is",
+	}
+	if len(c.Warnings) != len(want) {
+		t.Fatalf("warnings %q, want %d", c.Warnings, len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(c.Warnings[i], w) {
+			t.Errorf("warning %q, want it to start %q", c.Warnings[i], w)
+		}
+		for _, secret := range []string{"tok-LITERAL", "pw-LITERAL", "pw-FROMENV", "pw-ENVUSER"} {
+			if strings.Contains(c.Warnings[i], secret) {
+				t.Errorf("warning quotes a secret: %q", c.Warnings[i])
+			}
+		}
+	}
+
+	c, err = Load(Source{Path: writeConfig(t, routesOK), Env: []string{"SWITCHYARD_ADMIN_TOKEN=tok-ENV"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Warnings) != 0 {
+		t.Errorf("a token from the environment warned: %q", c.Warnings)
+	}
+}
+
 func TestEngineSection(t *testing.T) {
 	t.Parallel()
 	section := reflect.TypeFor[Engine]()
@@ -307,10 +375,10 @@ func TestEngineSection(t *testing.T) {
 	if _, ok := c.Picker.(engine.PowerOfTwo); !ok {
 		t.Errorf("picker %T", c.Picker)
 	}
-	if c.Rules.Class[engine.Blocked].Cooldown != 7*time.Minute || engine.DefaultRules.Class[engine.Blocked].Cooldown == 7*time.Minute {
+	if c.Rules.Class[engine.Blocked].Cooldown != 7*time.Minute || engine.DefaultRules().Class[engine.Blocked].Cooldown == 7*time.Minute {
 		t.Error("cooldown override not applied, or applied to the default table")
 	}
-	if want := engine.DefaultRules.Version + "+cooldowns(blocked,rate_limited)"; c.Rules.Version != want {
+	if want := engine.DefaultRules().Version + "+cooldowns(blocked,rate_limited)"; c.Rules.Version != want {
 		t.Errorf("rules version %q, want %q", c.Rules.Version, want)
 	}
 }

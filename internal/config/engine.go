@@ -56,7 +56,7 @@ func (s Engine) EngineConfig() (engine.Config, error) {
 	}
 	c.Picker = newPicker()
 	if len(s.Cooldowns) > 0 {
-		rules := engine.DefaultRules
+		rules := engine.DefaultRules()
 		names := make([]string, 0, len(s.Cooldowns))
 		for name, d := range s.Cooldowns {
 			class, err := engine.ParseClass(name)

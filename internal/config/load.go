@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -163,13 +164,41 @@ func (l *loader) decode(path string, data []byte) error {
 		l.fromFile[keyPath(md, k)] = true
 	}
 	if undecoded := md.Undecoded(); len(undecoded) > 0 {
-		return l.errAt(keyPath(md, undecoded[0]), "unknown key")
+		k := undecoded[0]
+		if t := md.Type(k...); t == "Hash" || t == "ArrayHash" {
+			// A table nothing reads: a misspelt [section] (its keys are
+			// undecoded too, but the header is the mistake).
+			e := &Error{File: path, Line: headerLine(data, k.String()), Key: k.String(), Msg: "unknown section"}
+			if e.Line == 0 {
+				e.Line = keyLine(data, k.String())
+			}
+			return e
+		}
+		return l.errAt(keyPath(md, k), "unknown key")
 	}
+	l.warnLiteralSecrets()
 	// A routes file named in the config file is relative to it.
 	if l.c.Routes.File != "" && !filepath.IsAbs(l.c.Routes.File) {
 		l.c.Routes.File = filepath.Join(filepath.Dir(path), l.c.Routes.File)
 	}
 	return nil
+}
+
+// warnLiteralSecrets warns of each secret the file holds as is: whoever
+// can read the file, or a copy of it in a repository or a backup, has it.
+// A reference keeps the secret out of the file. A bcrypt hash is no
+// secret, and what the environment or a flag sets is not in the file.
+func (l *loader) warnLiteralSecrets() {
+	warn := func(key string, s Secret, instead string) {
+		if s.literal() && l.fromFile[wildIndex(key)] {
+			l.c.Warnings = append(l.c.Warnings, fmt.Sprintf("%s:%d: %s is written in the file as is, where anyone who can read the file has it: use %s",
+				l.file, keyLine(l.data, key), strings.Replace(key, "[?]", "", 1), instead))
+		}
+	}
+	warn("admin.token", l.c.Admin.Token, `"env:NAME" or "file:PATH", or set SWITCHYARD_ADMIN_TOKEN`)
+	for i, u := range l.c.Users {
+		warn(fmt.Sprintf("users[%d].password", i+1), u.Password, `password_hash (htpasswd -nbB), "env:NAME" or "file:PATH"`)
+	}
 }
 
 var decodeError = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
@@ -242,9 +271,47 @@ func keyLine(data []byte, key string) int {
 	return 0
 }
 
+// headerLine finds the line of the [name] or [[name]] table header, 0 when
+// there is none (a table written inline or as dotted keys).
+func headerLine(data []byte, name string) int {
+	for n, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "[") {
+			continue
+		}
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = line[:i]
+		}
+		header := strings.Trim(strings.TrimSpace(line), "[]")
+		header = strings.NewReplacer(" ", "", "\t", "", `"`, "", "'", "").Replace(header)
+		if header == name {
+			return n + 1
+		}
+	}
+	return 0
+}
+
+// toolVariables are the SWITCHYARD_ variables that are not settings, and
+// that the gateway therefore leaves alone: the quick-start user list, and
+// the ones the project's tests and benchmarks read, which a gateway they
+// start may inherit.
+var toolVariables = []string{"SWITCHYARD_USERS", "SWITCHYARD_SOAK", "SWITCHYARD_TEST_*", "SWITCHYARD_LIVEBENCH_*"}
+
+// isToolVariable reports whether name is one of toolVariables.
+func isToolVariable(name string) bool {
+	for _, v := range toolVariables {
+		if prefix, ok := strings.CutSuffix(v, "*"); ok && strings.HasPrefix(name, prefix) || name == v {
+			return true
+		}
+	}
+	return false
+}
+
 // applyEnv applies SWITCHYARD_<SECTION>_<KEY> for every settable key, and
-// refuses a variable that names a section but no key of it: a typo must
-// not go unnoticed. SWITCHYARD_USERS is the quick-start user list.
+// refuses any other SWITCHYARD_ variable, whether it names a section but
+// no key of it or no section at all, unless it is one of toolVariables: a
+// typo must not go unnoticed. SWITCHYARD_USERS is the quick-start user
+// list.
 func (l *loader) applyEnv() error {
 	known := map[string]bool{}
 	for _, key := range settableKeys() {
@@ -256,15 +323,20 @@ func (l *loader) applyEnv() error {
 			}
 		}
 	}
+	var unknown []string
 	for name := range l.env {
-		if known[name] || !strings.HasPrefix(name, "SWITCHYARD_") {
-			continue
+		if !known[name] && strings.HasPrefix(name, "SWITCHYARD_") && !isToolVariable(name) {
+			unknown = append(unknown, name)
 		}
-		for _, section := range sections() {
-			if strings.HasPrefix(name, envName(section)+"_") {
-				return &Error{Key: strings.ToLower(strings.TrimPrefix(name, "SWITCHYARD_")), From: "environment variable " + name, Msg: "no such setting (see switchyard.example.toml)"}
-			}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown) // the same one named every time
+		name := unknown[0]
+		msg := "no such setting (see switchyard.example.toml)"
+		if !slices.ContainsFunc(sections(), func(section string) bool { return strings.HasPrefix(name, envName(section)+"_") }) {
+			msg = "no such section (see switchyard.example.toml)"
 		}
+		return &Error{Key: strings.ToLower(strings.TrimPrefix(name, "SWITCHYARD_")), From: "environment variable " + name, Msg: msg}
 	}
 	if v, ok := l.env["SWITCHYARD_USERS"]; ok {
 		users, err := parseEnvUsers(v)

@@ -23,6 +23,12 @@ func (s Secret) Value() string { return s.value }
 // IsSet reports whether a value was given.
 func (s Secret) IsSet() bool { return s.ref != "" }
 
+// literal reports whether s is written as the secret itself rather than
+// a reference to it.
+func (s Secret) literal() bool {
+	return s.ref != "" && !strings.HasPrefix(s.ref, "env:") && !strings.HasPrefix(s.ref, "file:")
+}
+
 // LiteralSecret is a Secret given as is: from the environment, a flag or
 // a program.
 func LiteralSecret(v string) Secret { return Secret{ref: v, value: v} }

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/pacing"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/target"
 )
@@ -145,7 +145,7 @@ func (s Security) Prefixes() []netip.Prefix {
 }
 
 // BlockPrivate says whether SSRF admission is on: as configured, else on
-// for a proxy reachable beyond loopback (SPEC §4).
+// for a proxy reachable beyond loopback (docs/security.md).
 func (c *Config) BlockPrivate() bool {
 	if b := c.Security.BlockPrivateNetworks; b != nil {
 		return *b
@@ -240,7 +240,7 @@ func (l *loader) checkTargets() error {
 				return l.errAt(at("block_signatures"), "an empty signature would match every page")
 			}
 		}
-		var le *guard.LimitsError
+		var le *pacing.LimitsError
 		if err := t.Limits().Validate(); errors.As(err, &le) {
 			return l.errAt(at(le.Field), "must be a finite number ≥ 0")
 		}

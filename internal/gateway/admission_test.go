@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/admit"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
 
@@ -38,7 +38,7 @@ func TestAdmissionRefusesHost(t *testing.T) {
 			t.Run(tc.desc, func(t *testing.T) {
 				t.Parallel()
 				tg := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "reached") })
-				v := newEnv(t, Config{Admission: guard.NewAdmission(nil, nil)}, "direct")
+				v := newEnv(t, Config{Admission: admit.New(nil, nil)}, "direct")
 				_, port, _ := net.SplitHostPort(tg.Listener.Addr().String())
 				authority := tc.host + ":" + port
 				req := "GET http://" + authority + "/ HTTP/1.1\r\nHost: " + authority + "\r\n\r\n"
@@ -95,7 +95,7 @@ func TestAdmissionAllowList(t *testing.T) {
 				if line == "" {
 					line = proxyLine(routetest.NewProxy(t, routetest.Behavior{}), "")
 				}
-				adm := guard.NewAdmission([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil)
+				adm := admit.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil)
 				v := newEnv(t, Config{Admission: adm}, line)
 				resp, err := v.client(t, "").Get(tg.URL)
 				if err != nil {
@@ -130,7 +130,7 @@ func TestAdmissionAtConnect(t *testing.T) {
 				t.Parallel()
 				var reached atomic.Bool
 				addr := routetest.ServeTCP(t, func(c net.Conn) { reached.Store(true); c.Close() })
-				v := newEnv(t, Config{Admission: guard.NewAdmission(nil, nil)}, "direct")
+				v := newEnv(t, Config{Admission: admit.New(nil, nil)}, "direct")
 				target := "127.0.0.1"
 				l, x, err := v.g.acquire(v.g.current.Load(), control{}, target, nil)
 				if err != nil {
@@ -144,7 +144,7 @@ func TestAdmissionAtConnect(t *testing.T) {
 					o = v.g.forward(context.Background(), req, l, x, &reqBody{}, nil)
 				}
 				o.done = func() {}
-				var ge *guard.Error
+				var ge *admit.Error
 				if o.blocked == nil || !errors.As(o.blocked, &ge) || o.class != engine.Canceled || o.conn != nil || o.resp != nil {
 					t.Fatalf("blocked %v, class %v: want a refusal, canceled, and nothing to pass on", o.blocked, o.class)
 				}
@@ -186,7 +186,7 @@ func TestResolveProxyTargets(t *testing.T) {
 		{"127.0.0.1", false, false},
 	}
 	for _, tc := range tests {
-		g := &Gateway{cfg: Config{Admission: guard.NewAdmission(nil, nil), ResolveProxyTargets: tc.resolve, Resolver: resolver}}
+		g := &Gateway{cfg: Config{Admission: admit.New(nil, nil), ResolveProxyTargets: tc.resolve, Resolver: resolver}}
 		w := httptest.NewRecorder()
 		if _, _, got := g.admit(context.Background(), w, tc.host+":80", true); got != tc.want {
 			t.Errorf("%s (resolve %v): admitted %v, want %v", tc.host, tc.resolve, got, tc.want)

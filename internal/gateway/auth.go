@@ -27,7 +27,7 @@ import (
 )
 
 // User is a client allowed through the gateway when Config.Users is set
-// (SPEC §1.1).
+// (docs/design/008-gateway.md).
 type User struct {
 	// Password is compared in constant time, as a SHA-256 digest.
 	Password string

@@ -10,8 +10,9 @@ import (
 	"github.com/switchyard/switchyard/engine"
 )
 
-// The per-request control headers (SPEC §1.1). They, and the proxy
-// credentials that may carry the same parameters, never leave the gateway.
+// The per-request control headers (docs/design/008-gateway.md). They, and
+// the proxy credentials that may carry the same parameters, never leave the
+// gateway.
 const (
 	headerSession = "X-Switchyard-Session"
 	headerLabels  = "X-Switchyard-Labels"

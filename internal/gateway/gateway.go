@@ -1,9 +1,10 @@
-// Package gateway is Switchyard's forward proxy (SPEC §1.1): it takes
-// absolute-form HTTP requests and CONNECT tunnels from unmodified clients
-// and runs each through the attempt loop (loop.go) — lease a route from
-// the engine, carry the attempt through it within the lease's deadline,
-// classify the outcome, report it, and retry or hedge on another route when
-// the rules, the budget and the method allow.
+// Package gateway is Switchyard's forward proxy
+// (docs/design/008-gateway.md): it takes absolute-form HTTP requests and
+// CONNECT tunnels from unmodified clients and runs each through the attempt
+// loop (loop.go) — lease a route from the engine, carry the attempt through
+// it within the lease's deadline, classify the outcome, report it, and
+// retry or hedge on another route when the rules, the budget and the method
+// allow.
 //
 // Traffic only ever leaves through a leased route: when the engine has none
 // to give, the client gets a 503, never a direct connection.
@@ -15,15 +16,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/admit"
+	"github.com/switchyard/switchyard/internal/pacing"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/target"
 )
@@ -45,8 +49,8 @@ type Config struct {
 	// Default 1 MiB.
 	RetryBody int64
 	// Budget caps retries and hedges pool-wide, so that a failing pool
-	// cannot turn into a retry storm (SPEC §2.4). The zero value means
-	// engine.DefaultBudget.
+	// cannot turn into a retry storm (docs/design/007-attempts.md). The
+	// zero value means engine.DefaultBudget.
 	Budget engine.BudgetConfig
 	// ProxyTLS holds the roots that HTTPS proxies are verified against; nil
 	// means the system's. Tests set it to trust fake proxies.
@@ -58,14 +62,14 @@ type Config struct {
 	// and every client refused at authentication, for metrics; nil means
 	// none.
 	Observer Observer
-	// Admission refuses internal destinations (SPEC §4, docs/security.md);
+	// Admission refuses internal destinations (docs/security.md);
 	// nil means no checks (a malformed target is answered 400 either way).
 	// The host, read as every route will send it and then sent so, is
 	// checked before a route is leased; on Direct routes every resolved
 	// address is checked again at connect time, so DNS rebinding cannot
 	// slip past. Proxy routes resolve the target at the proxy, so only the
 	// host is checked for them, unless ResolveProxyTargets.
-	Admission *guard.Admission
+	Admission *admit.Admission
 	// ResolveProxyTargets also resolves each target name at admission
 	// and refuses it if an address is blocked, for the proxy routes whose
 	// connections the dial-time check never sees. A name that does not
@@ -75,8 +79,9 @@ type Config struct {
 	// that a name reads alike at both; nil means net.DefaultResolver.
 	Resolver *net.Resolver
 	// Users, when not empty, are the only clients let through: every
-	// request must carry their Basic Proxy-Authorization (SPEC §1.1).
-	// Empty means no client authentication. Update replaces them.
+	// request must carry their Basic Proxy-Authorization
+	// (docs/design/008-gateway.md). Empty means no client authentication.
+	// Update replaces them.
 	Users map[string]User
 	// Targets name the target of each host and hold the operator's
 	// per-target settings (probe path, block signatures, pacing); nil
@@ -142,7 +147,7 @@ type Gateway struct {
 	cfg    Config
 	engine *engine.Engine
 	budget *engine.Budget
-	pacer  *guard.Pacer
+	pacer  *pacing.Pacer
 
 	// current is what Update may change, swapped whole: a request reads it
 	// once and keeps that view to its end.
@@ -158,7 +163,7 @@ func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) 
 	cfg = cfg.withDefaults()
 	g := &Gateway{cfg: cfg, engine: e, budget: engine.NewBudget(cfg.Budget)}
 	// Pacing waits on real timers, so it reads the real clock too.
-	g.pacer = guard.NewPacer(guard.PacerConfig{Limits: g.paceOf, MaxTargets: cfg.MaxPacedTargets})
+	g.pacer = pacing.New(pacing.Config{Limits: g.paceOf, MaxTargets: cfg.MaxPacedTargets})
 	if err := g.Update(routes, cfg.Users, cfg.Targets); err != nil {
 		return nil, err
 	}
@@ -190,7 +195,7 @@ func (g *Gateway) Exit(id string) *route.Exit {
 // authority to carry the request to, so that what was checked is what
 // goes out; the authority needs a port unless one is implied.
 func (g *Gateway) admit(ctx context.Context, w http.ResponseWriter, authority string, needPort bool) (host, hostport string, ok bool) {
-	host, hostport, err := guard.NormalizeHostPort(authority, needPort)
+	host, hostport, err := admit.NormalizeHostPort(authority, needPort)
 	if err == nil {
 		err = g.check(ctx, host)
 	}
@@ -220,10 +225,10 @@ func sentTo(r *http.Request, hostport string) *http.Request {
 
 // Admit is admission's verdict on a probe's target authority (host, and
 // port when not 80), read and checked as users' traffic is before it is
-// dialled: the authority to send it to, or the *guard.Error refusing it.
+// dialled: the authority to send it to, or the *admit.Error refusing it.
 // Direct routes check every address again at connect time.
 func (g *Gateway) Admit(ctx context.Context, authority string) (string, error) {
-	host, hostport, err := guard.NormalizeHostPort(authority, false)
+	host, hostport, err := admit.NormalizeHostPort(authority, false)
 	if err == nil {
 		err = g.check(ctx, host)
 	}
@@ -248,8 +253,8 @@ func blockedDestination(w http.ResponseWriter, err error) {
 }
 
 // refusal returns the admission refusal in err's chain, or nil.
-func refusal(err error) *guard.Error {
-	var e *guard.Error
+func refusal(err error) *admit.Error {
+	var e *admit.Error
 	if errors.As(err, &e) {
 		return e
 	}
@@ -431,10 +436,15 @@ func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 // acquire leases a route for an attempt; the error is what the client is
 // told when there is none. The attempt timeout caps the lease's deadline.
 func (g *Gateway) acquire(s *settings, ctl control, target string, avoid []string) (engine.Lease, *route.Exit, error) {
-	l, err := g.engine.Acquire(g.cfg.Now(), engine.Request{
+	now := g.cfg.Now()
+	l, err := g.engine.Acquire(now, engine.Request{
 		Target: target, Session: ctl.session, Labels: ctl.labels, Avoid: avoid, Timeout: g.cfg.AttemptTimeout,
 	})
 	if err != nil {
+		if errors.Is(err, engine.ErrNoRoute) || errors.Is(err, engine.ErrBusy) {
+			d, _ := g.engine.ReadyIn(now)
+			err = &unavailableError{err: err, retryAfter: d}
+		}
 		return engine.Lease{}, nil, err
 	}
 	x, ok := s.exits[l.Route]
@@ -504,6 +514,17 @@ func (g *Gateway) observeRequest(method string, class engine.Class, attempts, he
 	}
 }
 
+// unavailableError is the engine's ErrNoRoute or ErrBusy with the
+// engine's estimate of when a route could take the request
+// (Engine.ReadyIn), which the 503 passes on as Retry-After.
+type unavailableError struct {
+	err        error
+	retryAfter time.Duration // 0 when unknown
+}
+
+func (e *unavailableError) Error() string { return e.err.Error() }
+func (e *unavailableError) Unwrap() error { return e.err }
+
 // acquireError answers a request for which no route could be leased.
 func acquireError(w http.ResponseWriter, err error) {
 	code := "no_route"
@@ -515,7 +536,7 @@ func acquireError(w http.ResponseWriter, err error) {
 	case errors.Is(err, engine.ErrNoMatch):
 		code = "no_matching_route"
 	}
-	var paced *guard.PaceError
+	var paced *pacing.Error
 	switch {
 	case errors.As(err, &paced):
 		tooSoon(w, paced)
@@ -526,8 +547,13 @@ func acquireError(w http.ResponseWriter, err error) {
 		if pe, ok := errors.AsType[*engine.PacedError](err); ok {
 			wait = pe.RetryAfter
 		}
-		tooSoon(w, &guard.PaceError{Reason: "learned", RetryAfter: wait})
+		tooSoon(w, &pacing.Error{Reason: "learned", RetryAfter: wait})
 		return
+	}
+	if u, ok := errors.AsType[*unavailableError](err); ok {
+		// Refused work should come back later, not be dropped: in whole
+		// seconds rounded up (RFC 9110 §10.2.3), at least one.
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(u.retryAfter.Seconds())))))
 	}
 	fail(w, http.StatusServiceUnavailable, code, "switchyard: "+code)
 }

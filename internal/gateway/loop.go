@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/admit"
 	"github.com/switchyard/switchyard/internal/route"
 )
 
@@ -58,7 +58,7 @@ type outcome struct {
 	retryAfter time.Duration
 	reached    bool         // bytes of the request may have reached the target
 	timeout    engine.Class // what silence reads as at the layer the attempt reached
-	blocked    *guard.Error // admission refused the address dialled; class is then Canceled
+	blocked    *admit.Error // admission refused the address dialled; class is then Canceled
 	bodyErr    error        // the client's streamed body broke off (gone, too slow); class is then Canceled
 	resp       *http.Response
 	conn       net.Conn
@@ -201,12 +201,12 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 }
 
 // retry decides whether a failed attempt is tried again on another route
-// (SPEC §2.4), in this order: attempts are left; the request allows it
-// (no session: a session's exit never changes silently; the body can be
-// sent again; the method is idempotent, RFC 9110 §9.2.2, or nothing of it
-// can have reached the target); the engine deems another route worth it
-// (the rule table, no incident of that class at the target); and the
-// pool-wide budget has room, which it then spends.
+// (docs/design/007-attempts.md), in this order: attempts are left; the
+// request allows it (no session: a session's exit never changes silently;
+// the body can be sent again; the method is idempotent, RFC 9110 §9.2.2, or
+// nothing of it can have reached the target); the engine deems another
+// route worth it (the rule table, no incident of that class at the target);
+// and the pool-wide budget has room, which it then spends.
 func (g *Gateway) retry(j *job, o *outcome, attempts int) bool {
 	return attempts < g.cfg.MaxAttempts &&
 		j.retryable(o) &&

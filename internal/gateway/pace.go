@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/pacing"
 	"github.com/switchyard/switchyard/internal/route"
 )
 
@@ -33,7 +33,7 @@ func (g *Gateway) admitPace(w http.ResponseWriter, r *http.Request, s *settings,
 		return noRelease, true
 	}
 	release, err := g.pacer.Admit(r.Context(), target)
-	var paced *guard.PaceError
+	var paced *pacing.Error
 	switch {
 	case errors.As(err, &paced):
 		tooSoon(w, paced)
@@ -77,7 +77,7 @@ func (g *Gateway) lease(ctx context.Context, s *settings, ctl control, target st
 			return l, x, nil
 		}
 		g.giveBack(l)
-		if !errors.As(err, new(*guard.PaceError)) || ctl.session != "" || len(avoid)-len(tried) >= maxPoliteSkips {
+		if !errors.As(err, new(*pacing.Error)) || ctl.session != "" || len(avoid)-len(tried) >= maxPoliteSkips {
 			return engine.Lease{}, nil, err
 		}
 		paced = err
@@ -100,7 +100,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // tooSoon answers a paced request: 429 with the wait in Retry-After, whole
 // seconds rounded up (RFC 9110 §10.2.3). Reason "learned" is the engine's
 // pacing from the target's own 429s; the others are the operator's limits.
-func tooSoon(w http.ResponseWriter, e *guard.PaceError) {
+func tooSoon(w http.ResponseWriter, e *pacing.Error) {
 	secs := max(1, int(math.Ceil(e.RetryAfter.Seconds())))
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
 	what := "the target"

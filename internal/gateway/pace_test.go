@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/pacing"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 	"github.com/switchyard/switchyard/internal/target"
 )
 
 // paceAll paces every target with l.
-func paceAll(l guard.Limits) *target.Rules {
+func paceAll(l pacing.Limits) *target.Rules {
 	return target.New([]target.Rule{{Hosts: []string{"*"}, Policy: target.Policy{Pace: l}}})
 }
 
@@ -25,20 +25,20 @@ func TestPacing(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
 		tests := []struct {
 			desc       string
-			limits     guard.Limits
+			limits     pacing.Limits
 			routes     int
 			requests   int
 			wantStatus []int
 			wantReason string
 			wantRoutes []string // X-Switchyard-Route of the 200s, in order
 		}{
-			{desc: "rate", limits: guard.Limits{Rate: 0.5, Burst: 1}, routes: 1, requests: 2,
+			{desc: "rate", limits: pacing.Limits{Rate: 0.5, Burst: 1}, routes: 1, requests: 2,
 				wantStatus: []int{200, 429}, wantReason: "(rate); retry after 2s"},
-			{desc: "burst", limits: guard.Limits{Rate: 0.1, Burst: 3}, routes: 1, requests: 4,
+			{desc: "burst", limits: pacing.Limits{Rate: 0.1, Burst: 3}, routes: 1, requests: 4,
 				wantStatus: []int{200, 200, 200, 429}, wantReason: "(rate)"},
-			{desc: "politeness moves on to another route", limits: guard.Limits{PairRate: 0.1}, routes: 2, requests: 3,
+			{desc: "politeness moves on to another route", limits: pacing.Limits{PairRate: 0.1}, routes: 2, requests: 3,
 				wantStatus: []int{200, 200, 429}, wantReason: "(politeness)"},
-			{desc: "unpaced", limits: guard.Limits{}, routes: 1, requests: 5,
+			{desc: "unpaced", limits: pacing.Limits{}, routes: 1, requests: 5,
 				wantStatus: []int{200, 200, 200, 200, 200}},
 		}
 		for _, tc := range tests {
@@ -106,7 +106,7 @@ func TestPacingConcurrency(t *testing.T) {
 			}
 		})
 		p := routetest.NewProxy(t, routetest.Behavior{})
-		v := newEnv(t, Config{Targets: paceAll(guard.Limits{MaxConcurrent: 1, MaxWait: 100 * time.Millisecond})}, proxyLine(p, ""))
+		v := newEnv(t, Config{Targets: paceAll(pacing.Limits{MaxConcurrent: 1, MaxWait: 100 * time.Millisecond})}, proxyLine(p, ""))
 		client := v.client(t, "")
 		slow := make(chan int, 1)
 		go func() {
@@ -165,11 +165,14 @@ func TestAcquireErrors(t *testing.T) {
 	}{
 		{engine.ErrNoRoute, 503, "no_route", ""},
 		{engine.ErrBusy, 503, "busy", ""},
+		{&unavailableError{err: engine.ErrNoRoute, retryAfter: 2100 * time.Millisecond}, 503, "no_route", "3"},
+		{&unavailableError{err: engine.ErrBusy, retryAfter: 80 * time.Millisecond}, 503, "busy", "1"},
+		{&unavailableError{err: engine.ErrNoRoute}, 503, "no_route", "1"},
 		{engine.ErrNoMatch, 503, "no_matching_route", ""},
 		{engine.ErrSessionRestartRequired, 503, "session_restart_required", ""},
 		{engine.ErrPaced, 429, "paced", "1"},
 		{&engine.PacedError{RetryAfter: 2300 * time.Millisecond}, 429, "paced", "3"},
-		{&guard.PaceError{Target: "s.com", Reason: "rate", RetryAfter: 2500 * time.Millisecond}, 429, "paced", "3"},
+		{&pacing.Error{Target: "s.com", Reason: "rate", RetryAfter: 2500 * time.Millisecond}, 429, "paced", "3"},
 	}
 	for _, tc := range tests {
 		w := httptest.NewRecorder()

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/admit"
 	"github.com/switchyard/switchyard/internal/probe"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
@@ -35,7 +35,7 @@ func TestProbesNeverReachBlocked(t *testing.T) {
 			"inside.example.test": {internal},
 			"rebind.example.test": {allowed},
 		})
-		adm := guard.NewAdmission([]netip.Prefix{netip.PrefixFrom(allowed, 32)}, nil)
+		adm := admit.New([]netip.Prefix{netip.PrefixFrom(allowed, 32)}, nil)
 		v := newEnv(t, Config{Admission: adm, Resolver: dns.Resolver(), AttemptTimeout: 2 * time.Second}, "direct")
 		key, _ := v.g.current.Load().targets.Resolve("inside.example.test")
 		if other, _ := v.g.current.Load().targets.Resolve("rebind.example.test"); other != key {

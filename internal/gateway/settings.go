@@ -3,7 +3,7 @@ package gateway
 import (
 	"fmt"
 
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/pacing"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/target"
 )
@@ -76,6 +76,6 @@ func sameDial(a, b *route.Route) bool {
 }
 
 // paceOf is the pacing of a target under the current rules.
-func (g *Gateway) paceOf(key string) guard.Limits {
+func (g *Gateway) paceOf(key string) pacing.Limits {
 	return g.current.Load().targets.Pace(key)
 }

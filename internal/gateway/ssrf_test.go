@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/admit"
 	"github.com/switchyard/switchyard/internal/probe"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/route/routetest"
@@ -233,7 +233,7 @@ func newSSRFEnv(t *testing.T, proxy *routetest.Behavior, resolve, allow bool) *s
 	}
 	cfg := Config{
 		MaxAttempts:         1,
-		Admission:           guard.NewAdmission(allowed, nil),
+		Admission:           admit.New(allowed, nil),
 		ResolveProxyTargets: resolve,
 		Resolver:            ssrfResolver(t),
 	}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/admit"
 	"github.com/switchyard/switchyard/internal/route"
 )
 
@@ -37,8 +37,8 @@ type Config struct {
 	// check: a TCP connection to the proxy.
 	NeutralURL string
 	// Admit is the admission users' traffic meets before it is dialled
-	// (SPEC §4): a page whose authority it refuses is not fetched, on any
-	// route type, and one it admits is fetched from the authority it
+	// (docs/security.md): a page whose authority it refuses is not fetched,
+	// on any route type, and one it admits is fetched from the authority it
 	// returns, as admission read it. Nil admits every page as written;
 	// Direct routes' Exits still check each address at connect time.
 	Admit func(ctx context.Context, authority string) (string, error)
@@ -165,7 +165,7 @@ func (p *Prober) fetch(ctx context.Context, x *route.Exit, page string) (engine.
 	var progress route.Progress
 	resp, err := x.RoundTrip(req, &progress)
 	if err != nil {
-		if errors.As(err, new(*guard.Error)) {
+		if errors.As(err, new(*admit.Error)) {
 			return engine.Canceled, 0
 		}
 		class, _ := route.Classify(err, &progress)

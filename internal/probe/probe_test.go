@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/admit"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
@@ -369,7 +369,7 @@ func TestProbesPassAdmission(t *testing.T) {
 				page := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
 				defer page.Close()
 				_, port, _ := net.SplitHostPort(page.Listener.Addr().String())
-				admission := guard.NewAdmission(tc.allow, tc.allowHosts)
+				admission := admit.New(tc.allow, tc.allowHosts)
 				cfg := Config{TargetURL: func(string) string { return "http://" + net.JoinHostPort(tc.host, port) + "/" }}
 				line, asked := "direct", func() int { return 0 }
 				if tc.proxy != nil {

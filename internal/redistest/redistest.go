@@ -7,14 +7,19 @@ package redistest
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/switchyard/switchyard/internal/logtest"
 )
 
 // Addr is the shared test Redis. Without one the test skips, except in CI
@@ -69,7 +74,7 @@ func Prefix(t testing.TB, addr string) string {
 type Server struct {
 	Addr string
 	t    testing.TB
-	cmd  *exec.Cmd
+	node *node
 }
 
 // Start starts a redis-server on a free port. Without the binary the test
@@ -79,43 +84,37 @@ func Start(t testing.TB) *Server {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		unavailable(t, "no redis-server binary: "+err.Error())
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	n, err := startNode(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	s := &Server{Addr: addr, t: t}
-	s.Restart()
+	s := &Server{Addr: n.addr, t: t, node: n}
 	t.Cleanup(s.Stop)
 	return s
 }
 
-// Restart starts the server again on its address, empty.
+// Restart starts the server again on its address, empty. The address is
+// the one clients know, so a port taken meanwhile is waited for, boundedly.
 func (s *Server) Restart() {
 	s.t.Helper()
 	_, port, _ := net.SplitHostPort(s.Addr)
-	s.cmd = exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	for deadline := time.Now().Add(5 * time.Second); ping(s.Addr, 100*time.Millisecond) != nil; {
-		if time.Now().After(deadline) {
-			s.Stop()
-			s.t.Fatalf("redis-server on port %s did not answer", port)
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if s.node, err = startNode(s.t.TempDir(), []string{port}); err == nil {
+			return
 		}
-		time.Sleep(20 * time.Millisecond)
+		if time.Now().After(deadline) {
+			s.t.Fatalf("redis-server did not start again on port %s: %v", port, err)
+		}
 	}
 }
 
 // Stop kills the server, as a crash would.
 func (s *Server) Stop() {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return
+	if s.node != nil {
+		s.node.stop()
+		s.node = nil
 	}
-	s.cmd.Process.Kill()
-	s.cmd.Wait()
-	s.cmd = nil
 }
 
 // Cluster is a Redis Cluster of the test's own: three masters on
@@ -123,11 +122,13 @@ func (s *Server) Stop() {
 // ends.
 type Cluster struct {
 	Addrs []string
-	nodes []*exec.Cmd
+	nodes []*node
 }
 
-// StartCluster starts a three-node cluster and waits until it serves every
-// slot. Without redis-server or redis-cli the test skips (fails in CI).
+// StartCluster starts a three-node cluster and waits until every node says
+// cluster_state:ok. Without redis-server or redis-cli the test skips (fails
+// in CI). When the cluster does not come up, the test fails with every
+// node's output.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
 	for _, bin := range []string{"redis-server", "redis-cli"} {
@@ -139,44 +140,36 @@ func StartCluster(t testing.TB) *Cluster {
 	c := &Cluster{}
 	t.Cleanup(func() {
 		for _, n := range c.nodes {
-			n.Process.Kill()
-			n.Wait()
+			n.stop()
 		}
 	})
-	for i := range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	fail := func(format string, args ...any) {
+		t.Helper()
+		var b strings.Builder
+		fmt.Fprintf(&b, format, args...)
+		for i, n := range c.nodes {
+			fmt.Fprintf(&b, "\n--- node %d (%s) output:\n%s", i, n.addr, n.out.String())
+		}
+		t.Fatal(b.String())
+	}
+	for range 3 {
+		// Each node also listens on its cluster bus port, chosen free too.
+		n, err := startNode(dir, nil, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000")
 		if err != nil {
-			t.Fatal(err)
+			fail("starting a cluster node: %v", err)
 		}
-		addr := ln.Addr().String()
-		ln.Close()
-		_, port, _ := net.SplitHostPort(addr)
-		cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-			"--cluster-enabled", "yes", "--cluster-config-file", "nodes-"+port+".conf", "--cluster-node-timeout", "2000")
-		cmd.Dir = dir
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		c.nodes = append(c.nodes, cmd)
-		c.Addrs = append(c.Addrs, addr)
-		for deadline := time.Now().Add(5 * time.Second); ping(addr, 100*time.Millisecond) != nil; {
-			if time.Now().After(deadline) {
-				t.Fatalf("cluster node %d on %s did not answer", i, addr)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		c.nodes = append(c.nodes, n)
+		c.Addrs = append(c.Addrs, n.addr)
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
-		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+		fail("redis-cli --cluster create: %v\n%s", err, out)
 	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
-	defer cc.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		ok := true
-		for _, addr := range c.Addrs {
-			nc := redis.NewClient(&redis.Options{Addr: addr})
+		for _, n := range c.nodes {
+			nc := redis.NewClient(&redis.Options{Addr: n.addr, MaxRetries: -1})
 			info, err := nc.ClusterInfo(context.Background()).Result()
 			nc.Close()
 			ok = ok && err == nil && strings.Contains(info, "cluster_state:ok")
@@ -185,9 +178,99 @@ func StartCluster(t testing.TB) *Cluster {
 			return c
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the cluster did not reach cluster_state:ok")
+			fail("the cluster did not reach cluster_state:ok in 30s")
 		}
 	}
+}
+
+// node is one redis-server process of a test's own.
+type node struct {
+	addr   string
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once the process has exited
+	out    *logtest.Buffer
+}
+
+// startNode starts a redis-server on 127.0.0.1 and returns once that very
+// process answers: PING answered by a server whose process id is its own,
+// not another test's server that got the port first. The port is ports[0]
+// when given; otherwise ports (the client port, and with
+// --cluster-enabled the bus port) are picked free, and picked again, up to
+// a few times, when the server could not bind one because something took
+// it meanwhile. The error quotes the server's output.
+func startNode(dir string, ports []string, extra ...string) (*node, error) {
+	cluster := slices.Contains(extra, "--cluster-enabled")
+	var err error
+	for range 5 {
+		port, bus := "", ""
+		if len(ports) > 0 {
+			port = ports[0]
+		} else if port, err = freePort(); err != nil {
+			return nil, err
+		}
+		args := []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}
+		if cluster {
+			if bus, err = freePort(); err != nil {
+				return nil, err
+			}
+			args = append(args, "--cluster-port", bus, "--cluster-config-file", "nodes-"+port+".conf")
+		}
+		var n *node
+		if n, err = runNode(net.JoinHostPort("127.0.0.1", port), append(args, extra...)); err == nil {
+			return n, nil
+		}
+		if len(ports) > 0 {
+			return nil, err // the caller's port: it decides whether to wait
+		}
+	}
+	return nil, err
+}
+
+// freePort is a port nothing listened on a moment ago.
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	_, port, err := net.SplitHostPort(ln.Addr().String())
+	return port, err
+}
+
+// runNode runs redis-server with args and waits, at most 10 s, for it to
+// answer on addr; it fails at once when the server exits first (a port
+// taken, say).
+func runNode(addr string, args []string) (*node, error) {
+	n := &node{addr: addr, cmd: exec.Command("redis-server", args...), exited: make(chan struct{}), out: &logtest.Buffer{}}
+	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
+	if err := n.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { n.cmd.Wait(); close(n.exited) }()
+	pid := "process_id:" + strconv.Itoa(n.cmd.Process.Pid)
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	defer c.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		select {
+		case <-n.exited:
+			return nil, fmt.Errorf("redis-server %s exited:\n%s", strings.Join(args, " "), n.out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		info, err := c.Info(context.Background(), "server").Result()
+		if err == nil && strings.Contains(info, pid+"\r\n") {
+			return n, nil
+		}
+		if time.Now().After(deadline) {
+			n.stop()
+			return nil, fmt.Errorf("redis-server %s did not answer in 10s (last: %v):\n%s", strings.Join(args, " "), err, n.out.String())
+		}
+	}
+}
+
+// stop kills the process, as a crash would, and waits for it.
+func (n *node) stop() {
+	n.cmd.Process.Kill()
+	<-n.exited
 }
 
 // URL is the cluster as a state URL.

@@ -20,10 +20,10 @@ type Progress struct {
 }
 
 // Classify maps how an attempt through an Exit ended to its outcome class
-// (SPEC §2.1), and says whether bytes of the request may have reached the
-// target, so that only idempotent requests are retried then. err is the
-// attempt's error, from the Exit or from reading the answer's body; p is
-// what the Exit recorded of the attempt. By layer:
+// (docs/design/006-model.md), and says whether bytes of the request may
+// have reached the target, so that only idempotent requests are retried
+// then. err is the attempt's error, from the Exit or from reading the
+// answer's body; p is what the Exit recorded of the attempt. By layer:
 //
 //	nil                 ok
 //	*Error              Error.Class; reached nothing (Error.NeverLeft)

@@ -417,9 +417,9 @@ func (e *Error) Class() engine.Class {
 
 // NeverLeft reports whether nothing of the caller's can have reached the
 // target, so that the attempt is safe to retry on another route whatever
-// the request's method (SPEC §2.4). It holds for every Error but a
-// Forwarded 407: an Exit fails with one before the stream to the target
-// exists, or when a proxy refused to build it.
+// the request's method (docs/design/007-attempts.md). It holds for every
+// Error but a Forwarded 407: an Exit fails with one before the stream to
+// the target exists, or when a proxy refused to build it.
 func (e *Error) NeverLeft() bool { return !e.Forwarded }
 
 // callerGaveUp replaces err by the cause of ctx's end when the caller's

@@ -37,10 +37,10 @@ func LoadList(path string) ([]Route, error) {
 	return ParseList(path, data)
 }
 
-// ParseList parses a proxy list (SPEC §1.3) into routes in file order. name
-// prefixes errors as "name:line: reason". Errors quote the scheme, host and
-// labels of a bad line but never the line itself, so credentials stay out of
-// logs even when the line is malformed.
+// ParseList parses a proxy list (the format proxies.example.txt documents)
+// into routes in file order. name prefixes errors as "name:line: reason".
+// Errors quote the scheme, host and labels of a bad line but never the line
+// itself, so credentials stay out of logs even when the line is malformed.
 func ParseList(name string, data []byte) ([]Route, error) {
 	var routes []Route
 	firstLine := make(map[string]int) // route id → line that defined it

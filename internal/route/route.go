@@ -14,7 +14,7 @@ import (
 // Scheme is how a route reaches targets.
 type Scheme string
 
-// The schemes of SPEC §1.3.
+// The schemes of the proxy list (proxies.example.txt).
 const (
 	Direct Scheme = "direct" // the gateway's own connection
 	HTTP   Scheme = "http"   // HTTP proxy: absolute-form requests, CONNECT for tunnels

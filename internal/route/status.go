@@ -9,10 +9,10 @@ import (
 	"github.com/switchyard/switchyard/engine"
 )
 
-// ClassifyStatus maps a target's HTTP answer to an outcome class (SPEC
-// §2.1) and, for 429 and 503, the Retry-After it asked for. A target's 407
-// is its own 4xx, client_error: a proxy's refusal of the route's
-// credentials never reaches here (Exit.RoundTrip).
+// ClassifyStatus maps a target's HTTP answer to an outcome class
+// (docs/design/006-model.md) and, for 429 and 503, the Retry-After it asked
+// for. A target's 407 is its own 4xx, client_error: a proxy's refusal of
+// the route's credentials never reaches here (Exit.RoundTrip).
 func ClassifyStatus(status int, h http.Header, now time.Time) (engine.Class, time.Duration) {
 	switch {
 	case status == http.StatusForbidden || status == http.StatusUnavailableForLegalReasons:

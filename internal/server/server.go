@@ -17,9 +17,9 @@ import (
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/engine/redisstore"
 	"github.com/switchyard/switchyard/internal/admin"
+	"github.com/switchyard/switchyard/internal/admit"
 	"github.com/switchyard/switchyard/internal/config"
 	"github.com/switchyard/switchyard/internal/gateway"
-	"github.com/switchyard/switchyard/internal/guard"
 	"github.com/switchyard/switchyard/internal/probe"
 	"github.com/switchyard/switchyard/internal/route"
 )
@@ -120,7 +120,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		Log:                 log,
 	}
 	if cfg.BlockPrivate() {
-		gcfg.Admission = guard.NewAdmission(cfg.Security.Prefixes(), cfg.Security.AllowHosts)
+		gcfg.Admission = admit.New(cfg.Security.Prefixes(), cfg.Security.AllowHosts)
 	}
 	if s.gateway, err = gateway.New(gcfg, e, routes); err != nil {
 		s.closeShared()
@@ -180,14 +180,14 @@ func gatewayUsers(cfg *config.Config) (map[string]gateway.User, error) {
 func (s *Server) Engine() *engine.Engine { return s.engine }
 
 // Reload applies next's routes, target rules and users without a restart
-// (SPEC §1.4): a route whose id is unchanged keeps all its evidence and
-// state (its labels, max_inflight, weight and cost follow the new list); a
-// new route joins as a candidate; a removed route drains (no new work, its
-// requests in flight finish) and comes back if a later reload lists it
-// again. Requests in flight keep the routes, users and rules they started
-// with. Sections that need a restart are left as they are: every reload
-// that leaves one different from the running process logs it, and /readyz
-// and the metrics show it until a reload puts it back or a restart.
+// (docs/design/008-gateway.md): a route whose id is unchanged keeps all its
+// evidence and state (its labels, max_inflight, weight and cost follow the
+// new list); a new route joins as a candidate; a removed route drains (no
+// new work, its requests in flight finish) and comes back if a later reload
+// lists it again. Requests in flight keep the routes, users and rules they
+// started with. Sections that need a restart are left as they are: every
+// reload that leaves one different from the running process logs it, and
+// /readyz and the metrics show it until a reload puts it back or a restart.
 func (s *Server) Reload(next *config.Config) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

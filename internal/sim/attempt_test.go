@@ -121,7 +121,8 @@ func (p *scriptPolicy) RetryIn() time.Duration { return p.retryIn }
 func (p *scriptPolicy) Request(time.Time)      {}
 
 func (p *scriptPolicy) Retry(_ time.Time, _ int, c engine.Class) bool {
-	return !p.noRetry && engine.DefaultRules.Rule(c).Retry
+	rules := engine.DefaultRules()
+	return !p.noRetry && rules.Rule(c).Retry
 }
 
 func (p *scriptPolicy) Hedge(now time.Time) bool {

@@ -35,7 +35,8 @@ func (p *recordedPolicy) Retry(now time.Time, target int, c engine.Class) bool {
 	if r, ok := p.Policy.(retrier); ok {
 		return r.Retry(now, target, c)
 	}
-	return engine.DefaultRules.Rule(c).Retry
+	rules := engine.DefaultRules()
+	return rules.Rule(c).Retry
 }
 
 // syncProber answers probes at once from w at at, as the runner would:

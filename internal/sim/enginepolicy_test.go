@@ -140,7 +140,8 @@ from = "%s"
 
 // TestEngineCancelAfterDeadline: a client's cancel reaches the engine as
 // proxy_timeout when the attempt had passed its lease's deadline, and as
-// canceled, no evidence, before it (SPEC §2.4b).
+// canceled, no evidence, before it (Lease.Canceled;
+// docs/design/007-attempts.md).
 func TestEngineCancelAfterDeadline(t *testing.T) {
 	t.Parallel()
 	w := scriptWorld{okIn(100 * ms), okIn(100 * ms)}

@@ -587,7 +587,8 @@ func (r *runner) retries(i int, c engine.Class) bool {
 	if r.retrier != nil {
 		return r.retrier.Retry(Epoch.Add(r.now), wk.target, c)
 	}
-	return engine.DefaultRules.Rule(c).Retry
+	rules := engine.DefaultRules()
+	return rules.Rule(c).Retry
 }
 
 // hedge starts a second attempt for the worker's request on another

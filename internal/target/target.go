@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/net/publicsuffix"
 
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/pacing"
 )
 
 // Rule is one operator rule: the settings of the hosts it matches.
@@ -29,7 +29,7 @@ type Rule struct {
 type Policy struct {
 	ProbePath       string   // path half-open probes fetch; "" is "/"
 	BlockSignatures []string // body substrings that mark a 2xx page a soft ban
-	Pace            guard.Limits
+	Pace            pacing.Limits
 	NoHedge         bool // requests to the target are never hedged
 }
 
@@ -94,13 +94,13 @@ func (r *Rules) Resolve(host string) (key string, p *Policy) {
 // as a host, "*.example.com" matching example.com too. A rule that paces
 // without a key must name registrable domains so that its hosts' keys find
 // it (config checks this).
-func (r *Rules) Pace(key string) guard.Limits {
+func (r *Rules) Pace(key string) pacing.Limits {
 	i, ok := r.keyed[key]
 	if !ok {
 		i = r.match(key, true)
 	}
 	if i < 0 {
-		return guard.Limits{}
+		return pacing.Limits{}
 	}
 	return r.rules[i].Pace
 }

@@ -3,7 +3,7 @@ package target
 import (
 	"testing"
 
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/pacing"
 )
 
 func TestDefaultKey(t *testing.T) {
@@ -28,7 +28,7 @@ func TestDefaultKey(t *testing.T) {
 
 func TestResolve(t *testing.T) {
 	t.Parallel()
-	shop := Policy{ProbePath: "/robots.txt", Pace: guard.Limits{Rate: 5}}
+	shop := Policy{ProbePath: "/robots.txt", Pace: pacing.Limits{Rate: 5}}
 	img := Policy{ProbePath: "/img"}
 	all := Policy{BlockSignatures: []string{"captcha"}}
 	r := New([]Rule{
@@ -63,9 +63,9 @@ func TestResolve(t *testing.T) {
 func TestPace(t *testing.T) {
 	t.Parallel()
 	r := New([]Rule{
-		{Hosts: []string{"*.example.com"}, Policy: Policy{Pace: guard.Limits{Rate: 1}}},
-		{Hosts: []string{"a.test", "b.test"}, Key: "ab", Policy: Policy{Pace: guard.Limits{Rate: 2}}},
-		{Hosts: []string{"example.net"}, Policy: Policy{Pace: guard.Limits{Rate: 3}}},
+		{Hosts: []string{"*.example.com"}, Policy: Policy{Pace: pacing.Limits{Rate: 1}}},
+		{Hosts: []string{"a.test", "b.test"}, Key: "ab", Policy: Policy{Pace: pacing.Limits{Rate: 2}}},
+		{Hosts: []string{"example.net"}, Policy: Policy{Pace: pacing.Limits{Rate: 3}}},
 	})
 	tests := []struct {
 		key  string

@@ -23,7 +23,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +30,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // Kind is the protocol a fake proxy speaks.
@@ -736,20 +737,24 @@ func (s *server) release(c net.Conn) {
 }
 
 // NoLeaks runs f as a subtest and fails t if goroutines started during it
-// are still running a moment after it (and its cleanups) ended. It counts
-// every goroutine of the process, so call it only from tests that do not
-// call t.Parallel; f's own subtests may.
+// are still running a moment after it (and its cleanups) ended. It tells
+// goroutines apart by identity (go.uber.org/goleak), not by count, so one
+// that ended cannot hide one that leaked; but it sees every goroutine of
+// the process, so call it only from tests that do not call t.Parallel; f's
+// own subtests may.
 func NoLeaks(t *testing.T, f func(t *testing.T)) {
 	t.Helper()
-	before := runtime.NumGoroutine()
+	before := goleak.IgnoreCurrent()
 	t.Run("run", f)
 	// Goroutines of closed connections finish just after: allow a moment.
-	for deadline := time.Now().Add(2 * time.Second); runtime.NumGoroutine() > before; {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Fatalf("goroutines leaked: %d before, %d after\n%s", before, runtime.NumGoroutine(), buf)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		err := goleak.Find(before)
+		if err == nil {
+			return
 		}
-		time.Sleep(10 * time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutines leaked: %v", err)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package guard_test
+package admit_test
 
 import (
 	"errors"
@@ -11,13 +11,13 @@ import (
 
 	"golang.org/x/net/idna"
 
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/admit"
 )
 
 // FuzzAdmit: with the dialers' own reading of a host as the oracle, no host
 // CheckHost admits reads as a blocked address or a blocked name, and the
 // host NormalizeHostPort gives to send reads as the same destination.
-// Nothing panics, and every refusal is a *guard.Error.
+// Nothing panics, and every refusal is a *admit.Error.
 func FuzzAdmit(f *testing.F) {
 	for _, s := range []string{
 		// Numeric spellings.
@@ -42,19 +42,19 @@ func FuzzAdmit(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	a := guard.NewAdmission(nil, nil)
+	a := admit.New(nil, nil)
 	f.Fuzz(func(t *testing.T, host string) {
-		if h, hp, err := guard.NormalizeHostPort(host, false); err == nil {
-			if h2, hp2, err := guard.NormalizeHostPort(hp, false); h2 != h || hp2 != hp || err != nil {
+		if h, hp, err := admit.NormalizeHostPort(host, false); err == nil {
+			if h2, hp2, err := admit.NormalizeHostPort(hp, false); h2 != h || hp2 != hp || err != nil {
 				t.Fatalf("NormalizeHostPort(%q) = %q, %q, but of that %q, %q, %v", host, h, hp, h2, hp2, err)
 			}
-		} else if !isGuardError(err) {
-			t.Fatalf("NormalizeHostPort(%q): %v (%T), want a *guard.Error", host, err, err)
+		} else if !isAdmitError(err) {
+			t.Fatalf("NormalizeHostPort(%q): %v (%T), want a *admit.Error", host, err, err)
 		}
 		err := a.CheckHost(host)
 		if err != nil {
-			if !isGuardError(err) {
-				t.Fatalf("CheckHost(%q): %v (%T), want a *guard.Error", host, err, err)
+			if !isAdmitError(err) {
+				t.Fatalf("CheckHost(%q): %v (%T), want a *admit.Error", host, err, err)
 			}
 			return
 		}
@@ -72,7 +72,7 @@ func FuzzAdmit(f *testing.F) {
 				t.Fatalf("CheckHost(%q) passed what is sent as a blocked name: %v", host, err)
 			}
 		}
-		wire, _, err := guard.NormalizeHostPort(host, false)
+		wire, _, err := admit.NormalizeHostPort(host, false)
 		if err != nil {
 			return // the gateway refuses it before it checks
 		}
@@ -82,8 +82,8 @@ func FuzzAdmit(f *testing.F) {
 	})
 }
 
-func isGuardError(err error) bool {
-	var ge *guard.Error
+func isAdmitError(err error) bool {
+	var ge *admit.Error
 	return errors.As(err, &ge)
 }
 
@@ -98,7 +98,7 @@ func (r hostReading) same(o hostReading) bool {
 }
 
 // readHost reads host as the routes' dialers and proxies may, written apart
-// from the guard: net/http's mapping of a non-ASCII host (its vendored
+// from this package: net/http's mapping of a non-ASCII host (its vendored
 // idna.Lookup.ToASCII, before it dials or asks a proxy), then an address as
 // net.ParseIP and netip read one, with or without brackets, and as
 // inet_aton reads IPv4; else a name. ok is false when net/http cannot map

@@ -1,4 +1,4 @@
-package guard
+package pacing
 
 import (
 	"context"
@@ -37,14 +37,14 @@ func (c *fakeClock) Advance(d time.Duration) {
 // same gives every target the limits l.
 func same(l Limits) func(string) Limits { return func(string) Limits { return l } }
 
-// wantPaced fails unless err is a *PaceError with reason and, when
+// wantPaced fails unless err is a *Error with reason and, when
 // retryAfter is not negative, that RetryAfter within a millisecond.
 func wantPaced(t *testing.T, err error, reason string, retryAfter time.Duration) {
 	t.Helper()
-	var pe *PaceError
+	var pe *Error
 	switch {
 	case !errors.As(err, &pe):
-		t.Fatalf("got %v, want a *PaceError %q", err, reason)
+		t.Fatalf("got %v, want a *Error %q", err, reason)
 	case pe.Reason != reason:
 		t.Fatalf("got %v, want reason %q", err, reason)
 	case retryAfter >= 0 && (pe.RetryAfter-retryAfter).Abs() > time.Millisecond:
@@ -128,7 +128,7 @@ func TestLimitsValidate(t *testing.T) {
 func TestPaceRateHonoured(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		p := NewPacer(PacerConfig{Limits: same(Limits{Rate: 5, Burst: 1, MaxWait: time.Minute})})
+		p := New(Config{Limits: same(Limits{Rate: 5, Burst: 1, MaxWait: time.Minute})})
 		start := time.Now()
 		ctx, cancel := context.WithDeadline(context.Background(), start.Add(10*time.Second))
 		defer cancel()
@@ -183,7 +183,7 @@ func TestPaceRateRefusal(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
 			clock := newFakeClock()
-			p := NewPacer(PacerConfig{Limits: same(tc.l), Now: clock.Now})
+			p := New(Config{Limits: same(tc.l), Now: clock.Now})
 			for range tc.burst {
 				admit(t, p, "t")()
 			}
@@ -206,7 +206,7 @@ func TestPaceConcurrency(t *testing.T) {
 	t.Run("waits for a release", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			p := NewPacer(PacerConfig{Limits: same(l)})
+			p := New(Config{Limits: same(l)})
 			first, second := admit(t, p, "t"), admit(t, p, "t")
 			defer second()
 			start := time.Now()
@@ -232,7 +232,7 @@ func TestPaceConcurrency(t *testing.T) {
 	t.Run("refused after MaxWait", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			p := NewPacer(PacerConfig{Limits: same(l)})
+			p := New(Config{Limits: same(l)})
 			defer admit(t, p, "t")()
 			defer admit(t, p, "t")()
 			start := time.Now()
@@ -245,7 +245,7 @@ func TestPaceConcurrency(t *testing.T) {
 	})
 	t.Run("MaxWait 0 refuses at once", func(t *testing.T) {
 		t.Parallel()
-		p := NewPacer(PacerConfig{Limits: same(Limits{MaxConcurrent: 1})})
+		p := New(Config{Limits: same(Limits{MaxConcurrent: 1})})
 		defer admit(t, p, "t")()
 		_, err := p.Admit(context.Background(), "t")
 		wantPaced(t, err, "concurrency", time.Second)
@@ -253,7 +253,7 @@ func TestPaceConcurrency(t *testing.T) {
 	t.Run("never more than MaxConcurrent in flight", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			p := NewPacer(PacerConfig{Limits: same(Limits{MaxConcurrent: 3, MaxWait: time.Hour})})
+			p := New(Config{Limits: same(Limits{MaxConcurrent: 3, MaxWait: time.Hour})})
 			var inFlight, most atomic.Int32
 			var wg sync.WaitGroup
 			for range 20 {
@@ -296,7 +296,7 @@ func TestPaceQueueBound(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
-				p := NewPacer(PacerConfig{Limits: same(tc.l)})
+				p := New(Config{Limits: same(tc.l)})
 				release := admit(t, p, "t")
 				var waiters []<-chan error
 				for range 3 {
@@ -327,7 +327,7 @@ func TestPaceCancel(t *testing.T) {
 	t.Run("waiting for a slot", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			p := NewPacer(PacerConfig{Limits: same(Limits{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Minute})})
+			p := New(Config{Limits: same(Limits{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Minute})})
 			release := admit(t, p, "t")
 			ctx, cancel := context.WithCancel(context.Background())
 			done := goAdmit(ctx, p, "t")
@@ -355,7 +355,7 @@ func TestPaceCancel(t *testing.T) {
 	t.Run("granted a slot as it is cancelled", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			p := NewPacer(PacerConfig{Limits: same(Limits{MaxConcurrent: 1, MaxWait: time.Minute})})
+			p := New(Config{Limits: same(Limits{MaxConcurrent: 1, MaxWait: time.Minute})})
 			release := admit(t, p, "t")
 			ctx, cancel := context.WithCancel(context.Background())
 			done := goAdmit(ctx, p, "t")
@@ -374,7 +374,7 @@ func TestPaceCancel(t *testing.T) {
 	t.Run("waiting for a token", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			p := NewPacer(PacerConfig{Limits: same(Limits{Rate: 1, Burst: 1, MaxConcurrent: 1, MaxWait: time.Minute})})
+			p := New(Config{Limits: same(Limits{Rate: 1, Burst: 1, MaxConcurrent: 1, MaxWait: time.Minute})})
 			admit(t, p, "t")()
 			start := time.Now()
 			ctx, cancel := context.WithCancel(context.Background())
@@ -395,7 +395,7 @@ func TestPaceCancel(t *testing.T) {
 	t.Run("token would come after the deadline", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			p := NewPacer(PacerConfig{Limits: same(Limits{Rate: 1, Burst: 1, MaxWait: time.Minute})})
+			p := New(Config{Limits: same(Limits{Rate: 1, Burst: 1, MaxWait: time.Minute})})
 			admit(t, p, "t")()
 			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 			defer cancel()
@@ -416,7 +416,7 @@ func TestPaceUpdate(t *testing.T) {
 	t.Run("rate", func(t *testing.T) {
 		t.Parallel()
 		clock := newFakeClock()
-		p := NewPacer(PacerConfig{Limits: same(Limits{Rate: 1, Burst: 1}), Now: clock.Now})
+		p := New(Config{Limits: same(Limits{Rate: 1, Burst: 1}), Now: clock.Now})
 		admit(t, p, "t")()
 		_, err := p.Admit(context.Background(), "t")
 		wantPaced(t, err, "rate", time.Second)
@@ -428,7 +428,7 @@ func TestPaceUpdate(t *testing.T) {
 	})
 	t.Run("concurrency", func(t *testing.T) {
 		t.Parallel()
-		p := NewPacer(PacerConfig{Limits: same(Limits{MaxConcurrent: 2})})
+		p := New(Config{Limits: same(Limits{MaxConcurrent: 2})})
 		a, b := admit(t, p, "t"), admit(t, p, "t")
 		p.Update(same(Limits{MaxConcurrent: 1}))
 		_, err := p.Admit(context.Background(), "t")
@@ -446,7 +446,7 @@ func TestPaceUpdate(t *testing.T) {
 	t.Run("raised bound admits waiters", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			p := NewPacer(PacerConfig{Limits: same(Limits{MaxConcurrent: 1, MaxWait: time.Minute})})
+			p := New(Config{Limits: same(Limits{MaxConcurrent: 1, MaxWait: time.Minute})})
 			release := admit(t, p, "t")
 			defer release()
 			done := goAdmit(context.Background(), p, "t")
@@ -460,7 +460,7 @@ func TestPaceUpdate(t *testing.T) {
 	})
 	t.Run("to no limits", func(t *testing.T) {
 		t.Parallel()
-		p := NewPacer(PacerConfig{Limits: same(Limits{MaxConcurrent: 1})})
+		p := New(Config{Limits: same(Limits{MaxConcurrent: 1})})
 		admit(t, p, "idle")()
 		busy := admit(t, p, "busy")
 		p.Update(nil)
@@ -489,8 +489,8 @@ func TestPaceUnlimited(t *testing.T) {
 		desc string
 		p    *Pacer
 	}{
-		{desc: "no limits function", p: NewPacer(PacerConfig{})},
-		{desc: "zero limits", p: NewPacer(PacerConfig{Limits: limits})},
+		{desc: "no limits function", p: New(Config{})},
+		{desc: "zero limits", p: New(Config{Limits: limits})},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			allocs := testing.AllocsPerRun(100, func() {
@@ -517,7 +517,7 @@ func TestPaceUnlimited(t *testing.T) {
 func TestPaceLRU(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
-	p := NewPacer(PacerConfig{
+	p := New(Config{
 		Limits:     same(Limits{Rate: 1, Burst: 1, MaxConcurrent: 1, PairRate: 1}),
 		MaxTargets: 3,
 		Now:        clock.Now,
@@ -566,7 +566,7 @@ func TestPacePair(t *testing.T) {
 	t.Run("MaxWait 0", func(t *testing.T) {
 		t.Parallel()
 		clock := newFakeClock()
-		p := NewPacer(PacerConfig{Limits: same(Limits{PairRate: 1}), Now: clock.Now})
+		p := New(Config{Limits: same(Limits{PairRate: 1}), Now: clock.Now})
 		ctx := context.Background()
 		if err := p.Pair(ctx, "r1", "t"); err != nil {
 			t.Fatal(err)
@@ -574,7 +574,7 @@ func TestPacePair(t *testing.T) {
 		for range 2 {
 			err := p.Pair(ctx, "r1", "t")
 			wantPaced(t, err, "politeness", time.Second)
-			if pe := err.(*PaceError); pe.Route != "r1" || pe.Target != "t" {
+			if pe := err.(*Error); pe.Route != "r1" || pe.Target != "t" {
 				t.Errorf("got %+v, want route r1, target t", pe)
 			}
 		}
@@ -595,7 +595,7 @@ func TestPacePair(t *testing.T) {
 	t.Run("waits up to MaxWait", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			p := NewPacer(PacerConfig{Limits: same(Limits{PairRate: 1, MaxWait: 2 * time.Second})})
+			p := New(Config{Limits: same(Limits{PairRate: 1, MaxWait: 2 * time.Second})})
 			ctx := context.Background()
 			start := time.Now()
 			for i := range 3 {
@@ -627,7 +627,7 @@ func TestPacePair(t *testing.T) {
 	t.Run("cancelled", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			p := NewPacer(PacerConfig{Limits: same(Limits{PairRate: 1, MaxWait: 2 * time.Second})})
+			p := New(Config{Limits: same(Limits{PairRate: 1, MaxWait: 2 * time.Second})})
 			if err := p.Pair(context.Background(), "r1", "t"); err != nil {
 				t.Fatal(err)
 			}
@@ -653,11 +653,11 @@ func TestPacePair(t *testing.T) {
 func TestPaceErrorText(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		err  *PaceError
+		err  *Error
 		want string
 	}{
-		{&PaceError{Target: "example.com:443", Reason: "rate", RetryAfter: 200 * time.Millisecond}, "paced: rate example.com:443, retry after 200ms"},
-		{&PaceError{Target: "example.com:443", Route: "r1", Reason: "politeness", RetryAfter: time.Second}, "paced: politeness example.com:443 via r1, retry after 1s"},
+		{&Error{Target: "example.com:443", Reason: "rate", RetryAfter: 200 * time.Millisecond}, "paced: rate example.com:443, retry after 200ms"},
+		{&Error{Target: "example.com:443", Route: "r1", Reason: "politeness", RetryAfter: time.Second}, "paced: politeness example.com:443 via r1, retry after 1s"},
 	} {
 		if got := tc.err.Error(); got != tc.want {
 			t.Errorf("got %q, want %q", got, tc.want)

@@ -1,4 +1,4 @@
-package guard
+package admit
 
 import (
 	"os"
@@ -32,5 +32,12 @@ func TestSecurityDocListsTheTable(t *testing.T) {
 		if row := "| " + r[0] + " | " + r[1] + " |"; !strings.Contains(string(doc), row) {
 			t.Errorf("docs/security.md has no row starting %q", row)
 		}
+	}
+	// The page sends readers to this file: the path must be this one's.
+	if _, err := os.Stat("table.go"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "`internal/admit/table.go`") {
+		t.Error("docs/security.md does not name internal/admit/table.go as where the table is defined")
 	}
 }

@@ -1,4 +1,9 @@
-package guard
+// Package pacing holds the gateway to the limits an operator sets per
+// target ([[targets]] rate, max_concurrent, pair_rate): token buckets and
+// concurrency slots with a bounded wait. It is separate from the engine's
+// learned pacing (engine/pace.go), which holds route×target pairs to the
+// rates the sites' own 429s and bans taught.
+package pacing
 
 import (
 	"container/list"
@@ -10,9 +15,9 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Limits paces one target (SPEC §2.4). Zero fields mean "no limit" except
-// where said. Being paced is not a failure: a refusal is never evidence
-// against a route.
+// Limits paces one target (docs/design/007-attempts.md). Zero fields mean
+// "no limit" except where said. Being paced is not a failure: a refusal is
+// never evidence against a route.
 type Limits struct {
 	Rate          float64       // requests per second let through to the target; 0 = unlimited
 	Burst         int           // token bucket size; 0 = max(1, ceil(Rate))
@@ -76,9 +81,9 @@ func (l Limits) withDefaults() Limits {
 // defaultBurst is max(1, ceil(r)), capped where an int surely holds it.
 func defaultBurst(r float64) int { return int(min(max(1, math.Ceil(r)), math.MaxInt32)) }
 
-// PaceError is returned when a request is refused; the gateway answers 429
+// Error is returned when a request is refused; the gateway answers 429
 // with Retry-After and does not count it as evidence against any route.
-type PaceError struct {
+type Error struct {
 	Target string
 	Route  string // set for "politeness" only
 	// Reason is "rate", "concurrency", "queue_full" (Admit) or
@@ -94,7 +99,7 @@ type PaceError struct {
 }
 
 // Error reads "paced: <reason> <target>, retry after <duration>".
-func (e *PaceError) Error() string {
+func (e *Error) Error() string {
 	s := "paced: " + e.Reason + " " + e.Target
 	if e.Route != "" {
 		s += " via " + e.Route
@@ -102,8 +107,8 @@ func (e *PaceError) Error() string {
 	return s + ", retry after " + e.RetryAfter.String()
 }
 
-// PacerConfig configures a Pacer.
-type PacerConfig struct {
+// Config configures a Pacer.
+type Config struct {
 	// Limits gives each target's limits, validated; nil paces nothing. It
 	// is called, without the Pacer's lock, for targets without an entry
 	// and for entries made before the last Update, so it must be safe for
@@ -133,8 +138,8 @@ type Pacer struct {
 	pairs   lru[pairKey, *pairState]  // guarded by mu
 }
 
-// NewPacer returns a Pacer with cfg's limits.
-func NewPacer(cfg PacerConfig) *Pacer {
+// New returns a Pacer with cfg's limits.
+func New(cfg Config) *Pacer {
 	n := cfg.MaxTargets
 	if n <= 0 {
 		n = 10000
@@ -243,7 +248,7 @@ func noRelease() {}
 // Admit waits, at most the target's MaxWait and never past ctx, for a
 // concurrency slot and then a rate token. On success the caller must call
 // release once the request to the target is over; calling it again does
-// nothing. A refusal is a *PaceError; a cancelled ctx returns ctx.Err().
+// nothing. A refusal is a *Error; a cancelled ctx returns ctx.Err().
 // A target without limits costs no entry and no allocation.
 func (p *Pacer) Admit(ctx context.Context, target string) (release func(), err error) {
 	t := p.lockTarget(target)
@@ -335,7 +340,7 @@ func (p *Pacer) takeToken(ctx context.Context, t *targetState, b *rate.Limiter, 
 	}
 	if d > budget(ctx, now, deadline) {
 		r.CancelAt(now)
-		return &PaceError{Target: t.name, Reason: "rate", RetryAfter: d}
+		return &Error{Target: t.name, Reason: "rate", RetryAfter: d}
 	}
 	if err := enqueue(t, queued); err != nil {
 		r.CancelAt(now)
@@ -351,8 +356,8 @@ func (p *Pacer) takeToken(ctx context.Context, t *targetState, b *rate.Limiter, 
 }
 
 // refuse is the "concurrency" or "queue_full" refusal. Caller must hold mu.
-func (t *targetState) refuse(reason string) *PaceError {
-	return &PaceError{Target: t.name, Reason: reason, RetryAfter: max(t.lim.MaxWait, time.Second)}
+func (t *targetState) refuse(reason string) *Error {
+	return &Error{Target: t.name, Reason: reason, RetryAfter: max(t.lim.MaxWait, time.Second)}
 }
 
 // enqueue counts the caller as waiting on t, once per Admit, or refuses it
@@ -393,7 +398,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 // Pair is the politeness check for one attempt on route for target: it
 // takes a token from the route×target bucket, waiting for it if it comes
 // within the target's MaxWait (and ctx's deadline). Otherwise it returns a
-// *PaceError "politeness" at once, without taking a token, so the gateway
+// *Error "politeness" at once, without taking a token, so the gateway
 // can give the route back without evidence and try another. A cancelled
 // ctx returns ctx.Err(). A target without PairRate costs no allocation.
 func (p *Pacer) Pair(ctx context.Context, route, target string) error {
@@ -423,7 +428,7 @@ func (p *Pacer) Pair(ctx context.Context, route, target string) error {
 	}
 	if d > budget(ctx, now, now.Add(t.lim.MaxWait)) {
 		r.CancelAt(now)
-		return &PaceError{Target: target, Route: route, Reason: "politeness", RetryAfter: d}
+		return &Error{Target: target, Route: route, Reason: "politeness", RetryAfter: d}
 	}
 	s.waiting++
 	p.mu.Unlock()

@@ -1,11 +1,11 @@
-// Package guard decides which destinations the gateway may reach: SSRF
-// admission (SPEC §4; docs/security.md lists what is blocked and why).
+// Package admit decides which destinations the gateway may reach: SSRF
+// admission (docs/security.md lists what is blocked and why).
 // Targets are checked twice: as the client wrote the host, read as the
 // routes will send it (NormalizeHostPort, CheckHost), before any DNS; and
 // as the address actually connected to, after DNS, inside the dialer
 // (Control), so a name that resolves or rebinds to an internal address is
 // refused too.
-package guard
+package admit
 
 import (
 	"net/netip"
@@ -47,11 +47,11 @@ type Admission struct {
 	allowHosts map[string]bool // by target key: normalized, lower case, without trailing dots
 }
 
-// NewAdmission blocks internal destinations except those in allowCIDRs and
-// the host names in allowHosts: allow-lists override the blocks. A host
-// that is no host at all (see CheckHost) can never be asked for, and is
-// ignored.
-func NewAdmission(allowCIDRs []netip.Prefix, allowHosts []string) *Admission {
+// New returns an Admission that blocks internal destinations except those
+// in allowCIDRs and the host names in allowHosts: allow-lists override the
+// blocks. A host that is no host at all (see CheckHost) can never be asked
+// for, and is ignored.
+func New(allowCIDRs []netip.Prefix, allowHosts []string) *Admission {
 	a := &Admission{allowHosts: make(map[string]bool, len(allowHosts))}
 	for _, p := range allowCIDRs {
 		a.allowCIDRs = append(a.allowCIDRs, p.Masked())

@@ -1,4 +1,4 @@
-package guard_test
+package admit_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/admit"
 )
 
 // fakeResolver answers from a table and records the names it was asked.
@@ -21,7 +21,7 @@ type fakeResolver struct {
 	asked []string
 }
 
-var _ guard.Resolver = (*fakeResolver)(nil)
+var _ admit.Resolver = (*fakeResolver)(nil)
 
 func (r *fakeResolver) LookupNetIP(_ context.Context, network, host string) ([]netip.Addr, error) {
 	r.mu.Lock()
@@ -82,7 +82,7 @@ func TestCheckResolved(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
 			r := &fakeResolver{addrs: names, err: tc.err}
-			err := guard.NewAdmission(nil, tc.allowHosts).CheckResolved(context.Background(), r, tc.host)
+			err := admit.New(nil, tc.allowHosts).CheckResolved(context.Background(), r, tc.host)
 			checkErr(t, err, tc.reason)
 			if tc.err != nil && !errors.Is(err, tc.err) {
 				t.Errorf("got %v, want it to wrap %v", err, tc.err)

@@ -1,4 +1,4 @@
-package guard_test
+package admit_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/admit"
 )
 
 func TestCheckAddr(t *testing.T) {
@@ -80,7 +80,7 @@ func TestCheckAddr(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
-			err := guard.NewAdmission(tc.allow, nil).CheckAddr(netip.MustParseAddr(tc.ip))
+			err := admit.New(tc.allow, nil).CheckAddr(netip.MustParseAddr(tc.ip))
 			checkErr(t, err, tc.reason)
 		})
 	}
@@ -172,24 +172,24 @@ func TestCheckHost(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
-			err := guard.NewAdmission(nil, tc.allowHosts).CheckHost(tc.host)
+			err := admit.New(nil, tc.allowHosts).CheckHost(tc.host)
 			checkErr(t, err, tc.reason)
 		})
 	}
 }
 
-// checkErr wants nil when reason is "", else a *guard.Error whose text
+// checkErr wants nil when reason is "", else a *admit.Error whose text
 // contains reason and starts as its kind says: a refusal "blocked: ", a
 // malformed target "malformed target ".
 func checkErr(t *testing.T, err error, reason string) {
 	t.Helper()
-	var ge *guard.Error
+	var ge *admit.Error
 	switch {
 	case reason == "" && err != nil:
 		t.Fatalf("refused: %v", err)
 	case reason == "":
 	case !errors.As(err, &ge):
-		t.Fatalf("got %v (%T), want a *guard.Error about %q", err, err, reason)
+		t.Fatalf("got %v (%T), want a *admit.Error about %q", err, err, reason)
 	case !strings.Contains(err.Error(), reason):
 		t.Fatalf("got %q, want it to name %q", err, reason)
 	case ge.Malformed != strings.HasPrefix(err.Error(), "malformed target ") || !ge.Malformed && !strings.HasPrefix(err.Error(), "blocked: "):
@@ -228,7 +228,7 @@ func TestControl(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
-			d := net.Dialer{Timeout: 5 * time.Second, Control: guard.NewAdmission(tc.allow, nil).Control()}
+			d := net.Dialer{Timeout: 5 * time.Second, Control: admit.New(tc.allow, nil).Control()}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			c, err := d.DialContext(ctx, "tcp", ln.Addr().String())
@@ -239,7 +239,7 @@ func TestControl(t *testing.T) {
 				c.Close()
 				return
 			}
-			var ge *guard.Error
+			var ge *admit.Error
 			if c != nil || !errors.As(err, &ge) || ge.Reason != "loopback address" {
 				t.Fatalf("dial: %v, %v: want a loopback refusal", c, err)
 			}
@@ -257,7 +257,7 @@ func TestControl(t *testing.T) {
 // name; any other host gets Control, which refuses a blocked address.
 func TestDialControl(t *testing.T) {
 	t.Parallel()
-	a := guard.NewAdmission(nil, []string{"intranet.example"})
+	a := admit.New(nil, []string{"intranet.example"})
 	tests := []struct {
 		desc    string
 		host    string

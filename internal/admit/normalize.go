@@ -1,4 +1,4 @@
-package guard
+package admit
 
 import (
 	"errors"

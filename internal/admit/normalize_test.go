@@ -1,9 +1,9 @@
-package guard_test
+package admit_test
 
 import (
 	"testing"
 
-	"github.com/switchyard/switchyard/internal/guard"
+	"github.com/switchyard/switchyard/internal/admit"
 )
 
 func TestNormalizeHostPort(t *testing.T) {
@@ -54,7 +54,7 @@ func TestNormalizeHostPort(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
-			host, hostport, err := guard.NormalizeHostPort(tc.authority, tc.needPort)
+			host, hostport, err := admit.NormalizeHostPort(tc.authority, tc.needPort)
 			if tc.reason != "" {
 				checkErr(t, err, tc.reason)
 				if host != "" || hostport != "" {
@@ -66,7 +66,7 @@ func TestNormalizeHostPort(t *testing.T) {
 				t.Fatalf("got %q, %q, %v; want %q, %q", host, hostport, err, tc.host, tc.hostport)
 			}
 			// What is sent reads back as itself.
-			if h, hp, err := guard.NormalizeHostPort(hostport, tc.needPort); h != host || hp != hostport || err != nil {
+			if h, hp, err := admit.NormalizeHostPort(hostport, tc.needPort); h != host || hp != hostport || err != nil {
 				t.Errorf("again: got %q, %q, %v", h, hp, err)
 			}
 		})
