@@ -103,6 +103,21 @@ func TestMetrics(t *testing.T) {
 			},
 		},
 		{
+			desc: "local resource failures",
+			setup: func(_ *testing.T, f *fixture) {
+				f.m.ObserveLocalError("emfile")
+				f.m.ObserveLocalError("emfile")
+				f.m.ObserveLocalError("enobufs")
+			},
+			want: []string{
+				`switchyard_local_errors_total{reason="emfile"} 2`,
+				`switchyard_local_errors_total{reason="enobufs"} 1`,
+				`switchyard_local_errors_total{reason="enfile"} 0`,
+				`switchyard_local_errors_total{reason="enomem"} 0`,
+				`switchyard_local_errors_total{reason="eaddrnotavail"} 0`,
+			},
+		},
+		{
 			desc: "requests, attempts, retries and hedges",
 			setup: func(_ *testing.T, f *fixture) {
 				f.m.ObserveRequest(http.MethodGet, engine.OK, 2, 1)

@@ -178,6 +178,11 @@ func (g *Gateway) forward(ctx context.Context, r *http.Request, l engine.Lease, 
 			// have gone out.
 			o.class, o.reached = engine.Canceled, true
 		}
+		if o.local = route.LocalReason(err); o.local != "" {
+			// The gateway's own want: no evidence, nothing went out.
+			o.latency = 0
+			g.localFailure(o.local, l.Route, err)
+		}
 	}
 	o.timeout, _ = route.Classify(context.DeadlineExceeded, &progress)
 	return o
@@ -297,6 +302,9 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, o *outcome, attem
 		// (net/http would otherwise wait to read it before answering).
 		h.Set("Connection", "close")
 		badRequest(w, "reading the request body: "+o.bodyErr.Error())
+		return false
+	case o.local != "":
+		localResources(w, o.local)
 		return false
 	}
 	resp := o.resp

@@ -104,6 +104,10 @@ type Observer interface {
 	// ObserveAuthRefusal is told of each client refused at
 	// authentication: "denied" (407), "throttled" (429) or "busy" (503).
 	ObserveAuthRefusal(reason string)
+	// ObserveLocalError is told of each attempt the gateway could not make
+	// for want of its own resources, reason naming which (route.Error's
+	// Local: "emfile", "enfile", "enobufs", "enomem", "eaddrnotavail").
+	ObserveLocalError(reason string)
 }
 
 // Defaults applied by New to zero fields.
@@ -150,6 +154,8 @@ type Gateway struct {
 	updates sync.Mutex // serializes Update
 
 	origins sync.Map // target key → the host (with port) last requested for it, for probes
+
+	local localLog // the gateway running out of its own resources, logged at a bounded rate
 }
 
 // New returns a gateway over routes, which must already have been added to

@@ -60,6 +60,7 @@ type outcome struct {
 	timeout    engine.Class // what silence reads as at the layer the attempt reached
 	blocked    *guard.Error // admission refused the address dialled; class is then Canceled
 	bodyErr    error        // the client's streamed body broke off (gone, too slow); class is then Canceled
+	local      string       // the gateway ran out of this resource of its own (route.LocalReason); class is then Canceled
 	resp       *http.Response
 	conn       net.Conn
 	// done ends the attempt's context once its answer is consumed or
@@ -193,7 +194,9 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 			if awaited() > 0 {
 				continue // another attempt may still answer
 			}
-			if o.blocked != nil || !another() || !g.retry(j, o, attempts) || launch() != nil {
+			// Neither admission's refusal nor the gateway's own want of
+			// resources would go better on another route.
+			if o.blocked != nil || o.local != "" || !another() || !g.retry(j, o, attempts) || launch() != nil {
 				return nil, last, attempts, hedges, nil
 			}
 		}
@@ -240,7 +243,7 @@ func (g *Gateway) fly(ctx context.Context, j *job, l engine.Lease, x *route.Exit
 		}
 		o.lease = f.lease
 		f.mu.Unlock()
-		if o.class == engine.Canceled && o.blocked == nil && o.bodyErr == nil {
+		if o.class == engine.Canceled && o.blocked == nil && o.bodyErr == nil && o.local == "" {
 			o.class = o.lease.Canceled(g.cfg.Now().Sub(f.start), o.timeout)
 		}
 		// A winner the caller reports itself goes unreported here, unless

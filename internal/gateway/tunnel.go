@@ -58,7 +58,8 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settin
 
 // dialTunnel opens a stream to addr through the leased route. A success is
 // the caller's to report, when the tunnel shows how it went. An admission
-// refusal at connect time is Canceled: it says nothing about the route.
+// refusal at connect time, and the gateway's own want of resources, are
+// Canceled: they say nothing about the route.
 func (g *Gateway) dialTunnel(ctx context.Context, l engine.Lease, x *route.Exit, addr string) *outcome {
 	o := &outcome{lease: l}
 	var progress route.Progress
@@ -70,6 +71,10 @@ func (g *Gateway) dialTunnel(ctx context.Context, l engine.Lease, x *route.Exit,
 		o.class, _ = route.Classify(err, &progress)
 		if o.blocked = refusal(err); o.blocked != nil {
 			o.class = engine.Canceled
+		}
+		if o.local = route.LocalReason(err); o.local != "" {
+			o.latency = 0
+			g.localFailure(o.local, l.Route, err)
 		}
 		return o
 	}

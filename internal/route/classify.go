@@ -26,7 +26,8 @@ type Progress struct {
 // what the Exit recorded of the attempt. By layer:
 //
 //	nil                 ok
-//	*Error              Error.Class; reached nothing (Error.NeverLeft)
+//	*Error              Error.Class; reached nothing (Error.NeverLeft); Canceled
+//	                    when the gateway ran out of its own resources (Error.Local)
 //	context.Canceled    canceled: the caller gave up
 //	a timeout           of the layer reached: the exit (proxy_timeout) until the
 //	                    answer began, the target (target_timeout) once it did, or

@@ -77,7 +77,8 @@ func (x *Exit) dialTarget(ctx context.Context, addr string) (net.Conn, error) {
 	}
 	c, err := nd.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, &Error{Phase: PhaseTarget, Route: x.route.ID, Err: callerGaveUp(ctx, err)}
+		err = callerGaveUp(ctx, err)
+		return nil, &Error{Phase: PhaseTarget, Route: x.route.ID, Err: err, Local: localReason(err)}
 	}
 	return c, nil
 }
@@ -92,9 +93,44 @@ func (x *Exit) dialProxy(ctx context.Context) (net.Conn, error) {
 		if isTimeout(err) {
 			phase = PhaseDialTimeout
 		}
-		return nil, &Error{Phase: phase, Route: x.route.ID, Err: err}
+		return nil, &Error{Phase: phase, Route: x.route.ID, Err: err, Local: localReason(err)}
 	}
 	return conn, nil
+}
+
+// localReason names the gateway's own resource that a failed dial ran out
+// of, "" when err says nothing of the kind: the socket could not be made
+// (out of descriptors, per process or system-wide; out of kernel buffers
+// or memory) or no local port was left to connect from. None of it is the
+// route's doing. The names are the errno's, as the metric's reason label.
+func localReason(err error) string {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return ""
+	}
+	switch errno {
+	case syscall.EMFILE:
+		return "emfile"
+	case syscall.ENFILE:
+		return "enfile"
+	case syscall.ENOBUFS:
+		return "enobufs"
+	case syscall.ENOMEM:
+		return "enomem"
+	case syscall.EADDRNOTAVAIL:
+		return "eaddrnotavail"
+	}
+	return ""
+}
+
+// LocalReason is the gateway's own resource that err, an attempt's error,
+// says ran out (Error.Local), or "" when err is not such a failure.
+func LocalReason(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Local
+	}
+	return ""
 }
 
 // negotiate connects to the route's proxy and runs step on the connection
@@ -320,6 +356,11 @@ type Error struct {
 	// in the answer proves the proxy passed nothing on, so bytes of the
 	// request may have reached the target.
 	Forwarded bool
+	// Local names the gateway's own resource that ran out before anything
+	// left it ("emfile", "enfile", "enobufs", "enomem", "eaddrnotavail",
+	// or a cap of the gateway's own), "" otherwise. Such a failure is the
+	// gateway's fault, not the route's: Class is Canceled, no evidence.
+	Local string
 }
 
 // Phase is the step of reaching a target that failed.
@@ -355,6 +396,9 @@ func (p Phase) String() string {
 // <status>" as the cause when the proxy's HTTP answer says it all.
 func (e *Error) Error() string {
 	msg := "route " + e.Route + ": " + e.Phase.String()
+	if e.Local != "" {
+		msg += ": the gateway is out of local resources (" + e.Local + ")"
+	}
 	if e.Status != 0 {
 		msg += ": proxy answered " + strconv.Itoa(e.Status)
 	}
@@ -367,7 +411,9 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Class maps the failure to the engine's outcome class, by the layer that
-// failed. The caller giving up is Canceled whatever the phase. Otherwise:
+// failed. The caller giving up, and the gateway running out of its own
+// resources (Local), are Canceled whatever the phase: no evidence either
+// way. Otherwise:
 //
 //	PhaseDial        proxy_connect_failed
 //	PhaseDialTimeout proxy_timeout
@@ -384,7 +430,7 @@ func (e *Error) Unwrap() error { return e.Err }
 //	                 unreachable: a Direct route has no exit of its own to blame,
 //	                 so the evidence is about the target (route×target scope).
 func (e *Error) Class() engine.Class {
-	if errors.Is(e.Err, context.Canceled) {
+	if e.Local != "" || errors.Is(e.Err, context.Canceled) {
 		return engine.Canceled
 	}
 	switch e.Phase {
