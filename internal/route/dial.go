@@ -253,6 +253,29 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 	return c.Conn.Read(p)
 }
 
+// Buffered is how many of the target's first bytes are still to be read
+// through c, before the connection beneath. Only the reader may ask.
+func (c *prefixConn) Buffered() int { return len(c.prefix) }
+
+// TCPConn is the TCP connection beneath c, or nil when it is another kind
+// (TLS to an HTTPS proxy). Writing to it is writing to c; reading from it
+// skips what Buffered counts. The gateway's tunnels copy between TCP
+// connections so that the kernel splices them.
+func (c *prefixConn) TCPConn() *net.TCPConn {
+	tc, _ := c.Conn.(*net.TCPConn)
+	return tc
+}
+
+// CloseWrite half-closes the connection beneath where it can (TCP; TLS
+// sends its close_notify), as for a tunnel without a buffered start; it
+// closes it otherwise.
+func (c *prefixConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
+}
+
 // socks5 negotiates a CONNECT to addr with a SOCKS5 proxy (RFC 1928),
 // authenticating with username/password (RFC 1929) when proxyURL has them.
 func socks5(ctx context.Context, conn net.Conn, proxyURL *url.URL, addr string) (net.Conn, error) {

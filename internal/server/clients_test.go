@@ -431,3 +431,29 @@ func TestSlowBodiesAreCut(t *testing.T) {
 		}
 	})
 }
+
+// A client connection hands its TCP connection over to a tunnel, which
+// copies straight between TCP connections so that the kernel splices
+// them; a connection of another kind has none to hand over.
+func TestClientConnHandsOverTCP(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := (&clientConn{Conn: c}).TCPConn(); got != c {
+		t.Errorf("TCPConn() = %v, want the connection beneath", got)
+	}
+	p, q := net.Pipe()
+	defer p.Close()
+	defer q.Close()
+	if got := (&clientConn{Conn: p}).TCPConn(); got != nil {
+		t.Errorf("TCPConn() of a pipe = %v, want nil", got)
+	}
+}
