@@ -200,28 +200,16 @@ func (g *Gateway) admit(ctx context.Context, w http.ResponseWriter, authority st
 	if err == nil {
 		err = g.check(ctx, host)
 	}
-	switch e := refusal(err); {
-	case err == nil:
+	if err == nil {
 		return host, hostport, true
+	}
+	switch e := refusal(err); {
 	case e != nil && e.Malformed:
 		badRequest(w, e.Error())
 	default:
 		blockedDestination(w, err)
 	}
 	return "", "", false
-}
-
-// sentTo is r addressed to hostport, admission's reading of its target,
-// in the URL and the Host header: net/http would otherwise map a non-ASCII
-// host itself, and differently for the request line to an HTTP proxy
-// (Punycode) than for the dial (UTS-46). A shallow copy: the server's
-// request is not the handler's to change.
-func sentTo(r *http.Request, hostport string) *http.Request {
-	u := *r.URL
-	u.Host = hostport
-	out := r.WithContext(r.Context())
-	out.URL, out.Host = &u, hostport
-	return out
 }
 
 // Admit is admission's verdict on a probe's target authority (host, and
@@ -363,14 +351,16 @@ func (g *Gateway) logRequest(ctx context.Context, rec *record) {
 	if status == 0 && rec.w != nil {
 		status = rec.w.status
 	}
-	attrs := []slog.Attr{
+	// Room for every attribute, so that appending never grows it.
+	var room [11]slog.Attr
+	attrs := append(room[:0],
 		slog.String("method", clip(rec.method, maxLogField)),
 		slog.String("target", clip(rec.target, maxLogField)),
 		slog.String("url", clip(rec.url, maxLogURL)),
 		slog.Int("status", status),
 		slog.Int("attempts", rec.attempts),
 		slog.Int64("ms", g.cfg.Now().Sub(rec.start).Milliseconds()),
-	}
+	)
 	if rec.hedges > 0 {
 		attrs = append(attrs, slog.Int("hedges", rec.hedges))
 	}

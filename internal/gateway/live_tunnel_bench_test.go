@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"syscall"
 	"testing"
 	"time"
 
@@ -73,13 +72,4 @@ func BenchmarkLiveTunnel(b *testing.B) {
 		defer stop()
 		bench(b, gw)
 	})
-}
-
-// cpuTime is the CPU time the process has used so far, user and system.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -14,12 +14,12 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/logtest"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
 
@@ -49,8 +49,8 @@ func TestLocalResourcesAreNotEvidence(t *testing.T) {
 	site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") })
 	siteAddr := strings.TrimPrefix(site.URL, "http://")
 	rec := &recorder{}
-	var logs lockedBuffer
-	v := newEnv(t, Config{Observer: rec, Log: slog.New(slog.NewTextHandler(&logs, nil))},
+	logs := &logtest.Buffer{}
+	v := newEnv(t, Config{Observer: rec, Log: slog.New(slog.NewTextHandler(logs, nil))},
 		proxyLine(routetest.NewProxy(t, routetest.Behavior{}), ""), proxyLine(routetest.NewProxy(t, routetest.Behavior{}), ""))
 	before := []engine.Health{v.health(t, 0), v.health(t, 1)}
 
@@ -177,22 +177,4 @@ func (v *env) health(t *testing.T, i int) engine.Health {
 		t.Fatalf("route %s unknown", v.id(i))
 	}
 	return st.Health
-}
-
-// lockedBuffer is a log sink safe for the gateway's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -33,13 +33,11 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settin
 	defer release()
 	another := ctl.session == "" // a session's exit never changes silently
 	win, last, attempts, hedges, err := g.run(r.Context(), s, &job{
-		target: target,
-		ctl:    ctl,
-		try: func(ctx context.Context, l engine.Lease, x *route.Exit) *outcome {
-			return g.dialTunnel(ctx, l, x, addr)
-		},
-		retryable: func(*outcome) bool { return another },
-		hedge:     another && (policy == nil || !policy.NoHedge),
+		target:  target,
+		ctl:     ctl,
+		addr:    addr,
+		another: another,
+		hedge:   another && (policy == nil || !policy.NoHedge),
 	})
 	switch {
 	case win != nil:
@@ -62,13 +60,12 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settin
 // Canceled: they say nothing about the route.
 func (g *Gateway) dialTunnel(ctx context.Context, l engine.Lease, x *route.Exit, addr string) *outcome {
 	o := &outcome{lease: l}
-	var progress route.Progress
 	start := g.cfg.Now()
-	conn, err := x.DialTarget(ctx, addr, &progress)
+	conn, err := x.DialTarget(ctx, addr, &o.progress)
 	o.latency = g.cfg.Now().Sub(start)
-	o.timeout, _ = route.Classify(context.DeadlineExceeded, &progress)
+	o.timeout = o.progress.Timeout()
 	if err != nil {
-		o.class, _ = route.Classify(err, &progress)
+		o.class, _ = route.Classify(err, &o.progress)
 		if o.blocked = refusal(err); o.blocked != nil {
 			o.class = engine.Canceled
 		}

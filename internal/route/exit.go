@@ -72,7 +72,8 @@ func NewExit(r *Route, d Dialer) (*Exit, error) {
 }
 
 // RoundTrip sends req, an absolute-form http:// request, out through the
-// exit, recording into p how far it got. A 407 is the proxy's refusal of
+// exit, recording into p how far it got (through p.Trace's trace, which
+// req's context may already carry). A 407 is the proxy's refusal of
 // the route's credentials, an *Error (PhaseProxyAuth) as for a CONNECT,
 // only when it is shown to be (proxyRefused); any other 407 is the
 // target's answer and comes back as such. When req's context ends, the
@@ -80,11 +81,10 @@ func NewExit(r *Route, d Dialer) (*Exit, error) {
 // behaviour).
 func (x *Exit) RoundTrip(req *http.Request, p *Progress) (*http.Response, error) {
 	p.direct = x.route.Scheme == Direct
-	trace := &httptrace.ClientTrace{
-		GotConn:              func(httptrace.GotConnInfo) { p.connected.Store(true) },
-		GotFirstResponseByte: func() { p.answered.Store(true) },
+	if httptrace.ContextClientTrace(req.Context()) != &p.trace {
+		req = req.WithContext(p.Trace(req.Context()))
 	}
-	resp, err := x.transport.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+	resp, err := x.transport.RoundTrip(req)
 	if err != nil {
 		return nil, err
 	}
