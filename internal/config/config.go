@@ -166,6 +166,10 @@ type Admin struct {
 	// Token is the bearer token of admin actions (drain, eject, restore);
 	// empty makes the admin read-only.
 	Token Secret `toml:"token"`
+	// Pprof serves Go's profiles (net/http/pprof) under /debug/pprof/ on
+	// the admin listener, to holders of Token only, which it requires:
+	// profiles show the process's memory and code paths. Default false.
+	Pprof bool `toml:"pprof"`
 }
 
 // Pacing bounds the memory of per-target pacing.

@@ -69,6 +69,9 @@ func TestLoadErrors(t *testing.T) {
 		{"admin token from a missing variable", "[admin]\ntoken = \"env:NO_SUCH_TOKEN\"\n", nil, nil, ":4: admin.token: environment variable NO_SUCH_TOKEN is not set"},
 		{"admin token from a missing file", "[admin]\ntoken = \"file:/nonexistent/token\"\n", nil, nil, "admin.token: cannot read /nonexistent/token: no such file or directory"},
 		{"admin token from a device", "[admin]\ntoken = \"file:/dev/zero\"\n", nil, nil, "admin.token: cannot read /dev/zero: not a regular file"},
+		{"pprof without a token", "[admin]\npprof = true\n", nil, nil, ":4: admin.pprof: needs admin.token (or SWITCHYARD_ADMIN_TOKEN): profiles are served to its holders only"},
+		{"pprof from the environment without a token", "", []string{"SWITCHYARD_ADMIN_PPROF=true"}, nil, "admin.pprof (environment variable SWITCHYARD_ADMIN_PPROF): needs admin.token"},
+		{"pprof without an admin listener", "[listen]\nadmin = \"\"\n[admin]\ntoken = \"t0ken\"\npprof = true\n", nil, nil, ":7: admin.pprof: needs listen.admin"},
 		{"routes file a device", "[routes]\nfile = \"/dev/zero\"\n", nil, nil, "routes.file: /dev/zero: not a regular file"},
 		{"state url", "[state]\nurl = \"postgres://u:Sekr1tPw@h/db\"\n", nil, nil, `:4: state.url: want "memory", redis://`},
 		{"state prefix", "[state]\nprefix = \"a b\"\n", nil, nil, `state.prefix: "a b": letters, digits`},
@@ -445,5 +448,33 @@ func TestRedactURL(t *testing.T) {
 		if got := redactURL(tc.in); got != tc.want {
 			t.Errorf("redactURL(%q) = %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+// admin.pprof is off by default and turns on with a token to guard it,
+// from the file or the environment.
+func TestAdminPprof(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc string
+		file string
+		env  []string
+		want bool
+	}{
+		{desc: "default off", file: routesOK},
+		{desc: "file, token from the environment", file: routesOK + "[admin]\npprof = true\n", env: []string{"SWITCHYARD_ADMIN_TOKEN=t0ken"}, want: true},
+		{desc: "environment", file: routesOK + "[admin]\ntoken = \"t0ken\"\n", env: []string{"SWITCHYARD_ADMIN_PPROF=true"}, want: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			c, err := Load(Source{Path: writeConfig(t, tc.file), Env: tc.env})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Admin.Pprof != tc.want {
+				t.Errorf("admin.pprof %v, want %v", c.Admin.Pprof, tc.want)
+			}
+		})
 	}
 }

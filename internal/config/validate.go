@@ -171,6 +171,13 @@ func (l *loader) checkAdmin() error {
 	if err := l.c.Admin.Token.resolve(l.lookupEnv); err != nil {
 		return l.errAt("admin.token", err.Error())
 	}
+	switch {
+	case !l.c.Admin.Pprof:
+	case l.c.Admin.Token.Value() == "":
+		return l.errAt("admin.pprof", "needs admin.token (or SWITCHYARD_ADMIN_TOKEN): profiles are served to its holders only")
+	case l.c.Listen.Admin == "":
+		return l.errAt("admin.pprof", "needs listen.admin: profiles are served on the admin listener")
+	}
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -455,5 +456,38 @@ func TestClientConnHandsOverTCP(t *testing.T) {
 	defer q.Close()
 	if got := (&clientConn{Conn: p}).TCPConn(); got != nil {
 		t.Errorf("TCPConn() of a pipe = %v, want nil", got)
+	}
+}
+
+// admin.pprof puts Go's profiles on the admin listener, behind the admin
+// token.
+func TestPprofOnAdmin(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "switchyard.toml")
+	if err := os.WriteFile(path, []byte("[routes]\ninline = [\"direct\"]\n[admin]\npprof = true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(config.Source{Path: path, Env: []string{"SWITCHYARD_ADMIN_TOKEN=tok-server"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := runServer(t, cfg, nil)
+	for _, tc := range []struct {
+		auth string
+		want int
+	}{{"", http.StatusUnauthorized}, {"Bearer tok-server", http.StatusOK}} {
+		req, _ := http.NewRequest(http.MethodGet, g.admin+"/debug/pprof/goroutine?debug=1", nil)
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want || tc.want == http.StatusOK && !strings.Contains(string(body), "goroutine") {
+			t.Errorf("with %q: %d %.80q, want %d", tc.auth, resp.StatusCode, body, tc.want)
+		}
 	}
 }

@@ -129,7 +129,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 	// Probes leave through the gateway's own exits, so they see what users'
 	// traffic sees, admission included, and follow its reloads.
 	s.prober = probe.New(e, s.gateway, probe.Config{TargetURL: s.gateway.ProbeURL, NeutralURL: cfg.Probe.URL, Admit: s.gateway.Admit})
-	aopts := admin.Options{Token: cfg.Admin.Token.Value(), RestartRequired: s.restartRequired, Log: log}
+	aopts := admin.Options{Token: cfg.Admin.Token.Value(), Pprof: cfg.Admin.Pprof, RestartRequired: s.restartRequired, Log: log}
 	if s.shared != nil {
 		aopts.Degraded = s.shared.Healthy
 		metrics.WatchState(func() admin.StateStats {
