@@ -123,6 +123,15 @@ func (m *Metrics) WatchClientConns(open func() int64) {
 	}, func() float64 { return float64(open()) }))
 }
 
+// WatchUpstreamConns adds the gauge of the connections open in the
+// transport the routes share, read from open at each scrape.
+func (m *Metrics) WatchUpstreamConns(open func() int64) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "switchyard_upstream_conns",
+		Help: "Connections open to upstream proxies (to targets, for direct routes) in the transport HTTP, HTTPS and direct routes share, in use or idle; idle ones are capped by server.max_idle_upstream_conns. SOCKS5 routes' are not counted.",
+	}, func() float64 { return float64(open()) }))
+}
+
 // WatchRestart adds the gauge that is 1 while the configuration last
 // loaded differs from the running one in sections only a restart applies,
 // pending naming them.

@@ -58,6 +58,7 @@ func TestLoadErrors(t *testing.T) {
 		{"body timeout", "[server]\nbody_timeout = \"-1s\"\n", nil, nil, ":4: server.body_timeout: must not be negative"},
 		{"body rate", "[server]\nmin_body_rate = -1\n", nil, nil, ":4: server.min_body_rate: must not be negative"},
 		{"connection cap", "", []string{"SWITCHYARD_SERVER_MAX_CLIENT_CONNS=-5"}, nil, "server.max_client_conns (environment variable SWITCHYARD_SERVER_MAX_CLIENT_CONNS): must not be negative"},
+		{"idle upstream cap", "[server]\nmax_idle_upstream_conns = 0\n", nil, nil, ":4: server.max_idle_upstream_conns: must be positive"},
 		{"log format", "[log]\nformat = \"xml\"\n", nil, nil, `log.format: "xml": want text or json`},
 		{"attempts", "[retry]\nmax_attempts = 0\n", nil, nil, ":4: retry.max_attempts: must be in [1, 10]"},
 		{"timeout", "[retry]\nattempt_timeout = \"0s\"\n", nil, nil, "retry.attempt_timeout: must be positive"},
@@ -178,10 +179,11 @@ func TestServerSection(t *testing.T) {
 		env  []string
 		want Server
 	}{
-		{"defaults", "", nil, Server{HeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 1024, MaxClientConns: 10000}},
-		{"file", "[server]\nheader_timeout = \"5s\"\nidle_timeout = \"30s\"\nbody_timeout = \"0s\"\nmin_body_rate = 0\nmax_client_conns = 0\n", nil, Server{HeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second}},
-		{"environment", "", []string{"SWITCHYARD_SERVER_IDLE_TIMEOUT=1m", "SWITCHYARD_SERVER_MIN_BODY_RATE=64", "SWITCHYARD_SERVER_MAX_CLIENT_CONNS=50"},
-			Server{HeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 64, MaxClientConns: 50}},
+		{"defaults", "", nil, Server{HeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 1024, MaxClientConns: 10000, MaxIdleUpstreamConns: 1024}},
+		{"file", "[server]\nheader_timeout = \"5s\"\nidle_timeout = \"30s\"\nbody_timeout = \"0s\"\nmin_body_rate = 0\nmax_client_conns = 0\nmax_idle_upstream_conns = 64\n", nil,
+			Server{HeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second, MaxIdleUpstreamConns: 64}},
+		{"environment", "", []string{"SWITCHYARD_SERVER_IDLE_TIMEOUT=1m", "SWITCHYARD_SERVER_MIN_BODY_RATE=64", "SWITCHYARD_SERVER_MAX_CLIENT_CONNS=50", "SWITCHYARD_SERVER_MAX_IDLE_UPSTREAM_CONNS=10"},
+			Server{HeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 64, MaxClientConns: 50, MaxIdleUpstreamConns: 10}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {

@@ -73,6 +73,8 @@ func (l *loader) checkServer() error {
 		return l.errAt("server.min_body_rate", "must not be negative")
 	case s.MaxClientConns < 0:
 		return l.errAt("server.max_client_conns", "must not be negative")
+	case s.MaxIdleUpstreamConns < 1:
+		return l.errAt("server.max_idle_upstream_conns", "must be positive")
 	}
 	return nil
 }

@@ -149,7 +149,7 @@ func idempotent(method string) bool {
 func (g *Gateway) forward(ctx context.Context, j *job, l engine.Lease, x *route.Exit) *outcome {
 	o := &outcome{lease: l}
 	start := g.cfg.Now()
-	resp, err := x.RoundTrip(j.outbound(o.progress.Trace(ctx)), &o.progress)
+	resp, err := x.RoundTrip(j.outbound(x.Context(ctx, &o.progress)), &o.progress)
 	o.latency = g.cfg.Now().Sub(start)
 	if err == nil {
 		o.resp, o.reached = resp, true

@@ -291,3 +291,33 @@ func TestAttemptEnds(t *testing.T) {
 		}
 	})
 }
+
+// Routes share one transport whose idle connections are capped across
+// all of them (MaxIdleUpstreamConns): a pool of many routes, each used
+// once, holds the cap's worth of connections at rest, not one per route.
+func TestIdleUpstreamConnsCapped(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		const routes, capacity = 8, 3
+		site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") })
+		lines := make([]string, routes)
+		for i := range lines {
+			lines[i] = proxyLine(routetest.NewProxy(t, routetest.Behavior{KeepAlive: true}), "")
+		}
+		v := newEnv(t, Config{MaxIdleUpstreamConns: capacity}, lines...)
+		c := v.client(t, "")
+		for i := range routes {
+			resp, err := c.Get(site.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.Header.Get(headerRoute) != v.id(i) {
+				t.Fatalf("request %d went through %s, want %s", i, resp.Header.Get(headerRoute), v.id(i))
+			}
+		}
+		if n := v.g.UpstreamConns(); n != capacity {
+			t.Errorf("%d upstream connections at rest after %d routes were used, want the cap, %d", n, routes, capacity)
+		}
+	})
+}

@@ -40,6 +40,14 @@ type Config struct {
 	// Timeouts bounds the phases of reaching a target through a route; zero
 	// fields get route's defaults.
 	Timeouts route.Timeouts
+	// MaxIdleUpstreamConns caps the idle connections kept to upstream
+	// proxies (and to targets, for Direct routes) across all routes: the
+	// exits of HTTP, HTTPS and Direct routes share one transport
+	// (route.Upstream), their connections pooled per proxy endpoint and
+	// credentials, the least recently used idle one closed past the cap.
+	// SOCKS5 routes keep transports of their own. Default 1024
+	// (route.DefaultMaxIdle).
+	MaxIdleUpstreamConns int
 	// RetryBody is the largest request body buffered so that a retry can
 	// resend it. Larger bodies stream once and are never retried.
 	// Default 1 MiB.
@@ -143,10 +151,11 @@ func (c Config) withDefaults() Config {
 // use.
 type Gateway struct {
 	// Immutable after New.
-	cfg    Config
-	engine *engine.Engine
-	budget *engine.Budget
-	pacer  *guard.Pacer
+	cfg      Config
+	engine   *engine.Engine
+	budget   *engine.Budget
+	pacer    *guard.Pacer
+	upstream *route.Upstream // the transport exits share
 
 	// current is what Update may change, swapped whole: a request reads it
 	// once and keeps that view to its end.
@@ -162,7 +171,7 @@ type Gateway struct {
 // e (with r.Spec()): the engine picks among them, the gateway dials them.
 func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) {
 	cfg = cfg.withDefaults()
-	g := &Gateway{cfg: cfg, engine: e, budget: engine.NewBudget(cfg.Budget)}
+	g := &Gateway{cfg: cfg, engine: e, budget: engine.NewBudget(cfg.Budget), upstream: route.NewUpstream(cfg.MaxIdleUpstreamConns)}
 	// Pacing waits on real timers, so it reads the real clock too.
 	g.pacer = guard.NewPacer(guard.PacerConfig{Limits: g.paceOf, MaxTargets: cfg.MaxPacedTargets})
 	if err := g.Update(routes, cfg.Users, cfg.Targets); err != nil {
@@ -175,7 +184,7 @@ func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) 
 // proxy roots, and admission's connect-time check on Direct routes, skipped
 // for hosts allow-listed by name.
 func (g *Gateway) dialer() route.Dialer {
-	d := route.Dialer{Timeouts: g.cfg.Timeouts, TLS: g.cfg.ProxyTLS, Resolver: g.cfg.Resolver}
+	d := route.Dialer{Timeouts: g.cfg.Timeouts, TLS: g.cfg.ProxyTLS, Resolver: g.cfg.Resolver, Upstream: g.upstream}
 	if a := g.cfg.Admission; a != nil {
 		d.Control = a.DialControl
 	}
@@ -256,7 +265,13 @@ func (g *Gateway) Close() {
 	for _, x := range g.current.Load().exits {
 		x.CloseIdleConnections()
 	}
+	g.upstream.CloseIdleConnections()
 }
+
+// UpstreamConns is how many connections of the transport the exits share
+// are open now, in use or idle (idle ones capped by MaxIdleUpstreamConns),
+// for metrics.
+func (g *Gateway) UpstreamConns() int64 { return g.upstream.Open() }
 
 // ServeHTTP is the forward proxy: CONNECT builds a tunnel, absolute-form
 // http:// requests are performed and observed; anything else is the

@@ -18,15 +18,13 @@ type Progress struct {
 	direct    bool        // the route is Direct; set before the attempt starts
 	connected atomic.Bool // the connection was obtained: to the proxy (HTTP, HTTPS) or the stream to the target (SOCKS5, Direct)
 	answered  atomic.Bool // the first byte of the answer arrived
-	// trace records RoundTrip's progress; bound to this Progress by Trace.
+	// trace records RoundTrip's progress; bound to this Progress by traced.
 	trace httptrace.ClientTrace
 }
 
-// Trace is ctx carrying the trace through which RoundTrip records its
-// progress into p. A request made with it spares RoundTrip a copy of the
-// request to add it; one without gets it added. Call it once per attempt,
-// before the attempt starts.
-func (p *Progress) Trace(ctx context.Context) context.Context {
+// traced is ctx carrying the trace through which RoundTrip records its
+// progress into p (Exit.Context).
+func (p *Progress) traced(ctx context.Context) context.Context {
 	p.trace.GotConn = func(httptrace.GotConnInfo) { p.connected.Store(true) }
 	p.trace.GotFirstResponseByte = func() { p.answered.Store(true) }
 	return httptrace.WithClientTrace(ctx, &p.trace)

@@ -56,6 +56,11 @@ type Dialer struct {
 	// system's. The gateway's admission resolves with the same one, so a
 	// name reads alike at both checks.
 	Resolver *net.Resolver
+	// Upstream, when set, is the transport that the exits of HTTP, HTTPS
+	// and Direct routes share (their connections pooled per proxy and
+	// credentials, idle ones capped across routes); nil gives each exit a
+	// transport of its own.
+	Upstream *Upstream
 }
 
 // dialTarget opens a byte stream to addr through the exit; see DialTarget.
@@ -137,7 +142,12 @@ func LocalReason(err error) string {
 // within Timeouts.Handshake: step makes a tunnel of it, or a TLS
 // connection to the proxy. Every failure comes back as an *Error.
 func (x *Exit) negotiate(ctx context.Context, step func(context.Context, net.Conn) (net.Conn, error)) (net.Conn, error) {
-	conn, err := x.dialProxy(ctx)
+	return x.negotiateWith(ctx, x.dialProxy, step)
+}
+
+// negotiateWith is negotiate over the connection dial makes to the proxy.
+func (x *Exit) negotiateWith(ctx context.Context, dial func(context.Context) (net.Conn, error), step func(context.Context, net.Conn) (net.Conn, error)) (net.Conn, error) {
+	conn, err := dial(ctx)
 	if err != nil {
 		return nil, err
 	}

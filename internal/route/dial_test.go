@@ -621,7 +621,7 @@ func TestDialLocalResources(t *testing.T) {
 			{desc: "refused is the target's", errno: syscall.ECONNREFUSED},
 		}
 		for _, tc := range tests {
-			for _, p := range []path{tunnel, forward} {
+			for _, p := range []path{tunnel, forward, forward | shared} {
 				t.Run(tc.desc+"/"+p.String(), func(t *testing.T) {
 					t.Parallel()
 					var reached atomic.Bool
@@ -629,7 +629,12 @@ func TestDialLocalResources(t *testing.T) {
 					control := func(string) func(string, string, syscall.RawConn) error {
 						return func(string, string, syscall.RawConn) error { return tc.errno }
 					}
-					x := newExit(t, dialCase{r: &route.Route{ID: "direct", Scheme: route.Direct}}, route.Dialer{Control: control})
+					d := route.Dialer{Control: control}
+					if p&shared != 0 {
+						d.Upstream = route.NewUpstream(0)
+						defer d.Upstream.CloseIdleConnections()
+					}
+					x := newExit(t, dialCase{r: &route.Route{ID: "direct", Scheme: route.Direct}}, d)
 					defer x.CloseIdleConnections()
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 					defer cancel()

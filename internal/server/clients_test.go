@@ -491,3 +491,22 @@ func TestPprofOnAdmin(t *testing.T) {
 		}
 	}
 }
+
+// switchyard_upstream_conns counts the connections of the transport the
+// routes share: the direct route's one to the site, kept idle after the
+// request.
+func TestUpstreamConnsMetric(t *testing.T) {
+	site := okSite(t)
+	g := runServer(t, config.WithRoutes(direct(t)), nil)
+	waitChecked(t, g.s.Engine())
+	if n := g.metric(t, "switchyard_upstream_conns"); n != 0 {
+		t.Fatalf("%v upstream connections before any request", n)
+	}
+	c, br := dialProxy(t, g)
+	if resp, _, err := roundTrip(c, br, get(site)); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%v %v", resp, err)
+	}
+	if n := g.metric(t, "switchyard_upstream_conns"); n != 1 {
+		t.Errorf("%v upstream connections after one request, want 1", n)
+	}
+}
