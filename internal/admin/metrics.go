@@ -29,6 +29,7 @@ type Metrics struct {
 	attemptSeconds *prometheus.HistogramVec
 	connsCut       *prometheus.CounterVec
 	authRefused    *prometheus.CounterVec
+	localErrors    *prometheus.CounterVec
 
 	perRoute sync.Map // route id → *routeCounts, for /api/routes
 }
@@ -71,12 +72,19 @@ func NewMetrics(e *engine.Engine) *Metrics {
 			Name: "switchyard_auth_refused_total",
 			Help: "Clients refused at authentication, by reason: denied (407), throttled (429: too many failures from the address) or busy (503: too many checks waiting).",
 		}, []string{"reason"}),
+		localErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_local_errors_total",
+			Help: "Attempts the gateway could not make for want of its own resources, by reason: emfile, enfile (out of file descriptors), enobufs, enomem (kernel buffers or memory), eaddrnotavail (local ports). Answered 503 local_resources; no evidence against any route.",
+		}, []string{"reason"}),
 	}
 	// Every reason is exported, even at 0, so that alerts see a series.
 	for _, r := range []CutReason{CutIdle, CutHeader, CutSlowBody, CutOverCap} {
 		m.connsCut.WithLabelValues(string(r))
 	}
-	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.hedges, m.attemptSeconds, m.connsCut, m.authRefused, engineCollector{e})
+	for _, r := range []string{"emfile", "enfile", "enobufs", "enomem", "eaddrnotavail"} {
+		m.localErrors.WithLabelValues(r)
+	}
+	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.hedges, m.attemptSeconds, m.connsCut, m.authRefused, m.localErrors, engineCollector{e})
 	// The process's own health, as every Go exporter shows it: go_*
 	// (goroutines, heap, GC pauses) and process_* (CPU, memory, open
 	// file descriptors against their limit).
@@ -105,12 +113,27 @@ func (m *Metrics) ObserveAuthRefusal(reason string) {
 	m.authRefused.WithLabelValues(reason).Inc()
 }
 
+// ObserveLocalError counts an attempt the gateway could not make for want
+// of its own resource reason.
+func (m *Metrics) ObserveLocalError(reason string) {
+	m.localErrors.WithLabelValues(reason).Inc()
+}
+
 // WatchClientConns adds the gauge of open client connections, read from
 // open at each scrape.
 func (m *Metrics) WatchClientConns(open func() int64) {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "switchyard_client_conns",
 		Help: "Open client connections of the forward proxy, tunnels included.",
+	}, func() float64 { return float64(open()) }))
+}
+
+// WatchUpstreamConns adds the gauge of the connections open in the
+// transport the routes share, read from open at each scrape.
+func (m *Metrics) WatchUpstreamConns(open func() int64) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "switchyard_upstream_conns",
+		Help: "Connections open to upstream proxies (to targets, for direct routes) in the transport HTTP, HTTPS and direct routes share, in use or idle; idle ones are capped by server.max_idle_upstream_conns. SOCKS5 routes' are not counted.",
 	}, func() float64 { return float64(open()) }))
 }
 

@@ -76,6 +76,7 @@ func TestMetrics(t *testing.T) {
 			desc: "client connections and restart",
 			setup: func(_ *testing.T, f *fixture) {
 				f.m.WatchClientConns(func() int64 { return 17 })
+				f.m.WatchUpstreamConns(func() int64 { return 5 })
 				f.m.WatchRestart(func() []string { return []string{"server"} })
 				f.m.ObserveConnCut(CutIdle)
 				f.m.ObserveConnCut(CutIdle)
@@ -83,6 +84,7 @@ func TestMetrics(t *testing.T) {
 			},
 			want: []string{
 				`switchyard_client_conns 17`,
+				`switchyard_upstream_conns 5`,
 				`switchyard_config_restart_required 1`,
 				`switchyard_client_conns_cut_total{reason="idle"} 2`,
 				`switchyard_client_conns_cut_total{reason="over_cap"} 1`,
@@ -100,6 +102,21 @@ func TestMetrics(t *testing.T) {
 			want: []string{
 				`switchyard_auth_refused_total{reason="denied"} 1`,
 				`switchyard_auth_refused_total{reason="throttled"} 2`,
+			},
+		},
+		{
+			desc: "local resource failures",
+			setup: func(_ *testing.T, f *fixture) {
+				f.m.ObserveLocalError("emfile")
+				f.m.ObserveLocalError("emfile")
+				f.m.ObserveLocalError("enobufs")
+			},
+			want: []string{
+				`switchyard_local_errors_total{reason="emfile"} 2`,
+				`switchyard_local_errors_total{reason="enobufs"} 1`,
+				`switchyard_local_errors_total{reason="enfile"} 0`,
+				`switchyard_local_errors_total{reason="enomem"} 0`,
+				`switchyard_local_errors_total{reason="eaddrnotavail"} 0`,
 			},
 		},
 		{

@@ -14,6 +14,10 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	// Its handlers are mounted on the admin mux only, behind the token
+	// (Options.Pprof); its init also registers them on
+	// http.DefaultServeMux, which nothing here serves.
+	"net/http/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,6 +51,9 @@ type Options struct {
 	// Log receives a line per admin action and per refused one; nil
 	// discards them.
 	Log *slog.Logger
+	// Pprof serves Go's profiles (net/http/pprof) under /debug/pprof/ to
+	// holders of Token; without a Token it serves nothing.
+	Pprof bool
 }
 
 // subscriptionBuffer is the engine subscription's capacity: it absorbs
@@ -124,6 +131,13 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 	// Route ids hold "/" (http://host:port), so clients path-escape
 	// them (url.PathEscape); the mux matches and unescapes each segment.
 	s.mux.HandleFunc("/api/routes/{id}/{action}", s.act)
+	if opts.Pprof && s.hasToken {
+		s.mux.Handle("/debug/pprof/", s.tokenOnly(http.HandlerFunc(pprof.Index)))
+		s.mux.Handle("/debug/pprof/cmdline", s.tokenOnly(http.HandlerFunc(pprof.Cmdline)))
+		s.mux.Handle("/debug/pprof/profile", s.tokenOnly(http.HandlerFunc(pprof.Profile)))
+		s.mux.Handle("/debug/pprof/symbol", s.tokenOnly(http.HandlerFunc(pprof.Symbol)))
+		s.mux.Handle("/debug/pprof/trace", s.tokenOnly(http.HandlerFunc(pprof.Trace)))
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint")
 	})
@@ -398,6 +412,21 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.LogAttrs(r.Context(), slog.LevelInfo, "admin action", attrs...)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// tokenOnly serves h to requests carrying the admin bearer token; others
+// are answered 401 and logged, as refused actions are.
+func (s *Server) tokenOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.authorized(r) {
+			s.log.LogAttrs(r.Context(), slog.LevelWarn, "admin request refused: missing or wrong bearer token",
+				slog.String("path", r.URL.Path), slog.String("remote", r.RemoteAddr))
+			w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard"`)
+			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // authorized reports whether r carries the admin bearer token.

@@ -701,3 +701,52 @@ func TestAPIEventJSON(t *testing.T) {
 		})
 	}
 }
+
+// With Pprof, Go's profiles are served under /debug/pprof/ to holders of
+// the token only, refusals logged; without Pprof, or without a token to
+// guard them, there are none.
+func TestPprof(t *testing.T) {
+	t.Parallel()
+	const token = "tok-pprof"
+	tests := []struct {
+		desc   string
+		opts   Options
+		auth   string
+		path   string
+		status int
+	}{
+		{desc: "index with the token", opts: Options{Token: token, Pprof: true}, auth: "Bearer " + token, path: "/debug/pprof/", status: http.StatusOK},
+		{desc: "a heap profile with the token", opts: Options{Token: token, Pprof: true}, auth: "Bearer " + token, path: "/debug/pprof/heap?debug=1", status: http.StatusOK},
+		{desc: "a CPU profile with the token", opts: Options{Token: token, Pprof: true}, auth: "Bearer " + token, path: "/debug/pprof/profile?seconds=1", status: http.StatusOK},
+		{desc: "no token", opts: Options{Token: token, Pprof: true}, path: "/debug/pprof/", status: http.StatusUnauthorized},
+		{desc: "wrong token", opts: Options{Token: token, Pprof: true}, auth: "Bearer tok-pprog", path: "/debug/pprof/heap", status: http.StatusUnauthorized},
+		{desc: "wrong token, CPU profile", opts: Options{Token: token, Pprof: true}, auth: "Bearer nope", path: "/debug/pprof/profile?seconds=1", status: http.StatusUnauthorized},
+		{desc: "off", opts: Options{Token: token}, auth: "Bearer " + token, path: "/debug/pprof/", status: http.StatusNotFound},
+		{desc: "on without a token to guard it", opts: Options{Pprof: true}, path: "/debug/pprof/", status: http.StatusNotFound},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			logs := &logtest.Buffer{}
+			tc.opts.Log = slog.New(slog.NewTextHandler(logs, nil))
+			f := newFixture(t, tc.opts)
+			status, h, body := f.do(t, http.MethodGet, tc.path, tc.auth)
+			if status != tc.status {
+				t.Fatalf("GET %s: %d %s, want %d", tc.path, status, body, tc.status)
+			}
+			switch status {
+			case http.StatusOK:
+				if len(body) == 0 {
+					t.Error("an empty profile")
+				}
+			case http.StatusUnauthorized:
+				if !strings.HasPrefix(h.Get("WWW-Authenticate"), "Bearer") || !strings.Contains(logs.String(), "admin request refused") {
+					t.Errorf("refusal: WWW-Authenticate %q, logs %q", h.Get("WWW-Authenticate"), logs.String())
+				}
+				if sent, ok := strings.CutPrefix(tc.auth, "Bearer "); ok && strings.Contains(logs.String(), sent) {
+					t.Errorf("the log quotes the token sent: %q", logs.String())
+				}
+			}
+		})
+	}
+}

@@ -71,6 +71,13 @@ type Server struct {
 	// one more is closed as soon as it is accepted. 0 means no cap.
 	// Default 10000.
 	MaxClientConns int `toml:"max_client_conns"`
+	// MaxIdleUpstreamConns caps the idle connections the gateway keeps to
+	// upstream proxies (to targets, for direct routes) across all routes,
+	// the least recently used closed first: routes naming the same proxy
+	// with the same credentials share them, so the descriptors held stay
+	// bounded whatever the size of the pool. SOCKS5 routes keep theirs
+	// apart. Must be positive; default 1024.
+	MaxIdleUpstreamConns int `toml:"max_idle_upstream_conns"`
 }
 
 // Log configures the log on stderr.
@@ -171,6 +178,10 @@ type Admin struct {
 	// Token is the bearer token of admin actions (drain, eject, restore);
 	// empty makes the admin read-only.
 	Token Secret `toml:"token"`
+	// Pprof serves Go's profiles (net/http/pprof) under /debug/pprof/ on
+	// the admin listener, to holders of Token only, which it requires:
+	// profiles show the process's memory and code paths. Default false.
+	Pprof bool `toml:"pprof"`
 }
 
 // Pacing bounds the memory of per-target pacing.
@@ -256,7 +267,7 @@ func Default() Config {
 	budget := engine.DefaultBudget()
 	c := Config{
 		Listen: Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9090"},
-		Server: Server{HeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 1024, MaxClientConns: 10000},
+		Server: Server{HeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 1024, MaxClientConns: 10000, MaxIdleUpstreamConns: 1024},
 		Log:    Log{Format: "text"},
 		Retry:  Retry{MaxAttempts: 3, AttemptTimeout: 30 * time.Second, BudgetRatio: budget.BudgetRatio, HedgeRatio: budget.HedgeRatio, MaxBodyBytes: 1 << 20},
 		Pacing: Pacing{MaxTargets: 10000},

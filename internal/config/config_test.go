@@ -62,6 +62,7 @@ func TestLoadErrors(t *testing.T) {
 		{"body timeout", "[server]\nbody_timeout = \"-1s\"\n", nil, nil, ":4: server.body_timeout: must not be negative"},
 		{"body rate", "[server]\nmin_body_rate = -1\n", nil, nil, ":4: server.min_body_rate: must not be negative"},
 		{"connection cap", "", []string{"SWITCHYARD_SERVER_MAX_CLIENT_CONNS=-5"}, nil, "server.max_client_conns (environment variable SWITCHYARD_SERVER_MAX_CLIENT_CONNS): must not be negative"},
+		{"idle upstream cap", "[server]\nmax_idle_upstream_conns = 0\n", nil, nil, ":4: server.max_idle_upstream_conns: must be positive"},
 		{"log format", "[log]\nformat = \"xml\"\n", nil, nil, `log.format: "xml": want text or json`},
 		{"attempts", "[retry]\nmax_attempts = 0\n", nil, nil, ":4: retry.max_attempts: must be in [1, 10]"},
 		{"timeout", "[retry]\nattempt_timeout = \"0s\"\n", nil, nil, "retry.attempt_timeout: must be positive"},
@@ -73,6 +74,9 @@ func TestLoadErrors(t *testing.T) {
 		{"admin token from a missing variable", "[admin]\ntoken = \"env:NO_SUCH_TOKEN\"\n", nil, nil, ":4: admin.token: environment variable NO_SUCH_TOKEN is not set"},
 		{"admin token from a missing file", "[admin]\ntoken = \"file:/nonexistent/token\"\n", nil, nil, "admin.token: cannot read /nonexistent/token: no such file or directory"},
 		{"admin token from a device", "[admin]\ntoken = \"file:/dev/zero\"\n", nil, nil, "admin.token: cannot read /dev/zero: not a regular file"},
+		{"pprof without a token", "[admin]\npprof = true\n", nil, nil, ":4: admin.pprof: needs admin.token (or SWITCHYARD_ADMIN_TOKEN): profiles are served to its holders only"},
+		{"pprof from the environment without a token", "", []string{"SWITCHYARD_ADMIN_PPROF=true"}, nil, "admin.pprof (environment variable SWITCHYARD_ADMIN_PPROF): needs admin.token"},
+		{"pprof without an admin listener", "[listen]\nadmin = \"\"\n[admin]\ntoken = \"t0ken\"\npprof = true\n", nil, nil, ":7: admin.pprof: needs listen.admin"},
 		{"routes file a device", "[routes]\nfile = \"/dev/zero\"\n", nil, nil, "routes.file: /dev/zero: not a regular file"},
 		{"state url", "[state]\nurl = \"postgres://u:Sekr1tPw@h/db\"\n", nil, nil, `:4: state.url: want "memory", redis://`},
 		{"state prefix", "[state]\nprefix = \"a b\"\n", nil, nil, `state.prefix: "a b": letters, digits`},
@@ -195,10 +199,11 @@ func TestServerSection(t *testing.T) {
 		env  []string
 		want Server
 	}{
-		{"defaults", "", nil, Server{HeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 1024, MaxClientConns: 10000}},
-		{"file", "[server]\nheader_timeout = \"5s\"\nidle_timeout = \"30s\"\nbody_timeout = \"0s\"\nmin_body_rate = 0\nmax_client_conns = 0\n", nil, Server{HeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second}},
-		{"environment", "", []string{"SWITCHYARD_SERVER_IDLE_TIMEOUT=1m", "SWITCHYARD_SERVER_MIN_BODY_RATE=64", "SWITCHYARD_SERVER_MAX_CLIENT_CONNS=50"},
-			Server{HeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 64, MaxClientConns: 50}},
+		{"defaults", "", nil, Server{HeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 1024, MaxClientConns: 10000, MaxIdleUpstreamConns: 1024}},
+		{"file", "[server]\nheader_timeout = \"5s\"\nidle_timeout = \"30s\"\nbody_timeout = \"0s\"\nmin_body_rate = 0\nmax_client_conns = 0\nmax_idle_upstream_conns = 64\n", nil,
+			Server{HeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second, MaxIdleUpstreamConns: 64}},
+		{"environment", "", []string{"SWITCHYARD_SERVER_IDLE_TIMEOUT=1m", "SWITCHYARD_SERVER_MIN_BODY_RATE=64", "SWITCHYARD_SERVER_MAX_CLIENT_CONNS=50", "SWITCHYARD_SERVER_MAX_IDLE_UPSTREAM_CONNS=10"},
+			Server{HeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 64, MaxClientConns: 50, MaxIdleUpstreamConns: 10}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -513,5 +518,33 @@ func TestRedactURL(t *testing.T) {
 		if got := redactURL(tc.in); got != tc.want {
 			t.Errorf("redactURL(%q) = %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+// admin.pprof is off by default and turns on with a token to guard it,
+// from the file or the environment.
+func TestAdminPprof(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc string
+		file string
+		env  []string
+		want bool
+	}{
+		{desc: "default off", file: routesOK},
+		{desc: "file, token from the environment", file: routesOK + "[admin]\npprof = true\n", env: []string{"SWITCHYARD_ADMIN_TOKEN=t0ken"}, want: true},
+		{desc: "environment", file: routesOK + "[admin]\ntoken = \"t0ken\"\n", env: []string{"SWITCHYARD_ADMIN_PPROF=true"}, want: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			c, err := Load(Source{Path: writeConfig(t, tc.file), Env: tc.env})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Admin.Pprof != tc.want {
+				t.Errorf("admin.pprof %v, want %v", c.Admin.Pprof, tc.want)
+			}
+		})
 	}
 }

@@ -73,6 +73,8 @@ func (l *loader) checkServer() error {
 		return l.errAt("server.min_body_rate", "must not be negative")
 	case s.MaxClientConns < 0:
 		return l.errAt("server.max_client_conns", "must not be negative")
+	case s.MaxIdleUpstreamConns < 1:
+		return l.errAt("server.max_idle_upstream_conns", "must be positive")
 	}
 	return nil
 }
@@ -170,6 +172,13 @@ func (c *Config) LoopbackOnly() bool {
 func (l *loader) checkAdmin() error {
 	if err := l.c.Admin.Token.resolve(l.lookupEnv); err != nil {
 		return l.errAt("admin.token", err.Error())
+	}
+	switch {
+	case !l.c.Admin.Pprof:
+	case l.c.Admin.Token.Value() == "":
+		return l.errAt("admin.pprof", "needs admin.token (or SWITCHYARD_ADMIN_TOKEN): profiles are served to its holders only")
+	case l.c.Listen.Admin == "":
+		return l.errAt("admin.pprof", "needs listen.admin: profiles are served on the admin listener")
 	}
 	return nil
 }

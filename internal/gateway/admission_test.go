@@ -141,9 +141,9 @@ func TestAdmissionAtConnect(t *testing.T) {
 					o = v.g.dialTunnel(context.Background(), l, x, addr)
 				} else {
 					req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
-					o = v.g.forward(context.Background(), req, l, x, &reqBody{}, nil)
+					j := &job{req: req, body: noBody, url: *req.URL, header: outboundHeader(req.Header)}
+					o = v.g.forward(context.Background(), j, l, x)
 				}
-				o.done = func() {}
 				var ge *admit.Error
 				if o.blocked == nil || !errors.As(o.blocked, &ge) || o.class != engine.Canceled || o.conn != nil || o.resp != nil {
 					t.Fatalf("blocked %v, class %v: want a refusal, canceled, and nothing to pass on", o.blocked, o.class)

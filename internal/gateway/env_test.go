@@ -132,6 +132,25 @@ func (v *env) waitOutcome(t *testing.T, i int, c engine.Class) {
 	}
 }
 
+// waitReported waits (bounded) for n outcome events of class c, on any
+// route. A winner is reported once its body has been relayed, which the
+// client may finish reading before the gateway gets there: a test that
+// counts leases after a request waits for its report first.
+func (v *env) waitReported(t *testing.T, c engine.Class, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for n > 0 {
+		ev, err := v.events.Next(ctx)
+		if err != nil {
+			t.Fatalf("%d %v outcomes still to come: %v", n, c, err)
+		}
+		if ev.Kind == engine.EventOutcome && ev.Class == c {
+			n--
+		}
+	}
+}
+
 // site is an HTTP server on 127.0.0.1 whose handler sees the hit number
 // (1-based) of each request.
 type site struct {

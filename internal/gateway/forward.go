@@ -58,10 +58,13 @@ func (c *clientStream) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// noBody is the body of a request without one: read-only, shared.
+var noBody = &reqBody{}
+
 // readBody buffers r's body up to RetryBody, so that a retry can resend it.
 func (g *Gateway) readBody(r *http.Request) (*reqBody, error) {
 	if r.Body == nil || r.Body == http.NoBody {
-		return &reqBody{}, nil
+		return noBody, nil
 	}
 	if r.ContentLength > g.cfg.RetryBody {
 		return &reqBody{stream: &clientStream{r: r.Body}}, nil
@@ -83,7 +86,6 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 	if !ok {
 		return
 	}
-	r = sentTo(r, hostport)
 	target, policy := s.targets.Resolve(host)
 	release, ok := g.admitPace(w, r, s, target)
 	if !ok {
@@ -95,25 +97,23 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 		badRequest(w, "reading the request body: "+err.Error())
 		return
 	}
-	var signatures []string
+	j := &job{target: target, ctl: ctl, req: r, body: body, url: *r.URL, header: outboundHeader(r.Header)}
+	// Addressed as admission read the target, in the URL and the Host
+	// header: net/http would otherwise map a non-ASCII host itself, and
+	// differently for the request line to an HTTP proxy (Punycode) than
+	// for the dial (UTS-46).
+	j.url.Host = hostport
 	hedge := true
 	if policy != nil {
-		signatures, hedge = policy.BlockSignatures, !policy.NoHedge
+		j.signatures, hedge = policy.BlockSignatures, !policy.NoHedge
 	}
 	// A session's exit never changes silently, and a body streamed once
 	// cannot be sent again.
-	another := ctl.session == "" && body.replayable()
-	win, last, attempts, hedges, err := g.run(r.Context(), s, &job{
-		target: target,
-		ctl:    ctl,
-		try: func(ctx context.Context, l engine.Lease, x *route.Exit) *outcome {
-			return g.forward(ctx, r, l, x, body, signatures)
-		},
-		retryable: func(o *outcome) bool { return another && (!o.reached || idempotent(r.Method)) },
-		hedge:     hedge && another && idempotent(r.Method),
-	})
+	j.another = ctl.session == "" && body.replayable()
+	j.hedge = hedge && j.another && idempotent(r.Method)
+	win, last, attempts, hedges, err := g.run(r.Context(), s, j)
 	if answered := cmp.Or(win, last); answered != nil && answered.resp != nil {
-		g.noteOrigin(target, r.URL.Host) // admitted, and a target answered there
+		g.noteOrigin(target, hostport) // admitted, and a target answered there
 		// A client that leaves mid-answer ends the attempt, so that a body
 		// the upstream stalls does not hold the lease, the connection and
 		// this goroutine until the upstream gives up.
@@ -141,22 +141,21 @@ func idempotent(method string) bool {
 	return false
 }
 
-// forward carries r through the leased route. The outcome of an answer is
-// its status's (a 2xx with a block signature is content_invalid); of a
-// failure, route.Classify's, from how far the Exit got and the cause of
-// ctx's end, which also says whether bytes may have reached the target, so
-// that only an idempotent request is retried then.
-func (g *Gateway) forward(ctx context.Context, r *http.Request, l engine.Lease, x *route.Exit, body *reqBody, signatures []string) *outcome {
+// forward carries j's request through the leased route. The outcome of an
+// answer is its status's (a 2xx with a block signature is content_invalid);
+// of a failure, route.Classify's, from how far the Exit got and the cause
+// of ctx's end, which also says whether bytes may have reached the target,
+// so that only an idempotent request is retried then.
+func (g *Gateway) forward(ctx context.Context, j *job, l engine.Lease, x *route.Exit) *outcome {
 	o := &outcome{lease: l}
-	var progress route.Progress
 	start := g.cfg.Now()
-	resp, err := x.RoundTrip(outbound(ctx, r, body), &progress)
+	resp, err := x.RoundTrip(j.outbound(x.Context(ctx, &o.progress)), &o.progress)
 	o.latency = g.cfg.Now().Sub(start)
 	if err == nil {
 		o.resp, o.reached = resp, true
 		o.class, o.retryAfter = route.ClassifyStatus(resp.StatusCode, resp.Header, g.cfg.Now())
 		if o.class == engine.OK {
-			err = checkSignatures(resp, signatures, &o.class)
+			err = checkSignatures(resp, j.signatures, &o.class)
 		}
 	}
 	if ctx.Err() != nil {
@@ -168,33 +167,53 @@ func (g *Gateway) forward(ctx context.Context, r *http.Request, l engine.Lease, 
 			o.resp.Body.Close()
 			o.resp = nil
 		}
-		o.class, o.reached = route.Classify(err, &progress)
+		o.class, o.reached = route.Classify(err, &o.progress)
 		if o.blocked = refusal(err); o.blocked != nil {
 			// Admission's verdict, not the route's: no evidence, no retry.
 			o.class, o.reached = engine.Canceled, false
 		}
-		if o.bodyErr = body.clientErr(); o.bodyErr != nil {
+		if o.bodyErr = j.body.clientErr(); o.bodyErr != nil {
 			// The client's body broke off: no evidence, and part of it may
 			// have gone out.
 			o.class, o.reached = engine.Canceled, true
 		}
+		if o.local = route.LocalReason(err); o.local != "" {
+			// The gateway's own want: no evidence, nothing went out.
+			o.latency = 0
+			g.localFailure(o.local, l.Route, err)
+		}
 	}
-	o.timeout, _ = route.Classify(context.DeadlineExceeded, &progress)
+	o.timeout = o.progress.Timeout()
 	return o
 }
 
-// outbound is the request as it leaves through a route: hop-by-hop and
-// control headers stripped, the body fresh for this attempt.
-func outbound(ctx context.Context, r *http.Request, body *reqBody) *http.Request {
-	out := r.Clone(ctx)
+// outboundHeader is h as a request leaves through a route: hop-by-hop and
+// control headers stripped, and an empty User-Agent when the client sent
+// none (no Go-http-client). Made once per request and shared by its
+// attempts, hedges included: nothing writes it after (http.Transport adds
+// the route's Proxy-Authorization as it writes the request, not to it).
+func outboundHeader(h http.Header) http.Header {
+	out := h.Clone()
+	if out == nil {
+		out = http.Header{}
+	}
+	stripHop(out)
+	if _, ok := out["User-Agent"]; !ok {
+		out["User-Agent"] = []string{""}
+	}
+	return out
+}
+
+// outbound is j's request as one attempt sends it, in ctx: a shallow copy
+// of the client's, addressed and with the headers as they leave
+// (outboundHeader), the body fresh for this attempt.
+func (j *job) outbound(ctx context.Context) *http.Request {
+	out := j.req.WithContext(ctx)
+	out.URL, out.Host, out.Header = &j.url, j.url.Host, j.header
 	out.RequestURI = ""
 	out.Close = false
 	out.Trailer = nil
-	stripHop(out.Header)
-	if _, ok := out.Header["User-Agent"]; !ok {
-		out.Header.Set("User-Agent", "") // no Go-http-client: the client sent none
-	}
-	switch {
+	switch body := j.body; {
 	case body.stream != nil:
 		out.Body = io.NopCloser(body.stream)
 	case len(body.buf) > 0:
@@ -253,17 +272,20 @@ func textual(h http.Header) bool {
 // still streaming at half the engine's lease TTL is reported OK then, so a
 // long download does not outlive its lease.
 func (g *Gateway) deliver(w http.ResponseWriter, rec *record, win *outcome, attempts, hedges int) {
-	ev := win.evidence()
-	var once sync.Once
-	report := func(c engine.Class) {
-		once.Do(func() { ev.Class = c; g.report(win.lease, ev) })
-	}
-	long := time.AfterFunc(g.engine.Config().LeaseTTL/2, func() { report(engine.OK) })
+	long := time.AfterFunc(g.engine.Config().LeaseTTL/2, func() { g.reportWin(win, engine.OK) })
 	broken := g.respond(w, rec, win, attempts, hedges)
 	long.Stop()
-	report(win.class)
+	g.reportWin(win, win.class)
 	if broken {
 		panic(http.ErrAbortHandler) // net/http closes the connection, unlogged
+	}
+}
+
+// reportWin reports the winning attempt as class c, the first time only.
+// It reads none of win's class, which answer may be changing.
+func (g *Gateway) reportWin(win *outcome, c engine.Class) {
+	if win.reported.CompareAndSwap(false, true) {
+		g.report(win.lease, engine.Outcome{Class: c, Latency: win.latency, RetryAfter: win.retryAfter})
 	}
 }
 
@@ -297,6 +319,9 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, o *outcome, attem
 		// (net/http would otherwise wait to read it before answering).
 		h.Set("Connection", "close")
 		badRequest(w, "reading the request body: "+o.bodyErr.Error())
+		return false
+	case o.local != "":
+		localResources(w, o.local)
 		return false
 	}
 	resp := o.resp

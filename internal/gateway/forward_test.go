@@ -140,6 +140,9 @@ func TestForward(t *testing.T) {
 					t.Error("a route's password reached the client")
 				}
 				v.waitOutcome(t, 0, tc.wantFirst)
+				if tc.wantStatus == http.StatusOK && tc.wantRoute != 0 {
+					v.waitOutcome(t, tc.wantRoute, engine.OK) // reported once relayed: maybe after the client read it
+				}
 				for i := range v.routes {
 					if st, _ := v.e.Route(v.id(i)); st.Inflight != 0 {
 						t.Errorf("route %s: %d leases in flight after the request", v.id(i), st.Inflight)
@@ -285,6 +288,36 @@ func TestAttemptEnds(t *testing.T) {
 				}
 				v.waitOutcome(t, 0, tc.wantFirst)
 			})
+		}
+	})
+}
+
+// Routes share one transport whose idle connections are capped across
+// all of them (MaxIdleUpstreamConns): a pool of many routes, each used
+// once, holds the cap's worth of connections at rest, not one per route.
+func TestIdleUpstreamConnsCapped(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		const routes, capacity = 8, 3
+		site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") })
+		lines := make([]string, routes)
+		for i := range lines {
+			lines[i] = proxyLine(routetest.NewProxy(t, routetest.Behavior{KeepAlive: true}), "")
+		}
+		v := newEnv(t, Config{MaxIdleUpstreamConns: capacity}, lines...)
+		c := v.client(t, "")
+		for i := range routes {
+			resp, err := c.Get(site.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.Header.Get(headerRoute) != v.id(i) {
+				t.Fatalf("request %d went through %s, want %s", i, resp.Header.Get(headerRoute), v.id(i))
+			}
+		}
+		if n := v.g.UpstreamConns(); n != capacity {
+			t.Errorf("%d upstream connections at rest after %d routes were used, want the cap, %d", n, routes, capacity)
 		}
 	})
 }

@@ -44,6 +44,14 @@ type Config struct {
 	// Timeouts bounds the phases of reaching a target through a route; zero
 	// fields get route's defaults.
 	Timeouts route.Timeouts
+	// MaxIdleUpstreamConns caps the idle connections kept to upstream
+	// proxies (and to targets, for Direct routes) across all routes: the
+	// exits of HTTP, HTTPS and Direct routes share one transport
+	// (route.Upstream), their connections pooled per proxy endpoint and
+	// credentials, the least recently used idle one closed past the cap.
+	// SOCKS5 routes keep transports of their own. Default 1024
+	// (route.DefaultMaxIdle).
+	MaxIdleUpstreamConns int
 	// RetryBody is the largest request body buffered so that a retry can
 	// resend it. Larger bodies stream once and are never retried.
 	// Default 1 MiB.
@@ -109,6 +117,10 @@ type Observer interface {
 	// ObserveAuthRefusal is told of each client refused at
 	// authentication: "denied" (407), "throttled" (429) or "busy" (503).
 	ObserveAuthRefusal(reason string)
+	// ObserveLocalError is told of each attempt the gateway could not make
+	// for want of its own resources, reason naming which (route.Error's
+	// Local: "emfile", "enfile", "enobufs", "enomem", "eaddrnotavail").
+	ObserveLocalError(reason string)
 }
 
 // Defaults applied by New to zero fields.
@@ -144,10 +156,11 @@ func (c Config) withDefaults() Config {
 // use.
 type Gateway struct {
 	// Immutable after New.
-	cfg    Config
-	engine *engine.Engine
-	budget *engine.Budget
-	pacer  *pacing.Pacer
+	cfg      Config
+	engine   *engine.Engine
+	budget   *engine.Budget
+	pacer    *pacing.Pacer
+	upstream *route.Upstream // the transport exits share
 
 	// current is what Update may change, swapped whole: a request reads it
 	// once and keeps that view to its end.
@@ -155,13 +168,15 @@ type Gateway struct {
 	updates sync.Mutex // serializes Update
 
 	origins sync.Map // target key → the host (with port) last requested for it, for probes
+
+	local localLog // the gateway running out of its own resources, logged at a bounded rate
 }
 
 // New returns a gateway over routes, which must already have been added to
 // e (with r.Spec()): the engine picks among them, the gateway dials them.
 func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) {
 	cfg = cfg.withDefaults()
-	g := &Gateway{cfg: cfg, engine: e, budget: engine.NewBudget(cfg.Budget)}
+	g := &Gateway{cfg: cfg, engine: e, budget: engine.NewBudget(cfg.Budget), upstream: route.NewUpstream(cfg.MaxIdleUpstreamConns)}
 	// Pacing waits on real timers, so it reads the real clock too.
 	g.pacer = pacing.New(pacing.Config{Limits: g.paceOf, MaxTargets: cfg.MaxPacedTargets})
 	if err := g.Update(routes, cfg.Users, cfg.Targets); err != nil {
@@ -174,7 +189,7 @@ func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) 
 // proxy roots, and admission's connect-time check on Direct routes, skipped
 // for hosts allow-listed by name.
 func (g *Gateway) dialer() route.Dialer {
-	d := route.Dialer{Timeouts: g.cfg.Timeouts, TLS: g.cfg.ProxyTLS, Resolver: g.cfg.Resolver}
+	d := route.Dialer{Timeouts: g.cfg.Timeouts, TLS: g.cfg.ProxyTLS, Resolver: g.cfg.Resolver, Upstream: g.upstream}
 	if a := g.cfg.Admission; a != nil {
 		d.Control = a.DialControl
 	}
@@ -199,28 +214,16 @@ func (g *Gateway) admit(ctx context.Context, w http.ResponseWriter, authority st
 	if err == nil {
 		err = g.check(ctx, host)
 	}
-	switch e := refusal(err); {
-	case err == nil:
+	if err == nil {
 		return host, hostport, true
+	}
+	switch e := refusal(err); {
 	case e != nil && e.Malformed:
 		badRequest(w, e.Error())
 	default:
 		blockedDestination(w, err)
 	}
 	return "", "", false
-}
-
-// sentTo is r addressed to hostport, admission's reading of its target,
-// in the URL and the Host header: net/http would otherwise map a non-ASCII
-// host itself, and differently for the request line to an HTTP proxy
-// (Punycode) than for the dial (UTS-46). A shallow copy: the server's
-// request is not the handler's to change.
-func sentTo(r *http.Request, hostport string) *http.Request {
-	u := *r.URL
-	u.Host = hostport
-	out := r.WithContext(r.Context())
-	out.URL, out.Host = &u, hostport
-	return out
 }
 
 // Admit is admission's verdict on a probe's target authority (host, and
@@ -267,7 +270,13 @@ func (g *Gateway) Close() {
 	for _, x := range g.current.Load().exits {
 		x.CloseIdleConnections()
 	}
+	g.upstream.CloseIdleConnections()
 }
+
+// UpstreamConns is how many connections of the transport the exits share
+// are open now, in use or idle (idle ones capped by MaxIdleUpstreamConns),
+// for metrics.
+func (g *Gateway) UpstreamConns() int64 { return g.upstream.Open() }
 
 // ServeHTTP is the forward proxy: CONNECT builds a tunnel, absolute-form
 // http:// requests are performed and observed; anything else is the
@@ -362,14 +371,16 @@ func (g *Gateway) logRequest(ctx context.Context, rec *record) {
 	if status == 0 && rec.w != nil {
 		status = rec.w.status
 	}
-	attrs := []slog.Attr{
+	// Room for every attribute, so that appending never grows it.
+	var room [11]slog.Attr
+	attrs := append(room[:0],
 		slog.String("method", clip(rec.method, maxLogField)),
 		slog.String("target", clip(rec.target, maxLogField)),
 		slog.String("url", clip(rec.url, maxLogURL)),
 		slog.Int("status", status),
 		slog.Int("attempts", rec.attempts),
 		slog.Int64("ms", g.cfg.Now().Sub(rec.start).Milliseconds()),
-	}
+	)
 	if rec.hedges > 0 {
 		attrs = append(attrs, slog.Int("hedges", rec.hedges))
 	}

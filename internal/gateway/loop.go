@@ -5,8 +5,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
@@ -31,23 +33,51 @@ import (
 //     only for one already past its deadline (Lease.Canceled).
 //
 // Each attempt reports its own outcome to the engine, so that one the loop
-// no longer waits for still does.
+// no longer waits for still does. Each attempt has one timer for all the
+// marks it waits for (flight.tick).
 
-// job is one client request as the loop carries it.
+// job is one client request as the loop carries it: an absolute-form
+// request (req set) or a CONNECT to addr. Attempts only read it.
 type job struct {
 	target string
 	ctl    control
-	// try runs one attempt through x and classifies it. ctx ends with
-	// cause context.DeadlineExceeded when the attempt is cut or times out
-	// and context.Canceled when the client gave up; try classifies by that
-	// cause (route.Classify does).
-	try func(ctx context.Context, l engine.Lease, x *route.Exit) *outcome
-	// retryable says whether a failed attempt may be tried again on
-	// another route as far as the request goes (session, body,
-	// idempotency); Gateway.retry decides the rest.
-	retryable func(o *outcome) bool
+	// another says whether a failed attempt may be tried again on another
+	// route as far as the request goes: no session (a session's exit never
+	// changes silently) and, for a forwarded request, a body that can be
+	// sent again; Gateway.retry decides the rest.
+	another bool
 	// hedge says whether the request may be hedged.
 	hedge bool
+
+	// An absolute-form request (forward.go).
+	req        *http.Request // the client's
+	body       *reqBody
+	signatures []string    // the target's block signatures
+	url        url.URL     // req.URL addressed as admission read it
+	header     http.Header // req.Header as it leaves (outbound): shared by every attempt, never written
+
+	// A CONNECT (tunnel.go).
+	addr string // the authority as admission read it
+}
+
+// try runs one attempt of j through x and classifies it. ctx ends with
+// cause context.DeadlineExceeded when the attempt is cut or times out and
+// context.Canceled when the client gave up; try classifies by that cause
+// (route.Classify does).
+func (g *Gateway) try(ctx context.Context, j *job, l engine.Lease, x *route.Exit) *outcome {
+	if j.req != nil {
+		return g.forward(ctx, j, l, x)
+	}
+	return g.dialTunnel(ctx, l, x, j.addr)
+}
+
+// retryable says whether a failed attempt of j may be tried again on
+// another route as far as the request goes: a forwarded request that may
+// have reached the target only when idempotent; a CONNECT whenever
+// another is allowed, since every failure there comes before any byte of
+// the client's went out.
+func (j *job) retryable(o *outcome) bool {
+	return j.another && (j.req == nil || !o.reached || idempotent(j.req.Method))
 }
 
 // outcome is how one attempt ended.
@@ -60,16 +90,26 @@ type outcome struct {
 	timeout    engine.Class // what silence reads as at the layer the attempt reached
 	blocked    *admit.Error // admission refused the address dialled; class is then Canceled
 	bodyErr    error        // the client's streamed body broke off (gone, too slow); class is then Canceled
+	local      string       // the gateway ran out of this resource of its own (route.LocalReason); class is then Canceled
 	resp       *http.Response
 	conn       net.Conn
-	// done ends the attempt's context once its answer is consumed or
-	// dropped; set by the loop.
-	done func()
+	progress   route.Progress // how far the attempt got, recorded by the Exit
+	reported   atomic.Bool    // a winner's outcome went to the engine (deliver)
+	// cancel ends the attempt's context; set by the loop, nil for an
+	// outcome of no attempt.
+	cancel context.CancelCauseFunc
 }
 
 // evidence is the outcome as the engine takes it.
 func (o *outcome) evidence() engine.Outcome {
 	return engine.Outcome{Class: o.class, Latency: o.latency, RetryAfter: o.retryAfter}
+}
+
+// done ends the attempt's context once its answer is consumed or dropped.
+func (o *outcome) done() {
+	if o.cancel != nil {
+		o.cancel(nil)
+	}
 }
 
 // discard drops the attempt's answer.
@@ -83,17 +123,27 @@ func (o *outcome) discard() {
 	o.done()
 }
 
-// flight is one attempt in progress.
+// flight is one attempt in progress. Its one timer marks, counted from the
+// attempt's start, the request's hedge delay (first attempt only), the
+// lease's deadline (or the next look at a Provisional one) and the attempt
+// timeout: one timer however many of them the attempt waits for.
 type flight struct {
+	// Immutable after fly.
+	g      *Gateway
+	route  string // the route leased
 	start  time.Time
 	cancel context.CancelCauseFunc
+	events chan<- event // the loop's
 
-	mu       sync.Mutex
-	lease    engine.Lease // guarded by mu: its Deadline is set once a Provisional one is known
-	awaited  bool         // guarded by mu: the loop waits for the outcome
-	ended    bool         // guarded by mu: the outcome is in
-	deadline *time.Timer  // guarded by mu: the lease's deadline, or the next look at a Provisional one; nil without
-	limit    *time.Timer  // guarded by mu: Config.AttemptTimeout
+	mu      sync.Mutex
+	lease   engine.Lease  // guarded by mu: its Deadline is set once a Provisional one is known
+	awaited bool          // guarded by mu: the loop waits for the outcome
+	ended   bool          // guarded by mu: the outcome is in
+	timer   *time.Timer   // guarded by mu: goes off at due
+	due     time.Duration // guarded by mu: the mark timer is set for
+	hedgeAt time.Duration // guarded by mu: the hedge delay, still to come; 0: none
+	next    time.Duration // guarded by mu: the deadline, or the next look at a Provisional one, still to come; 0: none
+	look    time.Duration // guarded by mu: a Provisional lease's wait from one look to the next; 0 once it has a deadline
 }
 
 // recheckFirst is how long an attempt on a Provisional lease waits before
@@ -101,10 +151,13 @@ type flight struct {
 // finds nothing known yet.
 const recheckFirst = 250 * time.Millisecond
 
-// landed is an attempt's outcome on its way to the loop.
-type landed struct {
+// event is what reaches the loop: an attempt's outcome (o), an awaited
+// attempt silent past its deadline (silent), or the hedge delay passed.
+type event struct {
 	o        *outcome
-	reported bool // to the engine, by the attempt
+	reported bool // o went to the engine, by the attempt
+	silent   *flight
+	hedge    bool
 }
 
 // run carries j through the pool: at most MaxAttempts attempts, hedges
@@ -115,31 +168,43 @@ type landed struct {
 // first bytes, an answer's whole body.
 func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outcome, attempts, hedges int, err error) {
 	g.budget.Request(g.cfg.Now())
-	landings := make(chan landed, g.cfg.MaxAttempts)
-	deadlines := make(chan *flight, g.cfg.MaxAttempts)
-	var flights []*flight
-	var tried []string
-	defer func() { g.abandon(flights, landings, win) }()
+	// Room for all that can come: per attempt an outcome and a deadline,
+	// and one hedge.
+	events := make(chan event, 2*g.cfg.MaxAttempts+1)
+	var flights []*flight // one per attempt, each on a route of its own
+	defer func() { g.abandon(flights, events, win) }()
 
+	// another says whether a route is left to try, before any budget is
+	// spent on it.
+	another := func() bool { return len(flights) < len(s.exits) }
 	launch := func() error {
 		// Only the first attempt waits for a paced target: a retry or a
 		// hedge has other attempts to watch meanwhile.
 		wait := time.Duration(0)
+		var tried []string // made for a retry or a hedge only
 		if attempts == 0 {
 			wait = g.cfg.LearnedMaxWait
+		} else {
+			tried = make([]string, len(flights))
+			for i, f := range flights {
+				tried[i] = f.route
+			}
 		}
 		l, x, err := g.lease(ctx, s, j.ctl, j.target, tried, wait)
 		if err != nil {
 			return err
 		}
-		tried = append(tried, l.Route)
+		// The first attempt's timer marks the hedge delay, when a hedge
+		// could follow: a hedge goes beside the first attempt alone, on
+		// another route.
+		hedgeAt := time.Duration(0)
+		if attempts == 0 && j.hedge && g.cfg.MaxAttempts > 1 && len(s.exits) > 1 && l.HedgeAfter > 0 && (l.Deadline == 0 || l.HedgeAfter < l.Deadline) {
+			hedgeAt = l.HedgeAfter
+		}
 		attempts++
-		flights = append(flights, g.fly(ctx, j, l, x, landings, deadlines))
+		flights = append(flights, g.fly(ctx, j, l, x, hedgeAt, events))
 		return nil
 	}
-	// another says whether a route is left to try, before any budget is
-	// spent on it.
-	another := func() bool { return len(tried) < len(s.exits) }
 	awaited := func() (n int) {
 		for _, f := range flights {
 			if f.isAwaited() {
@@ -151,37 +216,35 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 	if err := launch(); err != nil {
 		return nil, nil, 0, 0, err
 	}
-	var hedge <-chan time.Time
-	if l := flights[0].leased(); j.hedge && g.cfg.MaxAttempts > 1 && l.HedgeAfter > 0 && (l.Deadline == 0 || l.HedgeAfter < l.Deadline) {
-		t := time.NewTimer(l.HedgeAfter)
-		defer t.Stop()
-		hedge = t.C
-	}
 	for {
+		var ev event
 		select {
 		case <-ctx.Done():
 			for _, f := range flights {
 				f.drop(context.Canceled)
 			}
 			if last == nil {
-				last = &outcome{lease: flights[len(flights)-1].leased(), class: engine.Canceled, done: func() {}}
+				last = &outcome{lease: flights[len(flights)-1].leased(), class: engine.Canceled}
 			}
 			return nil, last, attempts, hedges, nil
-		case <-hedge:
-			hedge = nil
+		case ev = <-events:
+		}
+		switch {
+		case ev.hedge:
 			if len(flights) == 1 && awaited() == 1 && another() && g.budget.Hedge(g.cfg.Now()) && launch() == nil {
 				hedges++
 			}
-		case f := <-deadlines:
+		case ev.silent != nil:
 			// Silence past the deadline: the attempt is cut when another
 			// attempt is in flight or may take its place; otherwise it
 			// runs on to the attempt timeout.
+			f := ev.silent
 			silent := &outcome{lease: f.leased(), class: engine.ProxyTimeout, reached: true}
 			if f.isAwaited() && (awaited() > 1 || another() && g.retry(j, silent, attempts) && launch() == nil) {
 				f.drop(context.DeadlineExceeded)
 			}
-		case got := <-landings:
-			o := got.o
+		default:
+			o := ev.o
 			if last != nil {
 				last.discard()
 				last = nil
@@ -193,7 +256,9 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 			if awaited() > 0 {
 				continue // another attempt may still answer
 			}
-			if o.blocked != nil || !another() || !g.retry(j, o, attempts) || launch() != nil {
+			// Neither admission's refusal nor the gateway's own want of
+			// resources would go better on another route.
+			if o.blocked != nil || o.local != "" || !another() || !g.retry(j, o, attempts) || launch() != nil {
 				return nil, last, attempts, hedges, nil
 			}
 		}
@@ -214,33 +279,32 @@ func (g *Gateway) retry(j *job, o *outcome, attempts int) bool {
 		g.budget.Retry(g.cfg.Now())
 }
 
-// fly starts an attempt through the leased route. Its context outlives the
-// client's request, so that an attempt the loop no longer waits for comes
-// to its own end and reports it.
-func (g *Gateway) fly(ctx context.Context, j *job, l engine.Lease, x *route.Exit, landings chan<- landed, deadlines chan<- *flight) *flight {
+// fly starts an attempt through the leased route, its timer set for the
+// hedge delay hedgeAt (0: none), the lease's deadline and the attempt
+// timeout. Its context outlives the client's request, so that an attempt
+// the loop no longer waits for comes to its own end and reports it.
+func (g *Gateway) fly(ctx context.Context, j *job, l engine.Lease, x *route.Exit, hedgeAt time.Duration, events chan<- event) *flight {
 	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	f := &flight{lease: l, start: g.cfg.Now(), cancel: cancel, awaited: true}
+	f := &flight{g: g, route: l.Route, start: g.cfg.Now(), cancel: cancel, events: events, lease: l, awaited: true, hedgeAt: hedgeAt}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.limit = time.AfterFunc(g.cfg.AttemptTimeout, func() { f.expire() })
 	switch {
 	case l.Provisional:
-		g.recheck(f, recheckFirst, deadlines)
+		f.look, f.next = recheckFirst, recheckFirst
 	case l.Deadline > 0 && l.Deadline < g.cfg.AttemptTimeout:
-		f.armDeadline(l.Deadline, deadlines)
+		f.next = l.Deadline
 	}
+	f.due = f.nextMark()
+	f.timer = time.AfterFunc(f.due, f.tick)
 	go func() {
 		o := g.attempt(actx, j, l, x)
-		o.done = func() { cancel(nil) }
+		o.cancel = cancel
 		f.mu.Lock()
 		f.ended = true
-		f.limit.Stop()
-		if f.deadline != nil {
-			f.deadline.Stop()
-		}
+		f.timer.Stop()
 		o.lease = f.lease
 		f.mu.Unlock()
-		if o.class == engine.Canceled && o.blocked == nil && o.bodyErr == nil {
+		if o.class == engine.Canceled && o.blocked == nil && o.bodyErr == nil && o.local == "" {
 			o.class = o.lease.Canceled(g.cfg.Now().Sub(f.start), o.timeout)
 		}
 		// A winner the caller reports itself goes unreported here, unless
@@ -252,7 +316,7 @@ func (g *Gateway) fly(ctx context.Context, j *job, l engine.Lease, x *route.Exit
 		f.mu.Lock()
 		awaited := f.awaited
 		if awaited {
-			landings <- landed{o: o, reported: reported} // buffered: one landing per attempt
+			events <- event{o: o, reported: reported} // buffered: one outcome per attempt
 		}
 		f.mu.Unlock()
 		if !awaited {
@@ -265,40 +329,66 @@ func (g *Gateway) fly(ctx context.Context, j *job, l engine.Lease, x *route.Exit
 	return f
 }
 
-// armDeadline starts f's deadline, due in d. The caller holds f.mu.
-func (f *flight) armDeadline(d time.Duration, deadlines chan<- *flight) {
-	f.deadline = time.AfterFunc(d, func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
+// nextMark is the first of f's marks still to come: the hedge delay, the
+// deadline or a look at a Provisional one, and the attempt timeout, which
+// always is. The caller holds f.mu.
+func (f *flight) nextMark() time.Duration {
+	due := f.g.cfg.AttemptTimeout
+	if f.hedgeAt > 0 && f.hedgeAt < due {
+		due = f.hedgeAt
+	}
+	if f.next > 0 && f.next < due {
+		due = f.next
+	}
+	return due
+}
+
+// tick is f's timer going off at the mark f.due: whatever falls there is
+// done, then the timer is set for the next mark.
+//
+//   - The hedge delay: the loop is told, if it still waits for f.
+//   - A look at a Provisional lease: once the pool has answered, the
+//     attempt gets the deadline it would have had, counted from its
+//     start, due at once if that has passed; else it looks again later.
+//   - The deadline: the loop is told, if it waits for f; an orphan is cut
+//     (its silence is evidence too).
+//   - The attempt timeout: f is cut, a timeout whoever waits for it.
+func (f *flight) tick() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ended {
+		return
+	}
+	now, limit := f.due, f.g.cfg.AttemptTimeout
+	if now >= limit {
+		f.cancel(context.DeadlineExceeded)
+		return
+	}
+	if f.hedgeAt > 0 && f.hedgeAt <= now {
+		f.hedgeAt = 0
+		if f.awaited {
+			f.events <- event{hedge: true} // buffered: one hedge per request
+		}
+	}
+	if f.next > 0 && f.next <= now {
+		f.next = 0
 		switch {
-		case f.ended:
+		case f.look > 0:
+			if d, _ := f.g.engine.Timing(f.lease, limit); d <= 0 || d >= limit {
+				f.look *= 2
+				f.next = now + f.look
+			} else {
+				f.lease.Deadline, f.lease.Provisional = d, false
+				f.look, f.next = 0, max(d, now)
+			}
 		case !f.awaited:
 			f.cancel(context.DeadlineExceeded) // an orphan's silence is evidence too
 		default:
-			deadlines <- f // buffered: one deadline per attempt
+			f.events <- event{silent: f} // buffered: one deadline per attempt
 		}
-	})
-}
-
-// recheck looks again, in after, for the deadline of f's Provisional
-// lease: once the pool has answered, the attempt gets the deadline it
-// would have had, counted from its start, and is cut at once if that has
-// passed. The caller holds f.mu.
-func (g *Gateway) recheck(f *flight, after time.Duration, deadlines chan<- *flight) {
-	f.deadline = time.AfterFunc(after, func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if f.ended {
-			return
-		}
-		d, _ := g.engine.Timing(f.lease, g.cfg.AttemptTimeout)
-		if d <= 0 || d >= g.cfg.AttemptTimeout {
-			g.recheck(f, 2*after, deadlines)
-			return
-		}
-		f.lease.Deadline, f.lease.Provisional = d, false
-		f.armDeadline(max(d-g.cfg.Now().Sub(f.start), 0), deadlines)
-	})
+	}
+	f.due = f.nextMark()
+	f.timer.Reset(f.due - now)
 }
 
 // leased is f's lease as it stands.
@@ -308,7 +398,7 @@ func (f *flight) leased() engine.Lease {
 	return f.lease
 }
 
-// attempt runs j.try, turning a panic inside it into a Canceled outcome,
+// attempt runs g.try, turning a panic inside it into a Canceled outcome,
 // logged: the attempt runs off the handler's goroutine, where net/http's
 // own recovery does not reach, and a failure inside must not end the
 // process.
@@ -323,7 +413,7 @@ func (g *Gateway) attempt(ctx context.Context, j *job, l engine.Lease, x *route.
 			o = &outcome{lease: l, class: engine.Canceled}
 		}
 	}()
-	return j.try(ctx, l, x)
+	return g.try(ctx, j, l, x)
 }
 
 // isAwaited reports whether the loop waits for f's outcome.
@@ -344,36 +434,27 @@ func (f *flight) drop(cause error) {
 	}
 }
 
-// expire ends f at the attempt timeout, a timeout whoever waits for it.
-func (f *flight) expire() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.ended {
-		f.cancel(context.DeadlineExceeded)
-	}
-}
-
 // abandon hands the attempts still in flight over to their own ends once
 // the loop returns: each runs on to its answer, its deadline or the
 // attempt timeout, and reports it. Outcomes that landed unread are
 // dropped, reported first if their attempt left that to the caller.
-func (g *Gateway) abandon(flights []*flight, landings <-chan landed, win *outcome) {
+func (g *Gateway) abandon(flights []*flight, events <-chan event, win *outcome) {
 	for _, f := range flights {
 		f.mu.Lock()
 		f.awaited = false
 		f.mu.Unlock()
 	}
-	// No attempt lands from here on: what landed is all in the channel.
+	// No outcome lands from here on: what landed is all in the channel.
 	for {
 		select {
-		case got := <-landings:
-			if got.o == win {
+		case ev := <-events:
+			if ev.o == nil || ev.o == win {
 				continue
 			}
-			if !got.reported {
-				g.report(got.o.lease, got.o.evidence())
+			if !ev.reported {
+				g.report(ev.o.lease, ev.o.evidence())
 			}
-			got.o.discard()
+			ev.o.discard()
 		default:
 			return
 		}

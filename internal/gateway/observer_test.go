@@ -19,6 +19,7 @@ type recorder struct {
 	requests []int // retries per request
 	hedges   int
 	refused  []string
+	local    []string
 }
 
 func (r *recorder) ObserveAttempt(_ string, c engine.Class, _ time.Duration) {
@@ -32,6 +33,12 @@ func (r *recorder) ObserveRequest(_ string, _ engine.Class, retries, hedges int)
 	defer r.mu.Unlock()
 	r.requests = append(r.requests, retries)
 	r.hedges += hedges
+}
+
+func (r *recorder) ObserveLocalError(reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.local = append(r.local, reason)
 }
 
 func (r *recorder) ObserveAuthRefusal(reason string) {

@@ -76,6 +76,7 @@ func TestPacing(t *testing.T) {
 				if tg.Hits() != carried {
 					t.Errorf("the site saw %d requests, want %d", tg.Hits(), carried)
 				}
+				v.waitReported(t, engine.OK, carried)
 				for _, st := range v.e.Routes() {
 					if st.Health.ConsecFail != 0 || st.Inflight != 0 {
 						t.Errorf("route %s: %d failures, %d in flight: pacing left evidence or a lease", st.ID, st.Health.ConsecFail, st.Inflight)

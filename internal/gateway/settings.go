@@ -21,7 +21,10 @@ type settings struct {
 // running finish with what they started with. Every route must already be
 // known to the engine (added or updated with r.Spec()). A route whose dial
 // is unchanged, credentials included, keeps its Exit and the Exit's idle
-// connections; the idle connections of the others are closed.
+// connections; the idle connections of the others' own transports
+// (SOCKS5) are closed, and those in the shared one serve the routes left
+// with the same proxy and credentials, or are closed once idle too long or
+// crowded out.
 func (g *Gateway) Update(routes []*route.Route, users map[string]User, targets *target.Rules) error {
 	g.updates.Lock()
 	defer g.updates.Unlock()

@@ -33,13 +33,11 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settin
 	defer release()
 	another := ctl.session == "" // a session's exit never changes silently
 	win, last, attempts, hedges, err := g.run(r.Context(), s, &job{
-		target: target,
-		ctl:    ctl,
-		try: func(ctx context.Context, l engine.Lease, x *route.Exit) *outcome {
-			return g.dialTunnel(ctx, l, x, addr)
-		},
-		retryable: func(*outcome) bool { return another },
-		hedge:     another && (policy == nil || !policy.NoHedge),
+		target:  target,
+		ctl:     ctl,
+		addr:    addr,
+		another: another,
+		hedge:   another && (policy == nil || !policy.NoHedge),
 	})
 	switch {
 	case win != nil:
@@ -58,18 +56,22 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settin
 
 // dialTunnel opens a stream to addr through the leased route. A success is
 // the caller's to report, when the tunnel shows how it went. An admission
-// refusal at connect time is Canceled: it says nothing about the route.
+// refusal at connect time, and the gateway's own want of resources, are
+// Canceled: they say nothing about the route.
 func (g *Gateway) dialTunnel(ctx context.Context, l engine.Lease, x *route.Exit, addr string) *outcome {
 	o := &outcome{lease: l}
-	var progress route.Progress
 	start := g.cfg.Now()
-	conn, err := x.DialTarget(ctx, addr, &progress)
+	conn, err := x.DialTarget(ctx, addr, &o.progress)
 	o.latency = g.cfg.Now().Sub(start)
-	o.timeout, _ = route.Classify(context.DeadlineExceeded, &progress)
+	o.timeout = o.progress.Timeout()
 	if err != nil {
-		o.class, _ = route.Classify(err, &progress)
+		o.class, _ = route.Classify(err, &o.progress)
 		if o.blocked = refusal(err); o.blocked != nil {
 			o.class = engine.Canceled
+		}
+		if o.local = route.LocalReason(err); o.local != "" {
+			o.latency = 0
+			g.localFailure(o.local, l.Route, err)
 		}
 		return o
 	}
@@ -112,7 +114,9 @@ func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, rec *record, wi
 	rec.status = http.StatusOK
 	g.logRequest(r.Context(), rec)
 
-	// Which side ended first decides the outcome of a silent tunnel.
+	// Which side ended first decides the outcome of a silent tunnel. One
+	// goroutine besides this one: each copy blocks (in the kernel, when
+	// it splices).
 	const clientFirst, serverFirst = 1, 2
 	var first atomic.Int32
 	var fromClient io.Reader = client
@@ -123,17 +127,15 @@ func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, rec *record, wi
 	up := make(chan struct{})
 	go func() {
 		defer close(up)
-		toServer := &firstByte{Writer: upstream, seen: func() {
+		_, err := pipe(upstream, fromClient, client, func() {
 			if l.Deadline > 0 {
 				silence = time.AfterFunc(l.Deadline, func() { report(engine.TargetTimeout, l.Deadline) })
 			}
-		}}
-		_, err := io.Copy(toServer, fromClient)
+		})
 		first.CompareAndSwap(0, clientFirst)
 		endWrite(upstream, err)
 	}()
-	spoke := &firstByte{Writer: client, seen: func() { report(engine.OK, win.latency) }}
-	_, err = io.Copy(spoke, upstream)
+	_, err = pipe(client, upstream, upstream, func() { report(engine.OK, win.latency) })
 	if first.CompareAndSwap(0, serverFirst) {
 		report(engine.TargetReset, win.latency) // a no-op if the server spoke
 	}
@@ -146,6 +148,76 @@ func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, rec *record, wi
 	// before the server said anything.
 }
 
+// pipe copies src, a reader of the connection from, to dst until src ends,
+// calling spoke once the first bytes are in, before they are written. Those,
+// and whatever src still holds buffered (bytes behind the CONNECT in the
+// server's reader, a target's first words read with the proxy's answer),
+// are copied by hand; the rest, when both ends are TCP connections or
+// wrappers that hand theirs over (tcpConn), goes by io.Copy between the
+// two *net.TCPConn, which Linux splices in the kernel: no copy through
+// user space, no buffer. Otherwise (a TLS connection to an HTTPS proxy)
+// it goes through a pooled buffer. It reports whether it spliced, and the
+// error that ended the copy, nil at src's end.
+func pipe(dst net.Conn, src io.Reader, from net.Conn, spoke func()) (spliced bool, err error) {
+	bp := relayBuffers.Get().(*[]byte)
+	defer func() {
+		if bp != nil {
+			relayBuffers.Put(bp)
+		}
+	}()
+	buf := *bp
+	for spoke != nil || buffered(src) > 0 {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if spoke != nil {
+				spoke()
+				spoke = nil
+			}
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return false, err
+			}
+		}
+		switch {
+		case err == io.EOF:
+			return false, nil
+		case err != nil:
+			return false, err
+		}
+	}
+	if r, w := tcpConn(from), tcpConn(dst); r != nil && w != nil {
+		relayBuffers.Put(bp)
+		bp = nil
+		_, err = io.Copy(w, r)
+		return true, err
+	}
+	// Both hidden, so that neither side's ReadFrom or WriteTo brings a
+	// buffer of its own.
+	_, err = io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf)
+	return false, err
+}
+
+// buffered is how many bytes r holds read ahead of its connection, to be
+// read through r before the connection itself.
+func buffered(r io.Reader) int {
+	if b, ok := r.(interface{ Buffered() int }); ok {
+		return b.Buffered()
+	}
+	return 0
+}
+
+// tcpConn is the TCP connection c is, or that a wrapper adding nothing
+// to its bytes hands over (the server's client connections, route's
+// tunnels that held a target's first bytes: TCPConn), or nil.
+func tcpConn(c net.Conn) *net.TCPConn {
+	switch c := c.(type) {
+	case *net.TCPConn:
+		return c
+	case interface{ TCPConn() *net.TCPConn }:
+		return c.TCPConn()
+	}
+	return nil
+}
+
 // endWrite passes the end of one direction on: a clean end as a
 // half-close, so that a peer that sends, half-closes and then reads still
 // gets its answer; an error as a full close, which ends the other
@@ -156,18 +228,4 @@ func endWrite(c net.Conn, err error) {
 		return
 	}
 	c.Close()
-}
-
-// firstByte calls seen once, at the first byte written through it.
-type firstByte struct {
-	io.Writer
-	seen func() // owner: the copying goroutine
-}
-
-func (f *firstByte) Write(p []byte) (int, error) {
-	if len(p) > 0 && f.seen != nil {
-		f.seen()
-		f.seen = nil
-	}
-	return f.Writer.Write(p)
 }

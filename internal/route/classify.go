@@ -3,6 +3,7 @@ package route
 import (
 	"context"
 	"errors"
+	"net/http/httptrace"
 	"sync/atomic"
 
 	"github.com/switchyard/switchyard/engine"
@@ -17,6 +18,25 @@ type Progress struct {
 	direct    bool        // the route is Direct; set before the attempt starts
 	connected atomic.Bool // the connection was obtained: to the proxy (HTTP, HTTPS) or the stream to the target (SOCKS5, Direct)
 	answered  atomic.Bool // the first byte of the answer arrived
+	// trace records RoundTrip's progress; bound to this Progress by traced.
+	trace httptrace.ClientTrace
+}
+
+// traced is ctx carrying the trace through which RoundTrip records its
+// progress into p (Exit.Context).
+func (p *Progress) traced(ctx context.Context) context.Context {
+	p.trace.GotConn = func(httptrace.GotConnInfo) { p.connected.Store(true) }
+	p.trace.GotFirstResponseByte = func() { p.answered.Store(true) }
+	return httptrace.WithClientTrace(ctx, &p.trace)
+}
+
+// Timeout is what an attempt's silence reads as at the layer it reached:
+// the class Classify gives a timeout now (see there).
+func (p *Progress) Timeout() engine.Class {
+	if p.direct || p.answered.Load() {
+		return engine.TargetTimeout
+	}
+	return engine.ProxyTimeout
 }
 
 // Classify maps how an attempt through an Exit ended to its outcome class
@@ -26,7 +46,8 @@ type Progress struct {
 // answer's body; p is what the Exit recorded of the attempt. By layer:
 //
 //	nil                 ok
-//	*Error              Error.Class; reached nothing (Error.NeverLeft)
+//	*Error              Error.Class; reached nothing (Error.NeverLeft); Canceled
+//	                    when the gateway ran out of its own resources (Error.Local)
 //	context.Canceled    canceled: the caller gave up
 //	a timeout           of the layer reached: the exit (proxy_timeout) until the
 //	                    answer began, the target (target_timeout) once it did, or
@@ -48,10 +69,7 @@ func Classify(err error, p *Progress) (class engine.Class, reached bool) {
 	case errors.Is(err, context.Canceled):
 		return engine.Canceled, reached
 	case isTimeout(err):
-		if p.direct || p.answered.Load() {
-			return engine.TargetTimeout, reached
-		}
-		return engine.ProxyTimeout, reached
+		return p.Timeout(), reached
 	case !reached:
 		return engine.ProxyConnectFailed, false
 	}

@@ -23,12 +23,16 @@ type path uint8
 const (
 	forward path = 1 << iota // an absolute-form GET through RoundTrip, its body read to the end
 	tunnel                   // a stream to the target through DialTarget, as for a client's CONNECT
+	shared                   // with forward: through a transport shared with other exits (route.Upstream)
 	both    = forward | tunnel
 )
 
 func (p path) String() string {
-	if p == forward {
+	switch p {
+	case forward:
 		return "forward"
+	case forward | shared:
+		return "forward shared"
 	}
 	return "tunnel"
 }

@@ -56,6 +56,11 @@ type Dialer struct {
 	// system's. The gateway's admission resolves with the same one, so a
 	// name reads alike at both checks.
 	Resolver *net.Resolver
+	// Upstream, when set, is the transport that the exits of HTTP, HTTPS
+	// and Direct routes share (their connections pooled per proxy and
+	// credentials, idle ones capped across routes); nil gives each exit a
+	// transport of its own.
+	Upstream *Upstream
 }
 
 // dialTarget opens a byte stream to addr through the exit; see DialTarget.
@@ -77,7 +82,8 @@ func (x *Exit) dialTarget(ctx context.Context, addr string) (net.Conn, error) {
 	}
 	c, err := nd.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, &Error{Phase: PhaseTarget, Route: x.route.ID, Err: callerGaveUp(ctx, err)}
+		err = callerGaveUp(ctx, err)
+		return nil, &Error{Phase: PhaseTarget, Route: x.route.ID, Err: err, Local: localReason(err)}
 	}
 	return c, nil
 }
@@ -92,16 +98,56 @@ func (x *Exit) dialProxy(ctx context.Context) (net.Conn, error) {
 		if isTimeout(err) {
 			phase = PhaseDialTimeout
 		}
-		return nil, &Error{Phase: phase, Route: x.route.ID, Err: err}
+		return nil, &Error{Phase: phase, Route: x.route.ID, Err: err, Local: localReason(err)}
 	}
 	return conn, nil
+}
+
+// localReason names the gateway's own resource that a failed dial ran out
+// of, "" when err says nothing of the kind: the socket could not be made
+// (out of descriptors, per process or system-wide; out of kernel buffers
+// or memory) or no local port was left to connect from. None of it is the
+// route's doing. The names are the errno's, as the metric's reason label.
+func localReason(err error) string {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return ""
+	}
+	switch errno {
+	case syscall.EMFILE:
+		return "emfile"
+	case syscall.ENFILE:
+		return "enfile"
+	case syscall.ENOBUFS:
+		return "enobufs"
+	case syscall.ENOMEM:
+		return "enomem"
+	case syscall.EADDRNOTAVAIL:
+		return "eaddrnotavail"
+	}
+	return ""
+}
+
+// LocalReason is the gateway's own resource that err, an attempt's error,
+// says ran out (Error.Local), or "" when err is not such a failure.
+func LocalReason(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Local
+	}
+	return ""
 }
 
 // negotiate connects to the route's proxy and runs step on the connection
 // within Timeouts.Handshake: step makes a tunnel of it, or a TLS
 // connection to the proxy. Every failure comes back as an *Error.
 func (x *Exit) negotiate(ctx context.Context, step func(context.Context, net.Conn) (net.Conn, error)) (net.Conn, error) {
-	conn, err := x.dialProxy(ctx)
+	return x.negotiateWith(ctx, x.dialProxy, step)
+}
+
+// negotiateWith is negotiate over the connection dial makes to the proxy.
+func (x *Exit) negotiateWith(ctx context.Context, dial func(context.Context) (net.Conn, error), step func(context.Context, net.Conn) (net.Conn, error)) (net.Conn, error) {
+	conn, err := dial(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -217,6 +263,29 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 	return c.Conn.Read(p)
 }
 
+// Buffered is how many of the target's first bytes are still to be read
+// through c, before the connection beneath. Only the reader may ask.
+func (c *prefixConn) Buffered() int { return len(c.prefix) }
+
+// TCPConn is the TCP connection beneath c, or nil when it is another kind
+// (TLS to an HTTPS proxy). Writing to it is writing to c; reading from it
+// skips what Buffered counts. The gateway's tunnels copy between TCP
+// connections so that the kernel splices them.
+func (c *prefixConn) TCPConn() *net.TCPConn {
+	tc, _ := c.Conn.(*net.TCPConn)
+	return tc
+}
+
+// CloseWrite half-closes the connection beneath where it can (TCP; TLS
+// sends its close_notify), as for a tunnel without a buffered start; it
+// closes it otherwise.
+func (c *prefixConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
+}
+
 // socks5 negotiates a CONNECT to addr with a SOCKS5 proxy (RFC 1928),
 // authenticating with username/password (RFC 1929) when proxyURL has them.
 func socks5(ctx context.Context, conn net.Conn, proxyURL *url.URL, addr string) (net.Conn, error) {
@@ -320,6 +389,11 @@ type Error struct {
 	// in the answer proves the proxy passed nothing on, so bytes of the
 	// request may have reached the target.
 	Forwarded bool
+	// Local names the gateway's own resource that ran out before anything
+	// left it ("emfile", "enfile", "enobufs", "enomem", "eaddrnotavail",
+	// or a cap of the gateway's own), "" otherwise. Such a failure is the
+	// gateway's fault, not the route's: Class is Canceled, no evidence.
+	Local string
 }
 
 // Phase is the step of reaching a target that failed.
@@ -355,6 +429,9 @@ func (p Phase) String() string {
 // <status>" as the cause when the proxy's HTTP answer says it all.
 func (e *Error) Error() string {
 	msg := "route " + e.Route + ": " + e.Phase.String()
+	if e.Local != "" {
+		msg += ": the gateway is out of local resources (" + e.Local + ")"
+	}
 	if e.Status != 0 {
 		msg += ": proxy answered " + strconv.Itoa(e.Status)
 	}
@@ -367,7 +444,9 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Class maps the failure to the engine's outcome class, by the layer that
-// failed. The caller giving up is Canceled whatever the phase. Otherwise:
+// failed. The caller giving up, and the gateway running out of its own
+// resources (Local), are Canceled whatever the phase: no evidence either
+// way. Otherwise:
 //
 //	PhaseDial        proxy_connect_failed
 //	PhaseDialTimeout proxy_timeout
@@ -384,7 +463,7 @@ func (e *Error) Unwrap() error { return e.Err }
 //	                 unreachable: a Direct route has no exit of its own to blame,
 //	                 so the evidence is about the target (route×target scope).
 func (e *Error) Class() engine.Class {
-	if errors.Is(e.Err, context.Canceled) {
+	if e.Local != "" || errors.Is(e.Err, context.Canceled) {
 		return engine.Canceled
 	}
 	switch e.Phase {

@@ -436,6 +436,9 @@ func TestErrorClass(t *testing.T) {
 		{desc: "canceled in handshake", err: &route.Error{Phase: route.PhaseHandshake, Route: "socks5://1.2.3.4:1080~0bfe935e", Err: context.Canceled}, class: engine.Canceled,
 			text: "route socks5://1.2.3.4:1080~0bfe935e: handshake: context canceled"},
 		{desc: "direct canceled", err: &route.Error{Phase: route.PhaseTarget, Err: context.Canceled}, class: engine.Canceled},
+		{desc: "gateway out of descriptors", err: &route.Error{Phase: route.PhaseDial, Route: "http://1.2.3.4:80~0bfe935e", Local: "emfile",
+			Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)}}, class: engine.Canceled,
+			text: "route http://1.2.3.4:80~0bfe935e: dial: the gateway is out of local resources (emfile): dial tcp: socket: too many open files"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -593,6 +596,79 @@ func TestDialerControl(t *testing.T) {
 					t.Error("the target was connected to")
 				}
 			})
+		}
+	})
+}
+
+// A dial that fails because the gateway ran out of its own resources
+// (descriptors, kernel buffers, local ports) is no evidence against the
+// route: a real errno from the socket layer (Control runs between socket()
+// and connect(), and its error comes back as the dial's) is an *Error with
+// Local set, classified Canceled and reaching nothing, on a tunnel and on
+// a forwarded request alike. Other errnos stay the route's.
+func TestDialLocalResources(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		tests := []struct {
+			desc   string
+			errno  syscall.Errno
+			reason string // "" = not local
+		}{
+			{desc: "process out of descriptors", errno: syscall.EMFILE, reason: "emfile"},
+			{desc: "system out of descriptors", errno: syscall.ENFILE, reason: "enfile"},
+			{desc: "out of socket buffers", errno: syscall.ENOBUFS, reason: "enobufs"},
+			{desc: "out of kernel memory", errno: syscall.ENOMEM, reason: "enomem"},
+			{desc: "out of local ports", errno: syscall.EADDRNOTAVAIL, reason: "eaddrnotavail"},
+			{desc: "refused is the target's", errno: syscall.ECONNREFUSED},
+		}
+		for _, tc := range tests {
+			for _, p := range []path{tunnel, forward, forward | shared} {
+				t.Run(tc.desc+"/"+p.String(), func(t *testing.T) {
+					t.Parallel()
+					var reached atomic.Bool
+					target := routetest.ServeTCP(t, func(c net.Conn) { reached.Store(true); c.Close() })
+					control := func(string) func(string, string, syscall.RawConn) error {
+						return func(string, string, syscall.RawConn) error { return tc.errno }
+					}
+					d := route.Dialer{Control: control}
+					if p&shared != 0 {
+						d.Upstream = route.NewUpstream(0)
+						defer d.Upstream.CloseIdleConnections()
+					}
+					x := newExit(t, dialCase{r: &route.Route{ID: "direct", Scheme: route.Direct}}, d)
+					defer x.CloseIdleConnections()
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					var progress route.Progress
+					var err error
+					if p == tunnel {
+						var c net.Conn
+						if c, err = x.DialTarget(ctx, target, &progress); err == nil {
+							c.Close()
+						}
+					} else {
+						req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+target+"/", nil)
+						var resp *http.Response
+						if resp, err = x.RoundTrip(req, &progress); err == nil {
+							resp.Body.Close()
+						}
+					}
+					if !errors.Is(err, tc.errno) {
+						t.Fatalf("got %v, want an error wrapping %v", err, tc.errno)
+					}
+					class, hit := route.Classify(err, &progress)
+					if got := route.LocalReason(err); got != tc.reason {
+						t.Errorf("LocalReason = %q, want %q", got, tc.reason)
+					}
+					switch {
+					case hit || reached.Load():
+						t.Error("the target was reached")
+					case tc.reason != "" && class != engine.Canceled:
+						t.Errorf("class %v, want canceled (no evidence)", class)
+					case tc.reason == "" && class == engine.Canceled:
+						t.Errorf("class canceled for %v, want evidence", tc.errno)
+					}
+				})
+			}
 		}
 	})
 }

@@ -27,6 +27,7 @@ type Exit struct {
 	resolver  *net.Resolver // Direct targets' lookups; nil: the system's
 	tls       *tls.Config   // TLS to the HTTPS proxy; nil for other schemes
 	transport *http.Transport
+	upstream  *Upstream // the shared transport is transport; nil when it is the exit's own
 }
 
 // NewExit builds the exit of r, dialling as d says. r must be Direct or
@@ -40,6 +41,13 @@ func NewExit(r *Route, d Dialer) (*Exit, error) {
 		return nil, fmt.Errorf("route %s: %s route without a proxy address", r.ID, r.Scheme)
 	}
 	x := &Exit{route: r, timeouts: d.Timeouts.withDefaults(), control: d.Control, resolver: d.Resolver}
+	if r.Scheme == HTTPS {
+		x.tls = proxyTLSConfig(d.TLS, r.URL.Hostname())
+	}
+	if d.Upstream != nil && r.Scheme != SOCKS5 {
+		x.transport, x.upstream = d.Upstream.transport, d.Upstream
+		return x, nil
+	}
 	x.transport = &http.Transport{
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
@@ -56,7 +64,6 @@ func NewExit(r *Route, d Dialer) (*Exit, error) {
 			return x.dialProxy(ctx)
 		}
 		if r.Scheme == HTTPS {
-			x.tls = proxyTLSConfig(d.TLS, r.URL.Hostname())
 			// With an https:// proxy, Go dials the proxy through DialTLSContext.
 			x.transport.DialTLSContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
 				return x.negotiate(ctx, x.proxyTLS)
@@ -71,8 +78,21 @@ func NewExit(r *Route, d Dialer) (*Exit, error) {
 	return x, nil
 }
 
+// Context is ctx as a request through x needs it: carrying the trace
+// through which RoundTrip records the attempt's progress into p and, when x
+// shares its transport (Dialer.Upstream), x itself. A request made with it
+// spares RoundTrip a copy of the request to add them. Call it once per
+// attempt, before the attempt starts.
+func (x *Exit) Context(ctx context.Context, p *Progress) context.Context {
+	ctx = p.traced(ctx)
+	if x.upstream != nil {
+		ctx = withExit(ctx, x)
+	}
+	return ctx
+}
+
 // RoundTrip sends req, an absolute-form http:// request, out through the
-// exit, recording into p how far it got. A 407 is the proxy's refusal of
+// exit, recording into p how far it got (see Context). A 407 is the proxy's refusal of
 // the route's credentials, an *Error (PhaseProxyAuth) as for a CONNECT,
 // only when it is shown to be (proxyRefused); any other 407 is the
 // target's answer and comes back as such. When req's context ends, the
@@ -80,11 +100,10 @@ func NewExit(r *Route, d Dialer) (*Exit, error) {
 // behaviour).
 func (x *Exit) RoundTrip(req *http.Request, p *Progress) (*http.Response, error) {
 	p.direct = x.route.Scheme == Direct
-	trace := &httptrace.ClientTrace{
-		GotConn:              func(httptrace.GotConnInfo) { p.connected.Store(true) },
-		GotFirstResponseByte: func() { p.answered.Store(true) },
+	if ctx := req.Context(); httptrace.ContextClientTrace(ctx) != &p.trace || x.upstream != nil && exitOf(ctx) != x {
+		req = req.WithContext(x.Context(ctx, p))
 	}
-	resp, err := x.transport.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+	resp, err := x.transport.RoundTrip(req)
 	if err != nil {
 		return nil, err
 	}
@@ -173,5 +192,11 @@ func (x *Exit) Check(ctx context.Context) error {
 func (x *Exit) Route() *Route { return x.route }
 
 // CloseIdleConnections closes the exit's idle connections; requests in
-// progress are not cut.
-func (x *Exit) CloseIdleConnections() { x.transport.CloseIdleConnections() }
+// progress are not cut. An exit sharing its transport (Dialer.Upstream)
+// has none of its own: the shared ones are closed by
+// Upstream.CloseIdleConnections, or when idle too long or crowded out.
+func (x *Exit) CloseIdleConnections() {
+	if x.upstream == nil {
+		x.transport.CloseIdleConnections()
+	}
+}

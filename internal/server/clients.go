@@ -78,6 +78,14 @@ func (c *clientConn) Close() error {
 	return c.Conn.Close()
 }
 
+// TCPConn is the TCP connection beneath c, or nil: a tunnel copies to
+// and from it, so that the kernel splices the bytes, while closing c
+// itself.
+func (c *clientConn) TCPConn() *net.TCPConn {
+	tc, _ := c.Conn.(*net.TCPConn)
+	return tc
+}
+
 // CloseWrite half-closes, as the tunnel does at the end of the client's
 // side, where the connection can; otherwise it closes.
 func (c *clientConn) CloseWrite() error {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -430,4 +431,82 @@ func TestSlowBodiesAreCut(t *testing.T) {
 			})
 		}
 	})
+}
+
+// A client connection hands its TCP connection over to a tunnel, which
+// copies straight between TCP connections so that the kernel splices
+// them; a connection of another kind has none to hand over.
+func TestClientConnHandsOverTCP(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := (&clientConn{Conn: c}).TCPConn(); got != c {
+		t.Errorf("TCPConn() = %v, want the connection beneath", got)
+	}
+	p, q := net.Pipe()
+	defer p.Close()
+	defer q.Close()
+	if got := (&clientConn{Conn: p}).TCPConn(); got != nil {
+		t.Errorf("TCPConn() of a pipe = %v, want nil", got)
+	}
+}
+
+// admin.pprof puts Go's profiles on the admin listener, behind the admin
+// token.
+func TestPprofOnAdmin(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "switchyard.toml")
+	if err := os.WriteFile(path, []byte("[routes]\ninline = [\"direct\"]\n[admin]\npprof = true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(config.Source{Path: path, Env: []string{"SWITCHYARD_ADMIN_TOKEN=tok-server"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := runServer(t, cfg, nil)
+	for _, tc := range []struct {
+		auth string
+		want int
+	}{{"", http.StatusUnauthorized}, {"Bearer tok-server", http.StatusOK}} {
+		req, _ := http.NewRequest(http.MethodGet, g.admin+"/debug/pprof/goroutine?debug=1", nil)
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want || tc.want == http.StatusOK && !strings.Contains(string(body), "goroutine") {
+			t.Errorf("with %q: %d %.80q, want %d", tc.auth, resp.StatusCode, body, tc.want)
+		}
+	}
+}
+
+// switchyard_upstream_conns counts the connections of the transport the
+// routes share: the direct route's one to the site, kept idle after the
+// request.
+func TestUpstreamConnsMetric(t *testing.T) {
+	site := okSite(t)
+	g := runServer(t, config.WithRoutes(direct(t)), nil)
+	waitChecked(t, g.s.Engine())
+	if n := g.metric(t, "switchyard_upstream_conns"); n != 0 {
+		t.Fatalf("%v upstream connections before any request", n)
+	}
+	c, br := dialProxy(t, g)
+	if resp, _, err := roundTrip(c, br, get(site)); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%v %v", resp, err)
+	}
+	if n := g.metric(t, "switchyard_upstream_conns"); n != 1 {
+		t.Errorf("%v upstream connections after one request, want 1", n)
+	}
 }

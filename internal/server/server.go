@@ -107,17 +107,18 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 	metrics.WatchRestart(s.restartRequired)
 	s.clients = newClientListener(ln.Proxy, cfg.Server.MaxClientConns, metrics)
 	gcfg := gateway.Config{
-		MaxAttempts:         cfg.Retry.MaxAttempts,
-		AttemptTimeout:      cfg.Retry.AttemptTimeout,
-		RetryBody:           cfg.Retry.MaxBodyBytes,
-		Budget:              engine.BudgetConfig{BudgetRatio: cfg.Retry.BudgetRatio, HedgeRatio: cfg.Retry.HedgeRatio},
-		Observer:            metrics,
-		Users:               users,
-		Targets:             cfg.TargetRules(),
-		MaxPacedTargets:     cfg.Pacing.MaxTargets,
-		LearnedMaxWait:      cfg.Pacing.LearnedMaxWait,
-		ResolveProxyTargets: cfg.Security.ResolveProxyTargets,
-		Log:                 log,
+		MaxAttempts:          cfg.Retry.MaxAttempts,
+		AttemptTimeout:       cfg.Retry.AttemptTimeout,
+		RetryBody:            cfg.Retry.MaxBodyBytes,
+		Budget:               engine.BudgetConfig{BudgetRatio: cfg.Retry.BudgetRatio, HedgeRatio: cfg.Retry.HedgeRatio},
+		Observer:             metrics,
+		Users:                users,
+		Targets:              cfg.TargetRules(),
+		MaxPacedTargets:      cfg.Pacing.MaxTargets,
+		LearnedMaxWait:       cfg.Pacing.LearnedMaxWait,
+		ResolveProxyTargets:  cfg.Security.ResolveProxyTargets,
+		Log:                  log,
+		MaxIdleUpstreamConns: cfg.Server.MaxIdleUpstreamConns,
 	}
 	if cfg.BlockPrivate() {
 		gcfg.Admission = admit.New(cfg.Security.Prefixes(), cfg.Security.AllowHosts)
@@ -126,10 +127,11 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		s.closeShared()
 		return nil, err
 	}
+	metrics.WatchUpstreamConns(s.gateway.UpstreamConns)
 	// Probes leave through the gateway's own exits, so they see what users'
 	// traffic sees, admission included, and follow its reloads.
 	s.prober = probe.New(e, s.gateway, probe.Config{TargetURL: s.gateway.ProbeURL, NeutralURL: cfg.Probe.URL, Admit: s.gateway.Admit})
-	aopts := admin.Options{Token: cfg.Admin.Token.Value(), RestartRequired: s.restartRequired, Log: log}
+	aopts := admin.Options{Token: cfg.Admin.Token.Value(), Pprof: cfg.Admin.Pprof, RestartRequired: s.restartRequired, Log: log}
 	if s.shared != nil {
 		aopts.Degraded = s.shared.Healthy
 		metrics.WatchState(func() admin.StateStats {

@@ -60,11 +60,12 @@ type Behavior struct {
 	Garbage        bool            // answer each request (SOCKS5: the greeting) with bytes of no protocol at all
 	Silent         bool            // read each request (SOCKS5: the CONNECT request, after the greeting) and never answer it
 	SSLPortsOnly   bool            // HTTPProxy: answer CONNECT to any port but 443 with 403, before looking at credentials (Squid's default rules)
+	KeepAlive      bool            // HTTPProxy: serve further absolute-form requests on a connection whose request was forwarded, as real proxies do (benchmarks)
 }
 
 // Proxy is a fake upstream proxy on 127.0.0.1 with a fault profile. It
 // serves one request or tunnel per connection (answers say Connection:
-// close), which every HTTP/1.1 client handles.
+// close), which every HTTP/1.1 client handles, unless Behavior.KeepAlive.
 type Proxy struct {
 	URL *url.URL // scheme http, https or socks5; with the credentials when Behavior.User is set
 
@@ -136,8 +137,9 @@ func Start(b Behavior) (*Proxy, error) {
 	}
 	p.tr = &http.Transport{
 		DialContext: p.dialTracked,
-		// No idle connections to targets: close leaves nothing behind.
-		DisableKeepAlives: true,
+		// No idle connections to targets, so that close leaves nothing
+		// behind, unless KeepAlive: then Close closes them.
+		DisableKeepAlives: !b.KeepAlive,
 	}
 	p.srv.start(p.serve)
 	return p, nil
@@ -149,6 +151,7 @@ func (p *Proxy) Close() {
 	p.closeOnce.Do(func() {
 		if p.srv != nil {
 			p.srv.close()
+			p.tr.CloseIdleConnections()
 		}
 		if p.release != nil {
 			p.release()
@@ -254,9 +257,17 @@ const garbage = "SSH-2.0-NotAProxy\r\n\r\n"
 
 func (p *Proxy) serveHTTP(c net.Conn) {
 	br := bufio.NewReader(c)
+	for p.serveRequest(c, br) && p.b.KeepAlive {
+		// the next request on the same connection
+	}
+}
+
+// serveRequest serves the next request on c, and reports whether the
+// connection may serve another: only after a forwarded request.
+func (p *Proxy) serveRequest(c net.Conn, br *bufio.Reader) (again bool) {
 	req, err := http.ReadRequest(br)
 	if err != nil {
-		return
+		return false
 	}
 	p.requests.Add(1)
 	if req.URL.Host != "" {
@@ -281,10 +292,11 @@ func (p *Proxy) serveHTTP(c net.Conn) {
 	case req.Method == http.MethodConnect:
 		p.tunnel(c, br, req.URL.Host)
 	case req.URL.IsAbs():
-		p.forward(c, req)
+		return p.forward(c, req)
 	default:
 		answer(c, http.StatusBadRequest)
 	}
+	return false
 }
 
 // authorized checks a Proxy-Authorization header against the configured
@@ -328,22 +340,22 @@ func (p *Proxy) tunnel(c net.Conn, br *bufio.Reader, addr string) {
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 // forward serves an absolute-form request by performing it and copying the
-// answer back.
-func (p *Proxy) forward(c net.Conn, req *http.Request) {
+// answer back, and reports whether the answer went out whole.
+func (p *Proxy) forward(c net.Conn, req *http.Request) bool {
 	for _, h := range hopHeaders {
 		req.Header.Del(h)
 	}
 	resp, err := p.tr.RoundTrip(req)
 	if err != nil {
 		answer(c, http.StatusBadGateway)
-		return
+		return false
 	}
 	defer resp.Body.Close()
 	for _, h := range hopHeaders {
 		resp.Header.Del(h)
 	}
-	resp.Close = true
-	resp.Write(c)
+	resp.Close = !p.b.KeepAlive
+	return resp.Write(c) == nil
 }
 
 // SOCKS5 wire values (RFC 1928, RFC 1929).

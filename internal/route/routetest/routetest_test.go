@@ -408,3 +408,38 @@ func TestStartWithoutTest(t *testing.T) {
 		refused.Close()
 	})
 }
+
+// A KeepAlive proxy serves the absolute-form requests of one connection
+// one after another; without it, the connection ends after the first.
+func TestProxyKeepAlive(t *testing.T) {
+	NoLeaks(t, func(t *testing.T) {
+		for _, keep := range []bool{false, true} {
+			site := target(t, false)
+			p := NewProxy(t, Behavior{KeepAlive: keep})
+			c, err := net.DialTimeout("tcp", p.URL.Host, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			br := bufio.NewReader(c)
+			for i, path := range []string{"/one", "/two"} {
+				io.WriteString(c, "GET "+site.URL+path+" HTTP/1.1\r\nHost: "+site.Listener.Addr().String()+"\r\n\r\n")
+				resp, err := http.ReadResponse(br, nil)
+				if i == 1 && !keep {
+					if err == nil {
+						t.Errorf("a second answer on a connection without KeepAlive: %d", resp.StatusCode)
+					}
+					break
+				}
+				if err != nil {
+					t.Fatalf("KeepAlive %v, request %d: %v", keep, i, err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				if string(body) != "hello "+path || resp.Close == keep {
+					t.Errorf("KeepAlive %v, request %d: %q, Connection: close %v", keep, i, body, resp.Close)
+				}
+			}
+			c.Close()
+		}
+	})
+}

@@ -1,0 +1,167 @@
+package route
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Upstream is what the exits of one gateway share, so that a pool of
+// 100,000 routes does not hold a transport and its idle connections per
+// route: one HTTP transport for every HTTP proxy, HTTPS proxy and Direct
+// route. Its connections are pooled per proxy endpoint and credentials
+// (the proxy's URL: the scheme, and so the TLS to an HTTPS proxy, its host
+// and port, its user name and password), or per target for Direct routes,
+// and at most MaxIdle of them are kept idle across all routes, the least
+// recently used closed first. SOCKS5 routes keep a transport of their own:
+// their connections are tunnels through one proxy and must never carry
+// another route's requests. Safe for concurrent use.
+type Upstream struct {
+	// Immutable after NewUpstream.
+	transport *http.Transport
+	open      atomic.Int64 // connections of transport open now, in use or idle
+}
+
+// Defaults of NewUpstream.
+const (
+	// DefaultMaxIdle is the idle connections an Upstream keeps across all
+	// routes when NewUpstream is given no bound.
+	DefaultMaxIdle = 1024
+	// maxIdlePerKey is the idle connections kept per proxy endpoint and
+	// credentials (per target for Direct routes), as each route's own
+	// transport kept before.
+	maxIdlePerKey = 16
+	// upstreamIdleTimeout closes a connection idle this long.
+	upstreamIdleTimeout = 90 * time.Second
+)
+
+// NewUpstream returns a shared transport for exits (Dialer.Upstream),
+// keeping at most maxIdle connections idle across all routes; maxIdle ≤ 0
+// means DefaultMaxIdle. Each connection is dialled as the exit it is made
+// for says: its Dialer's timeouts and proxy roots, and for a Direct route
+// its Control and Resolver.
+func NewUpstream(maxIdle int) *Upstream {
+	if maxIdle <= 0 {
+		maxIdle = DefaultMaxIdle
+	}
+	u := &Upstream{}
+	u.transport = &http.Transport{
+		Proxy:               u.proxy,
+		DialContext:         u.dial,
+		DialTLSContext:      u.dialTLS,
+		MaxIdleConns:        maxIdle,
+		MaxIdleConnsPerHost: min(maxIdlePerKey, maxIdle),
+		IdleConnTimeout:     upstreamIdleTimeout,
+		// The client's Accept-Encoding goes through untouched; the answer
+		// must reach it as the target sent it.
+		DisableCompression: true,
+	}
+	return u
+}
+
+// Open is how many of the shared connections are open now, in use or idle.
+func (u *Upstream) Open() int64 { return u.open.Load() }
+
+// CloseIdleConnections closes the shared idle connections, every route's.
+// Requests in progress are not cut.
+func (u *Upstream) CloseIdleConnections() { u.transport.CloseIdleConnections() }
+
+// exitKey carries, in a request's context, the Exit it goes out through,
+// for the shared transport to pick the proxy and dial as the route says.
+type exitKey struct{}
+
+// exitOf is the Exit ctx carries, or nil.
+func exitOf(ctx context.Context) *Exit {
+	x, _ := ctx.Value(exitKey{}).(*Exit)
+	return x
+}
+
+var errNoExit = errors.New("route: a request reached the shared transport without its exit")
+
+// proxy is the shared transport's Proxy: the route's proxy, credentials
+// included (the transport sends them as Proxy-Authorization), none for a
+// Direct route.
+func (u *Upstream) proxy(req *http.Request) (*url.URL, error) {
+	x := exitOf(req.Context())
+	switch {
+	case x == nil:
+		return nil, errNoExit
+	case x.route.Scheme == Direct:
+		return nil, nil
+	}
+	return x.route.URL, nil
+}
+
+// dial is the shared transport's DialContext: to the HTTP proxy of the
+// route whose request asked for a connection, or for a Direct route to
+// the target addr. A connection made for one request serves later ones
+// of its pool's key only (the same proxy URL, or the same target without
+// a proxy), so that it is the route's however many routes share it.
+func (u *Upstream) dial(ctx context.Context, _, addr string) (net.Conn, error) {
+	x := exitOf(ctx)
+	if x == nil {
+		return nil, errNoExit
+	}
+	var c net.Conn
+	var err error
+	if x.route.Scheme == Direct {
+		c, err = x.dialTarget(ctx, addr)
+	} else {
+		c, err = x.dialProxy(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return u.counted(c), nil
+}
+
+// dialTLS is the shared transport's DialTLSContext, for HTTPS proxies: TLS
+// verified against the route's roots for the proxy's name.
+func (u *Upstream) dialTLS(ctx context.Context, _, _ string) (net.Conn, error) {
+	x := exitOf(ctx)
+	if x == nil || x.tls == nil {
+		return nil, errNoExit
+	}
+	return x.negotiateCounted(ctx, u, x.proxyTLS)
+}
+
+// counted is c, counted in Open until it is closed.
+func (u *Upstream) counted(c net.Conn) net.Conn {
+	u.open.Add(1)
+	return &countedConn{Conn: c, open: &u.open}
+}
+
+// countedConn is a connection of the shared transport: closing it takes it
+// out of Upstream.Open, once.
+type countedConn struct {
+	net.Conn
+	open   *atomic.Int64
+	closed sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.closed.Do(func() { c.open.Add(-1) })
+	return c.Conn.Close()
+}
+
+// negotiateCounted is negotiate with the TCP connection beneath counted in
+// u: the TLS connection on top is what the transport holds and closes.
+func (x *Exit) negotiateCounted(ctx context.Context, u *Upstream, step func(context.Context, net.Conn) (net.Conn, error)) (net.Conn, error) {
+	return x.negotiateWith(ctx, func(ctx context.Context) (net.Conn, error) {
+		c, err := x.dialProxy(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return u.counted(c), nil
+	}, step)
+}
+
+// withExit is ctx carrying x, for the shared transport.
+func withExit(ctx context.Context, x *Exit) context.Context {
+	return context.WithValue(ctx, exitKey{}, x)
+}

@@ -1,0 +1,149 @@
+package route_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/internal/route"
+	"github.com/switchyard/switchyard/internal/route/routetest"
+)
+
+// sharedGet GETs http://target/path through x, its body read to the end,
+// and returns the body.
+func sharedGet(t *testing.T, x *route.Exit, target, path string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+target+path, nil)
+	resp, err := x.RoundTrip(req, new(route.Progress))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
+// sharedExit is the exit of the route on line, dialling through u.
+func sharedExit(t *testing.T, line string, u *route.Upstream, roots *tls.Config) *route.Exit {
+	t.Helper()
+	list, err := route.ParseList("shared", []byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := route.NewExit(&list[0], route.Dialer{Upstream: u, TLS: roots})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+// Routes naming the same proxy with the same credentials share its
+// connections through an Upstream; other credentials, another scheme (TLS
+// to an HTTPS proxy) or another proxy get connections of their own.
+func TestUpstreamSharesPerProxyAndCredentials(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		target := pageTarget(t)
+		plain := routetest.NewProxy(t, routetest.Behavior{KeepAlive: true})
+		secure := routetest.NewProxy(t, routetest.Behavior{KeepAlive: true, TLS: true})
+		roots := &tls.Config{RootCAs: secure.CertPool()}
+		u := route.NewUpstream(0)
+		defer u.CloseIdleConnections()
+		host, sHost := plain.URL.Host, secure.URL.Host
+		steps := []struct {
+			line string
+			open int64 // connections open once the request is done
+		}{
+			{"http://alice:pw@" + host + " id=a", 1},
+			{"http://alice:pw@" + host + " id=b region=eu", 1}, // same proxy, same credentials: shared
+			{"http://alice:pw@" + host + " id=a2", 1},
+			{"http://bob:pw@" + host + " id=c", 2}, // other credentials
+			{"https://alice:pw@" + sHost + " id=d", 3},
+			{"https://alice:pw@" + sHost + " id=e", 3},
+			{"direct id=f", 4},
+			{"direct id=g", 4}, // the gateway's own connection to the target, either way
+		}
+		for _, s := range steps {
+			x := sharedExit(t, s.line, u, roots)
+			if got := sharedGet(t, x, target, "/x"); got != "hello /x" {
+				t.Fatalf("%s: body %q", s.line, got)
+			}
+			if got := u.Open(); got != s.open {
+				t.Errorf("after %s: %d shared connections open, want %d", s.line, got, s.open)
+			}
+		}
+		if n := plain.Requests(); n != 4 {
+			t.Errorf("the HTTP proxy carried %d requests, want 4", n)
+		}
+		u.CloseIdleConnections()
+		if got := u.Open(); got != 0 {
+			t.Errorf("%d shared connections open once idle ones are closed, want 0", got)
+		}
+	})
+}
+
+// An Upstream keeps at most its cap of connections idle across all
+// routes, closing the least recently used: a pool of many routes holds
+// the cap's worth of descriptors, not one set per route.
+func TestUpstreamCapsIdleAcrossRoutes(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		const routes, capacity = 6, 2
+		target := pageTarget(t)
+		u := route.NewUpstream(capacity)
+		defer u.CloseIdleConnections()
+		exits := make([]*route.Exit, routes)
+		for i := range exits {
+			exits[i] = sharedExit(t, routetest.NewProxy(t, routetest.Behavior{KeepAlive: true}).URL.String(), u, nil)
+		}
+		for round := range 2 {
+			for i, x := range exits {
+				sharedGet(t, x, target, fmt.Sprintf("/%d/%d", round, i))
+				if got, want := u.Open(), min(int64(i+1), capacity); round == 0 && got != want {
+					t.Errorf("after route %d: %d connections open, want %d", i, got, want)
+				}
+			}
+		}
+		if got := u.Open(); got != capacity {
+			t.Errorf("%d connections open at rest, want the cap, %d", got, capacity)
+		}
+	})
+}
+
+// However routes share the transport, a request leaves through its own
+// route: a Direct request never rides a proxy's connection, a proxied one
+// never the gateway's own, and a SOCKS5 route keeps its own transport.
+func TestUpstreamKeepsRoutesApart(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		target := pageTarget(t)
+		p := routetest.NewProxy(t, routetest.Behavior{KeepAlive: true})
+		socks := routetest.NewProxy(t, routetest.Behavior{Kind: routetest.SOCKS5Proxy})
+		u := route.NewUpstream(0)
+		defer u.CloseIdleConnections()
+		direct := sharedExit(t, "direct", u, nil)
+		proxied := sharedExit(t, p.URL.String(), u, nil)
+		viaSocks := sharedExit(t, socks.URL.String(), u, nil)
+		defer viaSocks.CloseIdleConnections()
+		for i := range 3 {
+			sharedGet(t, direct, target, "/d")
+			sharedGet(t, proxied, target, "/p")
+			sharedGet(t, viaSocks, target, "/s")
+			if n := p.Requests(); n != i+1 {
+				t.Fatalf("round %d: the HTTP proxy saw %d requests, want %d", i, n, i+1)
+			}
+			if n := socks.Requests(); n != 1 {
+				t.Fatalf("round %d: the SOCKS5 proxy opened %d sessions, want 1, kept alive", i, n)
+			}
+		}
+		if got := u.Open(); got != 2 {
+			t.Errorf("%d shared connections, want 2: the proxy's and the direct one (SOCKS5's are its own)", got)
+		}
+	})
+}
