@@ -6,12 +6,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/route/routetest"
+	"github.com/switchyard/switchyard/internal/target"
 )
 
 // timedEngine is the test engine with a deadline floor short enough for
@@ -189,9 +192,10 @@ func TestHedge(t *testing.T) {
 // on a slow exit.
 func TestHedgeBudget(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
+		var slowFor atomic.Int64 // how long a slow answer takes, ns
 		site := newTarget(t, func(_ int, w http.ResponseWriter, r *http.Request) {
 			if r.Header.Get("X-Slow") != "" {
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(time.Duration(slowFor.Load()))
 			}
 			io.WriteString(w, "fine")
 		})
@@ -202,6 +206,15 @@ func TestHedgeBudget(t *testing.T) {
 		v := newEnvEngine(t, timedEngine(), Config{Observer: rec, Budget: engine.BudgetConfig{BudgetRatio: 0.2, HedgeRatio: ratio}},
 			proxyLine(a, ""), proxyLine(b, ""))
 		v.warm(t, site, 10)
+		// Slow answers come well past the hedge delay the warm-up taught,
+		// however long a loaded machine made its answers take.
+		u, _ := url.Parse(site.URL)
+		l, err := v.e.Acquire(time.Now(), engine.Request{Target: target.DefaultKey(u.Hostname())})
+		if err != nil || l.HedgeAfter <= 0 {
+			t.Fatalf("after the warm-up: lease %+v, %v; want a hedge delay", l, err)
+		}
+		v.e.Report(time.Now(), l, engine.Outcome{Class: engine.Canceled})
+		slowFor.Store(int64(max(50*time.Millisecond, 3*l.HedgeAfter)))
 		c := v.client(t, "")
 		const slow = 60
 		for range slow {
