@@ -222,6 +222,30 @@ func TestFreezeAfterTwoExits(t *testing.T) {
 	}
 }
 
+// TestFewLimitedExitsLeaveTheRestFree: a site whose 429s come from a few
+// of the many exits it has seen freezes nobody; once freezeShare of them
+// have tripped, it freezes the rest.
+func TestFewLimitedExitsLeaveTheRestFree(t *testing.T) {
+	t.Parallel()
+	const routes = 10
+	e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, routes)
+	e.watch(e.target("s.com"))
+	now := start
+	for i := range 4 * routes {
+		now = start.Add(time.Duration(i) * 100 * time.Millisecond)
+		attemptAt(t, e, now, fmt.Sprintf("r%d", i%routes), "s.com", routes, okOutcome)
+	}
+	attemptAt(t, e, now, "r0", "s.com", routes, rateLimited)
+	attemptAt(t, e, now, "r1", "s.com", routes, rateLimited)
+	if got := heldRate(e, 9, "s.com", now); got != 0 {
+		t.Fatalf("2 of %d exits limited held r9 to %v, want it free", routes, got)
+	}
+	attemptAt(t, e, now, "r2", "s.com", routes, rateLimited)
+	if got := heldRate(e, 9, "s.com", now); got == 0 {
+		t.Fatalf("3 of %d exits limited left r9 free, want the site frozen", routes)
+	}
+}
+
 // TestFreezeHoldsIdleExitsAtTheSiteRate: an exit the picks had kept
 // nearly idle is frozen at the median rate the first 429s measured, not
 // near the floor, and so is one first leased after the freeze; a first
