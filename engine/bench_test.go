@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -84,10 +85,10 @@ func BenchmarkAcquireReportParallel(b *testing.B) {
 			e, targets := benchPool(b, n)
 			b.ReportAllocs()
 			b.ResetTimer()
+			var tick atomic.Int64 // one virtual clock for every goroutine
 			b.RunParallel(func(pb *testing.PB) {
-				i := 0
 				for pb.Next() {
-					i++
+					i := int(tick.Add(1))
 					now := start.Add(time.Duration(i) * benchStep)
 					l, err := e.Acquire(now, Request{Target: targets[i%len(targets)]})
 					if err != nil {
