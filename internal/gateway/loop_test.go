@@ -209,7 +209,7 @@ func TestHedgeBudget(t *testing.T) {
 		// Slow answers come well past the hedge delay the warm-up taught,
 		// however long a loaded machine made its answers take.
 		u, _ := url.Parse(site.URL)
-		l, err := v.e.Acquire(time.Now(), engine.Request{Target: target.DefaultKey(u.Hostname())})
+		l, err := v.e.Acquire(time.Now(), engine.Request{Target: target.DefaultKey(u.Hostname()), Timeout: v.g.cfg.AttemptTimeout})
 		if err != nil || l.HedgeAfter <= 0 {
 			t.Fatalf("after the warm-up: lease %+v, %v; want a hedge delay", l, err)
 		}
