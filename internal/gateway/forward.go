@@ -107,10 +107,11 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 	if policy != nil {
 		j.signatures, hedge = policy.BlockSignatures, !policy.NoHedge
 	}
-	// A session's exit never changes silently, and a body streamed once
-	// cannot be sent again.
-	j.another = ctl.session == "" && body.replayable()
-	j.hedge = hedge && j.another && idempotent(r.Method)
+	// A body streamed once cannot be sent again; a session's bound exit
+	// never changes silently (bound), and a session's first answer binds
+	// it, so a session's request is never hedged.
+	j.another = body.replayable()
+	j.hedge = hedge && j.another && ctl.session == "" && idempotent(r.Method)
 	win, last, attempts, hedges, err := g.run(r.Context(), s, j)
 	if answered := cmp.Or(win, last); answered != nil && answered.resp != nil {
 		g.noteOrigin(target, hostport) // admitted, and a target answered there

@@ -450,6 +450,7 @@ func (g *Gateway) acquire(s *settings, ctl control, target string, avoid []strin
 	now := g.cfg.Now()
 	l, err := g.engine.Acquire(now, engine.Request{
 		Target: target, Session: ctl.session, Labels: ctl.labels, Avoid: avoid, Timeout: g.cfg.AttemptTimeout,
+		BindLater: true, // a session binds where its first request succeeded (Gateway.bind)
 	})
 	if err != nil {
 		if errors.Is(err, engine.ErrNoRoute) || errors.Is(err, engine.ErrBusy) {

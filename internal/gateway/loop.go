@@ -42,11 +42,12 @@ type job struct {
 	target string
 	ctl    control
 	// another says whether a failed attempt may be tried again on another
-	// route as far as the request goes: no session (a session's exit never
-	// changes silently) and, for a forwarded request, a body that can be
-	// sent again; Gateway.retry decides the rest.
+	// route as far as the request goes: for a forwarded request, a body
+	// that can be sent again; the lease says whether a session forbids it
+	// (bound), and Gateway.retry decides the rest.
 	another bool
-	// hedge says whether the request may be hedged.
+	// hedge says whether the request may be hedged: never one with a
+	// session, whose first answer binds it.
 	hedge bool
 
 	// An absolute-form request (forward.go).
@@ -72,12 +73,29 @@ func (g *Gateway) try(ctx context.Context, j *job, l engine.Lease, x *route.Exit
 }
 
 // retryable says whether a failed attempt of j may be tried again on
-// another route as far as the request goes: a forwarded request that may
-// have reached the target only when idempotent; a CONNECT whenever
-// another is allowed, since every failure there comes before any byte of
-// the client's went out.
+// another route as far as the request goes: never on a session's bound
+// route; a forwarded request that may have reached the target only when
+// idempotent; a CONNECT whenever another is allowed, since every failure
+// there comes before any byte of the client's went out.
 func (j *job) retryable(o *outcome) bool {
-	return j.another && (j.req == nil || !o.reached || idempotent(j.req.Method))
+	return j.another && !bound(o.lease) && (j.req == nil || !o.reached || idempotent(j.req.Method))
+}
+
+// bound reports whether l is the route a sticky session is bound to: its
+// exit never changes silently, so no other route is tried in its place.
+// A session's first request (l.Unbound) is tried on other routes like any
+// request, and binds to the route whose attempt won (Gateway.bind).
+func bound(l engine.Lease) bool { return l.Session != "" && !l.Unbound }
+
+// bind binds the session of a winning attempt's lease taken before the
+// session was bound, to its route; see bound.
+func (g *Gateway) bind(l engine.Lease) {
+	if !l.Unbound {
+		return
+	}
+	// An error means the route left the pool meanwhile: the session stays
+	// unbound, and its next request binds it elsewhere.
+	_ = g.engine.Bind(g.cfg.Now(), l)
 }
 
 // outcome is how one attempt ended.
@@ -250,6 +268,7 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 				last = nil
 			}
 			if o.class == engine.OK {
+				g.bind(o.lease)
 				return o, nil, attempts, hedges, nil
 			}
 			last = o
@@ -267,8 +286,8 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 
 // retry decides whether a failed attempt is tried again on another route
 // (docs/design/007-attempts.md), in this order: attempts are left; the
-// request allows it (no session: a session's exit never changes silently;
-// the body can be sent again; the method is idempotent, RFC 9110 §9.2.2, or
+// request allows it (not a session's bound route: a session's exit never
+// changes silently; the body can be sent again; the method is idempotent, RFC 9110 §9.2.2, or
 // nothing of it can have reached the target); the engine deems another
 // route worth it (the rule table, no incident of that class at the target);
 // and the pool-wide budget has room, which it then spends.

@@ -47,8 +47,8 @@ func (g *Gateway) admitPace(w http.ResponseWriter, r *http.Request, s *settings,
 // lease leases a route for an attempt on target: acquire, then the
 // route×target politeness check. A route at its politeness rate is given
 // back without evidence and another one leased, so pacing never counts
-// against an exit; a session's route is never swapped, so it waits or the
-// request is refused. When every route is at the rate the target taught
+// against an exit; a session's bound route is never swapped, so it waits
+// or the request is refused. When every route is at the rate the target taught
 // (engine.PacedError), lease waits for the first to be ready, up to wait
 // in all.
 func (g *Gateway) lease(ctx context.Context, s *settings, ctl control, target string, tried []string, wait time.Duration) (engine.Lease, *route.Exit, error) {
@@ -77,7 +77,7 @@ func (g *Gateway) lease(ctx context.Context, s *settings, ctl control, target st
 			return l, x, nil
 		}
 		g.giveBack(l)
-		if !errors.As(err, new(*pacing.Error)) || ctl.session != "" || len(avoid)-len(tried) >= maxPoliteSkips {
+		if !errors.As(err, new(*pacing.Error)) || bound(l) || len(avoid)-len(tried) >= maxPoliteSkips {
 			return engine.Lease{}, nil, err
 		}
 		paced = err

@@ -31,13 +31,14 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settin
 		return
 	}
 	defer release()
-	another := ctl.session == "" // a session's exit never changes silently
+	// A session's bound exit never changes silently (bound), and a
+	// session's first tunnel binds it, so it is never hedged.
 	win, last, attempts, hedges, err := g.run(r.Context(), s, &job{
 		target:  target,
 		ctl:     ctl,
 		addr:    addr,
-		another: another,
-		hedge:   another && (policy == nil || !policy.NoHedge),
+		another: true,
+		hedge:   ctl.session == "" && (policy == nil || !policy.NoHedge),
 	})
 	switch {
 	case win != nil:
