@@ -312,6 +312,10 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, o *outcome, attem
 	h.Set(headerRoute, o.lease.Route)
 	h.Set(headerAttempts, strconv.Itoa(attempts))
 	switch {
+	case o.timedOut:
+		fail(w, http.StatusGatewayTimeout, "request_timeout",
+			"switchyard: request_timeout: no answer within "+g.cfg.RequestTimeout.String()+" (retry.request_timeout) after "+strconv.Itoa(attempts)+" attempt(s)")
+		return false
 	case o.blocked != nil:
 		blockedDestination(w, o.blocked)
 		return false

@@ -41,6 +41,13 @@ type Config struct {
 	// response headers (for CONNECT: until the tunnel is built), and caps
 	// the deadline the engine gives each lease. Default 30s.
 	AttemptTimeout time.Duration
+	// RequestTimeout bounds all of a request's attempts together, retries
+	// and hedges included, from its first lease to the response headers
+	// (for CONNECT: until the tunnel is built). Past it the client gets
+	// 504 with X-Switchyard-Error: request_timeout, and the attempts in
+	// flight end as a client's cancel ends them (Lease.Canceled).
+	// Default 60s.
+	RequestTimeout time.Duration
 	// Timeouts bounds the phases of reaching a target through a route; zero
 	// fields get route's defaults.
 	Timeouts route.Timeouts
@@ -127,6 +134,7 @@ type Observer interface {
 const (
 	defaultMaxAttempts    = 3
 	defaultAttemptTimeout = 30 * time.Second
+	defaultRequestTimeout = 60 * time.Second
 	defaultRetryBody      = 1 << 20
 )
 
@@ -136,6 +144,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AttemptTimeout <= 0 {
 		c.AttemptTimeout = defaultAttemptTimeout
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = defaultRequestTimeout
 	}
 	if c.RetryBody <= 0 {
 		c.RetryBody = defaultRetryBody

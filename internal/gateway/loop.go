@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -29,8 +30,11 @@ import (
 //   - the lease's hedge delay passes without an answer: a second attempt
 //     starts on another route, when the request may be hedged and the
 //     budget has room;
-//   - the client gives up: every attempt is canceled, which is evidence
-//     only for one already past its deadline (Lease.Canceled).
+//   - the client gives up, or the request's own deadline
+//     (Config.RequestTimeout) passes: every attempt is canceled, which is
+//     evidence only for one already past its deadline (Lease.Canceled);
+//     at the request's deadline the client is answered 504
+//     request_timeout.
 //
 // Each attempt reports its own outcome to the engine, so that one the loop
 // no longer waits for still does. Each attempt has one timer for all the
@@ -107,6 +111,7 @@ type outcome struct {
 	reached    bool         // bytes of the request may have reached the target
 	timeout    engine.Class // what silence reads as at the layer the attempt reached
 	blocked    *admit.Error // admission refused the address dialled; class is then Canceled
+	timedOut   bool         // the request's deadline passed: the client is answered 504, whatever came back
 	bodyErr    error        // the client's streamed body broke off (gone, too slow); class is then Canceled
 	local      string       // the gateway ran out of this resource of its own (route.LocalReason); class is then Canceled
 	resp       *http.Response
@@ -186,6 +191,11 @@ type event struct {
 // first bytes, an answer's whole body.
 func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outcome, attempts, hedges int, err error) {
 	g.budget.Request(g.cfg.Now())
+	// The request's deadline bounds all its attempts together. Theirs
+	// outlive it (fly): when it passes they are ended as a client's
+	// cancel ends them.
+	ctx, stop := context.WithTimeoutCause(ctx, g.cfg.RequestTimeout, errRequestTimeout)
+	defer stop()
 	// Room for all that can come: per attempt an outcome and a deadline,
 	// and one hedge.
 	events := make(chan event, 2*g.cfg.MaxAttempts+1)
@@ -244,6 +254,15 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 			if last == nil {
 				last = &outcome{lease: flights[len(flights)-1].leased(), class: engine.Canceled}
 			}
+			if errors.Is(context.Cause(ctx), errRequestTimeout) {
+				// The client is told the request ran out of time, not
+				// what a failure before answered.
+				if last.resp != nil {
+					last.resp.Body.Close()
+					last.resp = nil
+				}
+				last.timedOut = true
+			}
 			return nil, last, attempts, hedges, nil
 		case ev = <-events:
 		}
@@ -283,6 +302,10 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 		}
 	}
 }
+
+// errRequestTimeout is the cause of a request's end at its deadline,
+// Config.RequestTimeout.
+var errRequestTimeout = errors.New("switchyard: request_timeout")
 
 // retry decides whether a failed attempt is tried again on another route
 // (docs/design/007-attempts.md), in this order: attempts are left; the
