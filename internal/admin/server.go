@@ -206,6 +206,15 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 			status += "; restart required to apply: " + strings.Join(pending, ", ")
 		}
 	}
+	if failing := s.metrics.ProxyAuthFailing(); len(failing) > 0 {
+		// Still ready: the other routes carry the traffic. At most a few
+		// named, so the answer stays a line however many fail.
+		const named = 5
+		status += "; " + strconv.Itoa(len(failing)) + " route(s) refused by their proxy (407: check their credentials): " + strings.Join(failing[:min(named, len(failing))], ", ")
+		if len(failing) > named {
+			status += ", …"
+		}
+	}
 	writeText(w, http.StatusOK, status)
 }
 

@@ -78,7 +78,7 @@ func newFixture(t *testing.T, opts Options) *fixture {
 			t.Fatal(err)
 		}
 	}
-	f := &fixture{e: e, m: NewMetrics(e)}
+	f := &fixture{e: e, m: NewMetrics(e, nil)}
 	f.srv = NewServer(e, routes, f.m, opts)
 	t.Cleanup(f.srv.Close)
 	f.hs = httptest.NewServer(f.srv.Handler())

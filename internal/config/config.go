@@ -164,7 +164,8 @@ type Retry struct {
 // Probe configures the probes that test cooled routes off users' traffic.
 type Probe struct {
 	// URL is an http:// page neutral probes fetch through each route; ""
-	// makes them a TCP check of the proxy.
+	// makes them a tunnel through the route's proxy to port 443 of a host
+	// users' traffic reached (a TCP check of the proxy until one is known).
 	URL string `toml:"url"`
 }
 

@@ -178,7 +178,8 @@ type Gateway struct {
 	current atomic.Pointer[settings]
 	updates sync.Mutex // serializes Update
 
-	origins sync.Map // target key → the host (with port) last requested for it, for probes
+	origins sync.Map               // target key → the host (with port) last requested for it, for probes
+	neutral atomic.Pointer[string] // the host of the last origin noted, for neutral probes' CONNECT (NeutralAuthority)
 
 	local localLog // the gateway running out of its own resources, logged at a bounded rate
 }
@@ -525,7 +526,20 @@ func hostOnly(hostport string) string {
 func (g *Gateway) noteOrigin(target, host string) {
 	if v, ok := g.origins.Load(target); !ok || v.(string) != host {
 		g.origins.Store(target, host)
+		h := hostOnly(host)
+		g.neutral.Store(&h)
 	}
+}
+
+// NeutralAuthority is where a neutral probe's CONNECT goes when no probe
+// URL is set (probe.Config.NeutralAuthority): port 443, the one every
+// proxy tunnels to, of a host a target answered at, so that the proxy
+// has a real site to reach; "" until one did. It meets Admit again.
+func (g *Gateway) NeutralAuthority() string {
+	if h := g.neutral.Load(); h != nil {
+		return net.JoinHostPort(*h, "443")
+	}
+	return ""
 }
 
 // observeRequest tells the Observer how a request that got a route ended:

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"reflect"
@@ -41,6 +42,7 @@ type Server struct {
 	gateway *gateway.Gateway
 	admin   *admin.Server // nil without an admin listener
 	prober  *probe.Prober
+	metrics *admin.Metrics
 	shared  *redisstore.Store // nil with in-memory state
 	ln      Listeners
 	clients *clientListener // ln.Proxy, counted and capped
@@ -103,7 +105,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		s.closeShared()
 		return nil, err
 	}
-	metrics := admin.NewMetrics(e)
+	metrics := admin.NewMetrics(e, log)
 	metrics.WatchRestart(s.restartRequired)
 	s.clients = newClientListener(ln.Proxy, cfg.Server.MaxClientConns, metrics)
 	gcfg := gateway.Config{
@@ -131,7 +133,11 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 	metrics.WatchUpstreamConns(s.gateway.UpstreamConns)
 	// Probes leave through the gateway's own exits, so they see what users'
 	// traffic sees, admission included, and follow its reloads.
-	s.prober = probe.New(e, s.gateway, probe.Config{TargetURL: s.gateway.ProbeURL, NeutralURL: cfg.Probe.URL, Admit: s.gateway.Admit})
+	s.prober = probe.New(e, s.gateway, probe.Config{
+		TargetURL: s.gateway.ProbeURL, NeutralURL: cfg.Probe.URL, NeutralAuthority: s.gateway.NeutralAuthority,
+		Admit: s.gateway.Admit, Observer: metrics,
+	})
+	s.metrics = metrics
 	aopts := admin.Options{Token: cfg.Admin.Token.Value(), Pprof: cfg.Admin.Pprof, RestartRequired: s.restartRequired, Log: log}
 	if s.shared != nil {
 		aopts.Degraded = s.shared.Healthy
@@ -199,6 +205,7 @@ func (s *Server) Reload(next *config.Config) error {
 		return err
 	}
 	now := time.Now()
+	previous := maps.Clone(s.routes)
 	var added, updated, removed int
 	current := make([]*route.Route, len(next.RouteList))
 	listed := make(map[string]bool, len(next.RouteList))
@@ -226,6 +233,14 @@ func (s *Server) Reload(next *config.Config) error {
 		}
 		current[i], s.routes[r.ID], listed[r.ID] = r, r, true
 	}
+	// A route whose proxy refused its credentials is warned of again if
+	// it still is; one given other credentials, or removed, is no longer
+	// counted as failing until its proxy refuses it again.
+	s.metrics.ResetProxyAuth(func(id string) bool {
+		old, was := previous[id]
+		r, ok := s.routes[id]
+		return was && ok && listed[id] && sameCredentials(old, r)
+	})
 	for id := range s.routes {
 		if !listed[id] && !s.removed[id] {
 			if err := s.engine.Drain(now, id); err != nil {
@@ -260,6 +275,15 @@ func (s *Server) restartRequired() []string {
 		return *p
 	}
 	return nil
+}
+
+// sameCredentials reports whether two routes reach their proxy with the
+// same credentials.
+func sameCredentials(a, b *route.Route) bool {
+	if a.URL == nil || b.URL == nil {
+		return a.URL == b.URL
+	}
+	return a.URL.User.String() == b.URL.User.String() && a.URL.Host == b.URL.Host
 }
 
 // sameSpec reports whether two route specs are the same.
