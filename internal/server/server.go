@@ -57,6 +57,9 @@ type Server struct {
 	// pending names the sections of the last configuration reloaded that
 	// differ from started's: a restart would apply them.
 	pending atomic.Pointer[[]string]
+	// source loads the configuration again, for ReloadFromSource; nil
+	// until SetSource.
+	source atomic.Pointer[func() (*config.Config, error)]
 }
 
 // New builds the engine, over in-memory or Redis-shared state as cfg says,
@@ -138,7 +141,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		Admit: s.gateway.Admit, Observer: metrics,
 	})
 	s.metrics = metrics
-	aopts := admin.Options{Token: cfg.Admin.Token.Value(), Pprof: cfg.Admin.Pprof, RestartRequired: s.restartRequired, Log: log}
+	aopts := admin.Options{Token: cfg.Admin.Token.Value(), Pprof: cfg.Admin.Pprof, RestartRequired: s.restartRequired, Reload: s.ReloadFromSource, Log: log}
 	if s.shared != nil {
 		aopts.Degraded = s.shared.Healthy
 		metrics.WatchState(func() admin.StateStats {
@@ -267,6 +270,30 @@ func (s *Server) Reload(next *config.Config) error {
 	s.pending.Store(&pending)
 	s.log.Info("reloaded", "routes", len(current), "added", added, "updated", updated, "removed", removed, "draining", len(s.removed), "targets", len(next.Targets), "users", len(next.Users))
 	return nil
+}
+
+// SetSource sets how ReloadFromSource loads the configuration again (the
+// serve command's file, environment and flags).
+func (s *Server) SetSource(load func() (*config.Config, error)) { s.source.Store(&load) }
+
+// ReloadFromSource is a reload as SIGHUP and POST /api/reload ask for it:
+// the configuration loaded again from the source SetSource gave, then
+// Reload. A configuration that does not load, or that Reload refuses, is
+// refused whole and logged; the running one stays, and the error, naming
+// the file and line or the key, is returned.
+func (s *Server) ReloadFromSource() error {
+	load := s.source.Load()
+	if load == nil {
+		return errors.New("no configuration source to reload from")
+	}
+	next, err := (*load)()
+	if err == nil {
+		err = s.Reload(next)
+	}
+	if err != nil {
+		s.log.Error("reload refused; the running configuration stays", "err", err)
+	}
+	return err
 }
 
 // restartRequired names the sections the last reload could not apply.
