@@ -87,7 +87,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 		return
 	}
 	target, policy := s.targets.Resolve(host)
-	release, ok := g.admitPace(w, r, s, target)
+	release, ok := g.admitPace(w, r, rec, s, target)
 	if !ok {
 		return
 	}
@@ -128,7 +128,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 			panic(http.ErrAbortHandler)
 		}
 	default:
-		acquireError(w, err)
+		acquireError(w, rec, err)
 	}
 }
 

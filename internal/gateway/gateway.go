@@ -354,6 +354,7 @@ type record struct {
 	class               engine.Class
 	attempts, hedges    int
 	status              int           // set when the answer bypasses w (a hijacked CONNECT)
+	paced               *pacing.Error // why the request was answered 429 paced, and the wait; nil otherwise
 	w                   *statusWriter // nil without Config.Log
 	logged              bool
 }
@@ -384,7 +385,7 @@ func (g *Gateway) logRequest(ctx context.Context, rec *record) {
 		status = rec.w.status
 	}
 	// Room for every attribute, so that appending never grows it.
-	var room [11]slog.Attr
+	var room [14]slog.Attr
 	attrs := append(room[:0],
 		slog.String("method", clip(rec.method, maxLogField)),
 		slog.String("target", clip(rec.target, maxLogField)),
@@ -400,6 +401,16 @@ func (g *Gateway) logRequest(ctx context.Context, rec *record) {
 	// and kept whole so that it can be searched for.
 	if rec.route != "" {
 		attrs = append(attrs, slog.String("route", rec.route), slog.String("class", rec.class.String()))
+	}
+	if p := rec.paced; p != nil {
+		// Which pacing held it back: the engine's, learned from the site's
+		// own 429s and bans, or the operator's [[targets]] limits (rate,
+		// concurrency, queue_full, politeness); and the wait it was told.
+		by := "operator"
+		if p.Reason == "learned" {
+			by = "learned"
+		}
+		attrs = append(attrs, slog.String("pacing", by), slog.String("paced", p.Reason), slog.Int64("retry_after_ms", p.RetryAfter.Milliseconds()))
 	}
 	if rec.session != "" {
 		attrs = append(attrs, slog.String("session", clip(rec.session, maxLogField)))
@@ -562,8 +573,9 @@ type unavailableError struct {
 func (e *unavailableError) Error() string { return e.err.Error() }
 func (e *unavailableError) Unwrap() error { return e.err }
 
-// acquireError answers a request for which no route could be leased.
-func acquireError(w http.ResponseWriter, err error) {
+// acquireError answers a request for which no route could be leased,
+// noting a paced one's reason in rec (nil: none kept).
+func acquireError(w http.ResponseWriter, rec *record, err error) {
 	code := "no_route"
 	switch {
 	case errors.Is(err, engine.ErrSessionRestartRequired):
@@ -576,7 +588,7 @@ func acquireError(w http.ResponseWriter, err error) {
 	var paced *pacing.Error
 	switch {
 	case errors.As(err, &paced):
-		tooSoon(w, paced)
+		tooSoon(w, rec, paced)
 		return
 	case errors.Is(err, engine.ErrPaced):
 		// The exits are at the rates the target's own 429s taught.
@@ -584,7 +596,7 @@ func acquireError(w http.ResponseWriter, err error) {
 		if pe, ok := errors.AsType[*engine.PacedError](err); ok {
 			wait = pe.RetryAfter
 		}
-		tooSoon(w, &pacing.Error{Reason: "learned", RetryAfter: wait})
+		tooSoon(w, rec, &pacing.Error{Reason: "learned", RetryAfter: wait})
 		return
 	}
 	if u, ok := errors.AsType[*unavailableError](err); ok {

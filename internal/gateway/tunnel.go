@@ -26,7 +26,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settin
 	}
 	target, policy := s.targets.Resolve(host)
 	// A tunnel holds its target's concurrency slot for as long as it lives.
-	release, ok := g.admitPace(w, r, s, target)
+	release, ok := g.admitPace(w, r, rec, s, target)
 	if !ok {
 		return
 	}
@@ -51,7 +51,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settin
 	case last != nil:
 		g.respond(w, rec, last, attempts, hedges)
 	default:
-		acquireError(w, err)
+		acquireError(w, rec, err)
 	}
 }
 
