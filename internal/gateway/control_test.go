@@ -37,7 +37,11 @@ func TestParseControl(t *testing.T) {
 			wantSession: "s1", wantLabels: "region=us"},
 		{desc: "odd parameters", header: http.Header{"Proxy-Authorization": {basic("a-session")}}, wantErr: "key-value pairs"},
 		{desc: "two sessions", header: http.Header{"Proxy-Authorization": {basic("a-session-s1")}, headerSession: {"s2"}}, wantErr: "session given twice"},
-		{desc: "label twice", header: http.Header{"Proxy-Authorization": {basic("a-region-us")}, headerLabels: {"region=eu"}}, wantErr: "duplicate"},
+		{desc: "label twice, differently", header: http.Header{"Proxy-Authorization": {basic("a-region-us")}, headerLabels: {"region=eu"}}, wantErr: "label region given twice, differently, in X-Switchyard-Labels and the proxy username"},
+		{desc: "label twice, alike: as a session", header: http.Header{"Proxy-Authorization": {basic("a-region-us-provider-acme")}, headerLabels: {"region=us,tier=1"}},
+			wantLabels: "provider=acme region=us tier=1"},
+		{desc: "label twice in the header", header: http.Header{headerLabels: {"region=us", "region=us"}}, wantErr: "duplicate"},
+		{desc: "label twice in the username", header: http.Header{"Proxy-Authorization": {basic("a-region-us-region-us")}}, wantErr: "duplicate"},
 		{desc: "bad label", header: http.Header{headerLabels: {"Region=us"}}, wantErr: "bad labels"},
 		{desc: "bad session", header: http.Header{headerSession: {"a/b"}}, wantErr: "session id"},
 		{desc: "not basic", header: http.Header{"Proxy-Authorization": {"Bearer x"}}, wantErr: "Basic"},
@@ -143,6 +147,9 @@ func TestControlRequests(t *testing.T) {
 			{desc: "no matching route", header: http.Header{headerLabels: {"region=mars"}}, wantStatus: 503, wantError: "no_matching_route"},
 			{desc: "bad labels", header: http.Header{headerLabels: {"region"}}, wantStatus: 400, wantError: "bad_request"},
 			{desc: "malformed username", user: "acct-region", wantStatus: 400, wantError: "bad_request"},
+			{desc: "label in username and header alike", user: "acct-region-us", header: http.Header{headerLabels: {"region=us"}}, wantStatus: 200, wantRoute: 0},
+			{desc: "label in username and header differently", user: "acct-region-us", header: http.Header{headerLabels: {"region=eu"}}, wantStatus: 400, wantError: "bad_request"},
+			{desc: "session in username and header differently", user: "acct-session-s4", header: http.Header{headerSession: {"s5"}}, wantStatus: 400, wantError: "bad_request"},
 		}
 		for _, tc := range tests {
 			t.Run(tc.desc, func(t *testing.T) {
