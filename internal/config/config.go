@@ -149,9 +149,10 @@ type Engine struct {
 type Retry struct {
 	MaxAttempts    int           `toml:"max_attempts"`    // attempts per request, the first included; default 3
 	AttemptTimeout time.Duration `toml:"attempt_timeout"` // dial to response headers; default 30s
-	// RequestTimeout bounds all of a request's attempts together, from its
-	// first lease to the response headers (for CONNECT: until the tunnel is
-	// built); past it the client gets 504 request_timeout. At least
+	// RequestTimeout bounds all of a request's attempts together, from
+	// when its first route is asked for (pacing.learned_max_wait included)
+	// to the response headers (for CONNECT: until the tunnel is built);
+	// past it the client gets 504 request_timeout. At least
 	// AttemptTimeout; 0 is refused, there is no "no limit". Default 60s:
 	// one attempt may run its whole attempt_timeout and a retry still have
 	// as long, while a client is never held 3 × 30s.

@@ -42,8 +42,9 @@ type Config struct {
 	// the deadline the engine gives each lease. Default 30s.
 	AttemptTimeout time.Duration
 	// RequestTimeout bounds all of a request's attempts together, retries
-	// and hedges included, from its first lease to the response headers
-	// (for CONNECT: until the tunnel is built). Past it the client gets
+	// and hedges included, from when its first route is asked for
+	// (LearnedMaxWait included) to the response headers (for CONNECT:
+	// until the tunnel is built). Past it the client gets
 	// 504 with X-Switchyard-Error: request_timeout, and the attempts in
 	// flight end as a client's cancel ends them (Lease.Canceled).
 	// Default 60s.
