@@ -75,7 +75,9 @@
 // # Selection
 //
 // Acquire wakes due cooldowns, honours a sticky session (or fails with
-// ErrSessionRestartRequired, never switching exits silently), applies hard
+// ErrSessionRestartRequired, never switching exits silently; a session is
+// bound by its first lease, or, with Request.BindLater, by Bind once an
+// attempt succeeded, so its first request may fail over), applies hard
 // label constraints through a per-label index, and lets the Picker draw
 // from a sharded weighted index where each route weighs its speed
 //

@@ -156,6 +156,14 @@ type Request struct {
 	// Timeout is the longest the caller lets one attempt run; it caps the
 	// lease's Deadline. 0: no deadline is computed.
 	Timeout time.Duration
+	// BindLater leaves a Session that is not bound yet unbound: the route
+	// is picked as for a request without one (Avoid included) and the lease
+	// says Unbound, and the caller binds the session with Bind once an
+	// attempt through it succeeded. A session's first request may then try
+	// other routes, as any request does, when its first exit fails, rather
+	// than be bound to that exit for good. A bound session is served by its
+	// route whatever BindLater says.
+	BindLater bool
 }
 
 // Lease is a route granted to one attempt. Report it exactly once.
@@ -186,6 +194,9 @@ type Lease struct {
 	// Timing again, so that the first wave of a cold start does not wait
 	// the whole timeout on a silent exit.
 	Provisional bool
+	// Unbound says the lease's Session is not bound to a route yet
+	// (Request.BindLater): Bind binds it, once the attempt succeeded.
+	Unbound bool
 }
 
 // Canceled is the class to report for this attempt when its caller gave
@@ -426,9 +437,12 @@ func (e *Engine) Acquire(now time.Time, req Request) (Lease, error) {
 		l, leased := e.lease(ns, e.routes.get(slot), t, &req, c.Fallback)
 		if leased {
 			l.Panic = c.Panic
-			if req.Session != "" {
-				e.store.Bind(req.Session, slot, ns+int64(e.cfg.SessionTTL))
-				e.store.Update(&e.cfg, Key{Route: slot, Target: t.n}, Op{Kind: OpTouch, Create: true}, ns)
+			switch {
+			case req.Session == "":
+			case req.BindLater:
+				l.Unbound = true
+			default:
+				e.bind(req.Session, slot, t, ns)
 			}
 			return l, nil
 		}
@@ -469,6 +483,35 @@ func (e *Engine) acquireSession(ns int64, t *target, slot int32, req *Request) (
 	}
 	e.store.Bind(req.Session, slot, ns+int64(e.cfg.SessionTTL))
 	return l, nil
+}
+
+// Bind binds the session of l, a lease taken with Request.BindLater whose
+// attempt succeeded, to l's route. A session bound meanwhile (another of
+// its first requests succeeded first, or l is not Unbound) keeps the route
+// it has: a session's exit never changes silently. It fails with
+// ErrUnknownRoute when l's route is no longer in the pool.
+func (e *Engine) Bind(now time.Time, l Lease) error {
+	if l.Session == "" || !l.Unbound {
+		return nil
+	}
+	slot, ok := e.byID.load(l.Route)
+	if !ok {
+		return ErrUnknownRoute
+	}
+	ns := now.UnixNano()
+	if _, bound := e.store.Session(l.Session, ns); bound {
+		return nil
+	}
+	e.bind(l.Session, slot, e.target(l.Target), ns)
+	return nil
+}
+
+// bind binds session to the route in slot, and creates the route's pair
+// record for t, so that the session's route is judged there from its first
+// request on.
+func (e *Engine) bind(session string, slot int32, t *target, ns int64) {
+	e.store.Bind(session, slot, ns+int64(e.cfg.SessionTTL))
+	e.store.Update(&e.cfg, Key{Route: slot, Target: t.n}, Op{Kind: OpTouch, Create: true}, ns)
 }
 
 // usable reports whether r may carry traffic to t by its health alone.

@@ -441,6 +441,100 @@ func TestSessions(t *testing.T) {
 	}
 }
 
+// A session's first request taken with BindLater is not bound by its
+// lease: it may fail over to another route, and the session binds to the
+// one whose attempt succeeded; a bound session keeps its route.
+func TestSessionBindLater(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc string
+		run  func(t *testing.T, e *Engine)
+	}{
+		{"first exit fails: the session binds where a retry succeeded", func(t *testing.T, e *Engine) {
+			first := mustAcquire(t, e, start, Request{Target: "a.com", Session: "s1", BindLater: true})
+			if !first.Unbound || first.Session != "s1" {
+				t.Fatalf("first lease %+v, want an Unbound lease of s1", first)
+			}
+			e.Report(start, first, Outcome{Class: ProxyConnectFailed})
+			report(t, e, start, first.Route, "a.com", ProxyConnectFailed, 5)
+			retry := mustAcquire(t, e, start, Request{Target: "a.com", Session: "s1", BindLater: true, Avoid: []string{first.Route}})
+			if retry.Route == first.Route || !retry.Unbound {
+				t.Fatalf("retry %+v, want another route, Unbound", retry)
+			}
+			e.Report(start, retry, okOutcome)
+			if err := e.Bind(start, retry); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 5 {
+				l := mustAcquire(t, e, start.Add(time.Duration(i)*time.Second), Request{Target: "a.com", Session: "s1", BindLater: true})
+				if l.Route != retry.Route || l.Unbound {
+					t.Fatalf("request %d: %+v, want bound to %s", i, l, retry.Route)
+				}
+				e.Report(start, l, okOutcome)
+			}
+		}},
+		{"nothing bound before Bind", func(t *testing.T, e *Engine) {
+			l := mustAcquire(t, e, start, Request{Target: "a.com", Session: "s1", BindLater: true})
+			e.Report(start, l, okOutcome)
+			// Not bound: a request avoiding that route gets another one
+			// rather than ErrSessionRestartRequired or the same route.
+			l2 := mustAcquire(t, e, start, Request{Target: "a.com", Session: "s1", BindLater: true, Avoid: []string{l.Route}})
+			if l2.Route == l.Route || !l2.Unbound {
+				t.Fatalf("second lease %+v: the session was bound by its lease", l2)
+			}
+			e.Report(start, l2, okOutcome)
+		}},
+		{"the first Bind wins", func(t *testing.T, e *Engine) {
+			a := mustAcquire(t, e, start, Request{Target: "a.com", Session: "s1", BindLater: true})
+			b := mustAcquire(t, e, start, Request{Target: "a.com", Session: "s1", BindLater: true, Avoid: []string{a.Route}})
+			e.Report(start, a, okOutcome)
+			e.Report(start, b, okOutcome)
+			if err := e.Bind(start, b); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Bind(start, a); err != nil {
+				t.Fatal(err)
+			}
+			if l := mustAcquire(t, e, start, Request{Target: "a.com", Session: "s1"}); l.Route != b.Route {
+				t.Fatalf("session on %s, want %s, the first bound", l.Route, b.Route)
+			}
+		}},
+		{"a bound session fails loudly", func(t *testing.T, e *Engine) {
+			l := mustAcquire(t, e, start, Request{Target: "a.com", Session: "s1", BindLater: true})
+			e.Report(start, l, okOutcome)
+			if err := e.Bind(start, l); err != nil {
+				t.Fatal(err)
+			}
+			report(t, e, start, l.Route, "a.com", RateLimited, 1)
+			if _, err := e.Acquire(start, Request{Target: "a.com", Session: "s1", BindLater: true}); !errors.Is(err, ErrSessionRestartRequired) {
+				t.Fatalf("got %v, want ErrSessionRestartRequired", err)
+			}
+		}},
+		{"without BindLater the lease binds", func(t *testing.T, e *Engine) {
+			l := mustAcquire(t, e, start, Request{Target: "a.com", Session: "s1"})
+			if l.Unbound {
+				t.Fatalf("lease %+v is Unbound without BindLater", l)
+			}
+			e.Report(start, l, Outcome{Class: ProxyConnectFailed})
+			report(t, e, start, l.Route, "a.com", ProxyConnectFailed, 5)
+			if _, err := e.Acquire(start, Request{Target: "a.com", Session: "s1", BindLater: true}); !errors.Is(err, ErrSessionRestartRequired) {
+				t.Fatalf("got %v, want ErrSessionRestartRequired", err)
+			}
+		}},
+		{"Bind of an unknown route", func(t *testing.T, e *Engine) {
+			if err := e.Bind(start, Lease{Route: "gone", Target: "a.com", Session: "s1", Unbound: true}); !errors.Is(err, ErrUnknownRoute) {
+				t.Fatalf("got %v, want ErrUnknownRoute", err)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			tc.run(t, newTestEngine(t, Config{MaxRemovedShare: -1}, 3))
+		})
+	}
+}
+
 func TestLeaseExpiryIsAnAmbiguousTimeout(t *testing.T) {
 	t.Parallel()
 	e := newTestEngine(t, Config{}, 1)

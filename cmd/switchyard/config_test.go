@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -149,5 +151,70 @@ func TestServeWarnsOfLiteralSecrets(t *testing.T) {
 	}
 	if strings.Contains(log.String(), "T0ken-LITERAL") {
 		t.Errorf("the log holds the token:\n%s", log)
+	}
+}
+
+// POST /api/reload with the admin token reloads as a hangup does and
+// answers with the result, the refusal naming file and line; --pid-file
+// names the process while it serves. Neither signals anything.
+func TestServeReloadsThroughTheAPIAndWritesItsPid(t *testing.T) {
+	t.Setenv("SWITCHYARD_ADMIN_TOKEN", "Adm1nT0ken")
+	dir := t.TempDir()
+	path, pidFile := filepath.Join(dir, "switchyard.toml"), filepath.Join(dir, "switchyard.pid")
+	write := func(body string) {
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const listen = "[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n"
+	write(listen + "[routes]\ninline = [\"direct\"]\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	log := &logtest.Buffer{}
+	done := make(chan int, 1)
+	go func() { done <- serve(ctx, []string{"--config", path, "--pid-file", pidFile}, log, nil) }()
+	admin := addrOf(t, log, "admin listening")
+	if pid, err := os.ReadFile(pidFile); err != nil || string(pid) != strconv.Itoa(os.Getpid())+"\n" {
+		t.Errorf("pid file %q, %v; want %d", pid, err, os.Getpid())
+	}
+	reload := func(token string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, "http://"+admin+"/api/reload", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(body))
+	}
+	steps := []struct {
+		desc       string
+		file       string
+		token      string
+		wantStatus int
+		wantBody   string
+	}{
+		{"a bad file is refused, naming file and line", listen + "[routes]\ninline = [\"direct\", \"http://127.0.0.1:1\"]\n[engine]\nalpha = 9.0\n", "Adm1nT0ken", 422, path + ":7: engine.alpha: must be in (0, 1]"},
+		{"no token", listen + "[routes]\ninline = [\"direct\", \"http://127.0.0.1:1\"]\n", "", 401, "bearer token"},
+		{"a good file is applied", listen + "[routes]\ninline = [\"direct\", \"http://127.0.0.1:1\"]\n", "Adm1nT0ken", 200, `{"result":"ok"}`},
+	}
+	for _, s := range steps {
+		write(s.file)
+		if status, body := reload(s.token); status != s.wantStatus || !strings.Contains(body, s.wantBody) {
+			t.Errorf("%s: %d %s, want %d with %s", s.desc, status, body, s.wantStatus, s.wantBody)
+		}
+	}
+	if n := strings.Count(log.String(), "msg=reloaded"); n != 1 {
+		t.Errorf("%d reloads applied, want 1:\n%s", n, log)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("exit %d:\n%s", code, log)
+	}
+	if _, err := os.Stat(pidFile); !os.IsNotExist(err) {
+		t.Errorf("pid file left at exit: %v", err)
 	}
 }

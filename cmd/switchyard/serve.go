@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 const serveUsage = `usage: switchyard serve [--config FILE] [--listen ADDR] [--proxies FILE] [--admin ADDR]
                        [--probe-url URL] [--block-private-networks[=false]] [--allow-cidr CIDR,...]
                        [--log-format text|json] [--state memory|redis://HOST:PORT/DB] [--state-prefix P]
+                       [--pid-file FILE]
 
 Runs the forward proxy: point clients at --listen (curl -x http://ADDR …).
 State is kept in memory, or with --state in a Redis shared by every
@@ -27,8 +29,9 @@ switchyard.example.toml), then SWITCHYARD_<SECTION>_<KEY> environment
 variables, then these flags. Secrets come from the file's env:/file:
 references or the environment, never from flags: SWITCHYARD_ADMIN_TOKEN
 enables admin actions (drain, eject, restore), SWITCHYARD_USERS="alice:pw1"
-adds proxy users. SIGHUP reloads the file and the proxy list; routes keep
-their state.
+adds proxy users. SIGHUP, or POST /api/reload on the admin listener with
+the admin token, reloads the file and the proxy list; routes keep their
+state. --pid-file names the process to signal.
 
 flags:
 `
@@ -60,6 +63,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 		fs.PrintDefaults()
 	}
 	path := fs.String("config", "", "TOML config file (see switchyard.example.toml)")
+	pidFile := fs.String("pid-file", "", "write the process id to this file at start, remove it at exit (kill -HUP $(cat FILE) reloads this gateway alone)")
 	fs.String("listen", "127.0.0.1:8080", "address of the forward proxy")
 	fs.String("proxies", "", "proxy list file (see proxies.example.txt); required without a config file")
 	fs.String("admin", "127.0.0.1:9090", `address of the admin listener ("" to disable)`)
@@ -86,6 +90,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 	if err != nil {
 		fmt.Fprintln(stderr, "switchyard serve:", err)
 		return 2
+	}
+	if *pidFile != "" {
+		if err := os.WriteFile(*pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+			fmt.Fprintln(stderr, "switchyard serve: --pid-file:", err)
+			return 1
+		}
+		defer os.Remove(*pidFile)
 	}
 	log := newLogger(cfg.Log.Format, stderr)
 	warnConfig(log, cfg)
@@ -115,9 +126,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 	}
 	log.Info("forward proxy listening", "addr", ln.Proxy.Addr().String(), "routes", len(cfg.RouteList), "users", len(cfg.Users),
 		"private_networks_blocked", cfg.BlockPrivate(), "state", srv.StateAddr())
+	srv.SetSource(func() (*config.Config, error) {
+		next, err := config.Load(src)
+		if err == nil {
+			warnConfig(log, next)
+		}
+		return next, err
+	})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go reloadOnHangup(ctx, hangups, src, srv, log)
+	go reloadOnHangup(ctx, hangups, srv)
 	if err := srv.Run(ctx, shutdownGrace); err != nil {
 		log.Error("listener failed", "err", err)
 		return 1
@@ -126,23 +144,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 	return 0
 }
 
-// reloadOnHangup reloads the configuration from src on every hangup until
-// ctx ends. A configuration that does not load is refused whole and the
-// running one stays.
-func reloadOnHangup(ctx context.Context, hangups <-chan os.Signal, src config.Source, srv *server.Server, log *slog.Logger) {
+// reloadOnHangup reloads the configuration on every hangup until ctx
+// ends. A configuration that does not load is refused whole (logged) and
+// the running one stays.
+func reloadOnHangup(ctx context.Context, hangups <-chan os.Signal, srv *server.Server) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-hangups:
-			next, err := config.Load(src)
-			if err == nil {
-				warnConfig(log, next)
-				err = srv.Reload(next)
-			}
-			if err != nil {
-				log.Error("reload refused; the running configuration stays", "err", err)
-			}
+			_ = srv.ReloadFromSource() // logged there
 		}
 	}
 }

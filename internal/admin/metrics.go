@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"log/slog"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,7 @@ type Metrics struct {
 	connsCut       *prometheus.CounterVec
 	authRefused    *prometheus.CounterVec
 	localErrors    *prometheus.CounterVec
+	auth           *proxyAuth
 
 	perRoute sync.Map // route id → *routeCounts, for /api/routes
 }
@@ -39,10 +41,13 @@ type routeCounts struct {
 	attempts, successes atomic.Uint64
 }
 
-// NewMetrics returns the metrics of a gateway running on e.
-func NewMetrics(e *engine.Engine) *Metrics {
+// NewMetrics returns the metrics of a gateway running on e. log receives
+// the warning of a route whose proxy refuses its credentials; nil discards
+// it.
+func NewMetrics(e *engine.Engine, log *slog.Logger) *Metrics {
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
+		auth: newProxyAuth(log),
+		reg:  prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_requests_total",
 			Help: "Requests served, by method and result (ok or the failing outcome class).",
@@ -84,7 +89,11 @@ func NewMetrics(e *engine.Engine) *Metrics {
 	for _, r := range []string{"emfile", "enfile", "enobufs", "enomem", "eaddrnotavail"} {
 		m.localErrors.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.hedges, m.attemptSeconds, m.connsCut, m.authRefused, m.localErrors, engineCollector{e})
+	authFailing := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "switchyard_routes_proxy_auth_failing",
+		Help: "Routes whose proxy refused their credentials (407, or SOCKS5 authentication) at their last attempt or probe that said, until one through them succeeds: credentials in the proxy list that no longer pass, or an account that ran out. /readyz names them.",
+	}, func() float64 { return float64(m.auth.n.Load()) })
+	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.hedges, m.attemptSeconds, m.connsCut, m.authRefused, m.localErrors, authFailing, engineCollector{e})
 	// The process's own health, as every Go exporter shows it: go_*
 	// (goroutines, heap, GC pauses) and process_* (CPU, memory, open
 	// file descriptors against their limit).
@@ -167,6 +176,7 @@ func (m *Metrics) ObserveRequest(method string, class engine.Class, retries, hed
 // ObserveAttempt counts one attempt through route (an id, which never holds
 // a credential) and records its latency.
 func (m *Metrics) ObserveAttempt(route string, class engine.Class, latency time.Duration) {
+	m.auth.observe(route, class, "attempt")
 	m.attempts.WithLabelValues(route, class.String()).Inc()
 	m.attemptSeconds.WithLabelValues(class.String()).Observe(latency.Seconds())
 	v, ok := m.perRoute.Load(route)
@@ -179,6 +189,22 @@ func (m *Metrics) ObserveAttempt(route string, class engine.Class, latency time.
 		c.successes.Add(1)
 	}
 }
+
+// ObserveProbe takes a probe's outcome through route (probe.Observer), for
+// the alarm of routes whose proxy refuses their credentials.
+func (m *Metrics) ObserveProbe(route string, class engine.Class) {
+	m.auth.observe(route, class, "probe")
+}
+
+// ProxyAuthFailing names the routes whose proxy refuses their credentials
+// (switchyard_routes_proxy_auth_failing), sorted.
+func (m *Metrics) ProxyAuthFailing() []string { return m.auth.routes() }
+
+// ResetProxyAuth is told of a reload: a route whose proxy still refuses
+// its credentials is logged again, and failing routes keep reports false
+// for (no longer listed, or listed with other credentials) are forgotten
+// until their proxy refuses them again.
+func (m *Metrics) ResetProxyAuth(keep func(route string) bool) { m.auth.reset(keep) }
 
 // routeTotals returns route's attempts and successes since start.
 func (m *Metrics) routeTotals(route string) (attempts, successes uint64) {

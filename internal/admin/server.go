@@ -54,6 +54,11 @@ type Options struct {
 	// Pprof serves Go's profiles (net/http/pprof) under /debug/pprof/ to
 	// holders of Token; without a Token it serves nothing.
 	Pprof bool
+	// Reload does what SIGHUP does: loads the configuration again and
+	// applies it, or refuses it whole with the error naming file and line.
+	// POST /api/reload calls it for holders of Token and answers with its
+	// result; nil answers 404.
+	Reload func() error
 }
 
 // subscriptionBuffer is the engine subscription's capacity: it absorbs
@@ -71,6 +76,7 @@ type Server struct {
 	ready    func() error
 	degraded func() error
 	restart  func() []string
+	reload   func() error
 	log      *slog.Logger
 	mux      *http.ServeMux
 
@@ -111,6 +117,7 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 		ready:    opts.Ready,
 		degraded: opts.Degraded,
 		restart:  opts.RestartRequired,
+		reload:   opts.Reload,
 		log:      opts.Log,
 		mux:      http.NewServeMux(),
 		sub:      e.Subscribe(subscriptionBuffer, engine.EventState, engine.EventIncident),
@@ -131,6 +138,7 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 	// Route ids hold "/" (http://host:port), so clients path-escape
 	// them (url.PathEscape); the mux matches and unescapes each segment.
 	s.mux.HandleFunc("/api/routes/{id}/{action}", s.act)
+	s.mux.HandleFunc("/api/reload", s.reloadConfig)
 	if opts.Pprof && s.hasToken {
 		s.mux.Handle("/debug/pprof/", s.tokenOnly(http.HandlerFunc(pprof.Index)))
 		s.mux.Handle("/debug/pprof/cmdline", s.tokenOnly(http.HandlerFunc(pprof.Cmdline)))
@@ -204,6 +212,15 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if s.restart != nil {
 		if pending := s.restart(); len(pending) > 0 {
 			status += "; restart required to apply: " + strings.Join(pending, ", ")
+		}
+	}
+	if failing := s.metrics.ProxyAuthFailing(); len(failing) > 0 {
+		// Still ready: the other routes carry the traffic. At most a few
+		// named, so the answer stays a line however many fail.
+		const named = 5
+		status += "; " + strconv.Itoa(len(failing)) + " route(s) refused by their proxy (407: check their credentials): " + strings.Join(failing[:min(named, len(failing))], ", ")
+		if len(failing) > named {
+			status += ", …"
 		}
 	}
 	writeText(w, http.StatusOK, status)
@@ -412,6 +429,41 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.LogAttrs(r.Context(), slog.LevelInfo, "admin action", attrs...)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// reloadConfig is POST /api/reload: the configuration loaded again and
+// applied, as SIGHUP does, for holders of the token. It answers 200
+// {"result":"ok"}, or 422 {"error": …} naming what refused it (file and
+// line) while the running configuration stays. Each request and refusal
+// is logged, as actions are.
+func (s *Server) reloadConfig(w http.ResponseWriter, r *http.Request) {
+	if s.reload == nil {
+		writeError(w, http.StatusNotFound, "this gateway has no configuration to reload")
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, http.StatusMethodNotAllowed, r.Method+" not allowed: use POST")
+		return
+	}
+	remote := slog.String("remote", r.RemoteAddr)
+	if !s.hasToken {
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "admin reload refused: the admin API is read-only", remote)
+		writeError(w, http.StatusForbidden, "a reload needs the admin token (admin.token or SWITCHYARD_ADMIN_TOKEN)")
+		return
+	}
+	if !s.authorized(r) {
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "admin reload refused: missing or wrong bearer token", remote)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard"`)
+		writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+		return
+	}
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "admin reload", remote)
+	if err := s.reload(); err != nil {
+		writeError(w, http.StatusUnprocessableEntity, "reload refused; the running configuration stays: "+err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"result": "ok"})
 }
 
 // tokenOnly serves h to requests carrying the admin bearer token; others

@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,7 +79,7 @@ func newFixture(t *testing.T, opts Options) *fixture {
 			t.Fatal(err)
 		}
 	}
-	f := &fixture{e: e, m: NewMetrics(e)}
+	f := &fixture{e: e, m: NewMetrics(e, nil)}
 	f.srv = NewServer(e, routes, f.m, opts)
 	t.Cleanup(f.srv.Close)
 	f.hs = httptest.NewServer(f.srv.Handler())
@@ -746,6 +747,53 @@ func TestPprof(t *testing.T) {
 				if sent, ok := strings.CutPrefix(tc.auth, "Bearer "); ok && strings.Contains(logs.String(), sent) {
 					t.Errorf("the log quotes the token sent: %q", logs.String())
 				}
+			}
+		})
+	}
+}
+
+// POST /api/reload does what SIGHUP does for holders of the token, and
+// answers with the reload's result; everyone else is refused, and nothing
+// is reloaded.
+func TestReloadEndpoint(t *testing.T) {
+	t.Parallel()
+	const token = "T0ken"
+	refusal := errors.New("switchyard.toml:12: engine.alpha: must be in (0, 1]")
+	tests := []struct {
+		desc       string
+		token      string
+		noReload   bool
+		result     error
+		method     string
+		auth       string
+		wantStatus int
+		wantBody   string
+		wantCalls  int
+	}{
+		{desc: "ok", token: token, method: http.MethodPost, auth: "Bearer " + token, wantStatus: 200, wantBody: `{"result":"ok"}`, wantCalls: 1},
+		{desc: "refused, naming file and line", token: token, result: refusal, method: http.MethodPost, auth: "Bearer " + token, wantStatus: 422,
+			wantBody: `{"error":"reload refused; the running configuration stays: switchyard.toml:12: engine.alpha: must be in (0, 1]"}`, wantCalls: 1},
+		{desc: "no token configured", method: http.MethodPost, auth: "Bearer " + token, wantStatus: 403, wantBody: "admin token"},
+		{desc: "no bearer", token: token, method: http.MethodPost, wantStatus: 401, wantBody: "bearer token"},
+		{desc: "wrong bearer", token: token, method: http.MethodPost, auth: "Bearer nope", wantStatus: 401, wantBody: "bearer token"},
+		{desc: "GET", token: token, method: http.MethodGet, auth: "Bearer " + token, wantStatus: 405, wantBody: "use POST"},
+		{desc: "nothing to reload", token: token, noReload: true, method: http.MethodPost, auth: "Bearer " + token, wantStatus: 404, wantBody: "no configuration"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			var calls atomic.Int32
+			opts := Options{Token: tc.token, Reload: func() error { calls.Add(1); return tc.result }}
+			if tc.noReload {
+				opts.Reload = nil
+			}
+			f := newFixture(t, opts)
+			status, _, body := f.do(t, tc.method, "/api/reload", tc.auth)
+			if status != tc.wantStatus || !strings.Contains(string(body), tc.wantBody) {
+				t.Errorf("%d %s, want %d with %s", status, body, tc.wantStatus, tc.wantBody)
+			}
+			if n := int(calls.Load()); n != tc.wantCalls {
+				t.Errorf("reloaded %d times, want %d", n, tc.wantCalls)
 			}
 		})
 	}

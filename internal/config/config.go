@@ -149,15 +149,24 @@ type Engine struct {
 type Retry struct {
 	MaxAttempts    int           `toml:"max_attempts"`    // attempts per request, the first included; default 3
 	AttemptTimeout time.Duration `toml:"attempt_timeout"` // dial to response headers; default 30s
-	BudgetRatio    float64       `toml:"budget_ratio"`    // pool-wide retries and hedges per request; default 0.2
-	HedgeRatio     float64       `toml:"hedge_ratio"`     // pool-wide hedges per request, within budget_ratio; 0 turns hedging off; default 0.05
-	MaxBodyBytes   int64         `toml:"max_body_bytes"`  // largest request body buffered for a retry; default 1 MiB
+	// RequestTimeout bounds all of a request's attempts together, from
+	// when its first route is asked for (pacing.learned_max_wait included)
+	// to the response headers (for CONNECT: until the tunnel is built);
+	// past it the client gets 504 request_timeout. At least
+	// AttemptTimeout; 0 is refused, there is no "no limit". Default 60s:
+	// one attempt may run its whole attempt_timeout and a retry still have
+	// as long, while a client is never held 3 × 30s.
+	RequestTimeout time.Duration `toml:"request_timeout"`
+	BudgetRatio    float64       `toml:"budget_ratio"`   // pool-wide retries and hedges per request; default 0.2
+	HedgeRatio     float64       `toml:"hedge_ratio"`    // pool-wide hedges per request, within budget_ratio; 0 turns hedging off; default 0.05
+	MaxBodyBytes   int64         `toml:"max_body_bytes"` // largest request body buffered for a retry; default 1 MiB
 }
 
 // Probe configures the probes that test cooled routes off users' traffic.
 type Probe struct {
 	// URL is an http:// page neutral probes fetch through each route; ""
-	// makes them a TCP check of the proxy.
+	// makes them a tunnel through the route's proxy to port 443 of a host
+	// users' traffic reached (a TCP check of the proxy until one is known).
 	URL string `toml:"url"`
 }
 
@@ -269,7 +278,7 @@ func Default() Config {
 		Listen: Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9090"},
 		Server: Server{HeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 1024, MaxClientConns: 10000, MaxIdleUpstreamConns: 1024},
 		Log:    Log{Format: "text"},
-		Retry:  Retry{MaxAttempts: 3, AttemptTimeout: 30 * time.Second, BudgetRatio: budget.BudgetRatio, HedgeRatio: budget.HedgeRatio, MaxBodyBytes: 1 << 20},
+		Retry:  Retry{MaxAttempts: 3, AttemptTimeout: 30 * time.Second, RequestTimeout: 60 * time.Second, BudgetRatio: budget.BudgetRatio, HedgeRatio: budget.HedgeRatio, MaxBodyBytes: 1 << 20},
 		Pacing: Pacing{MaxTargets: 10000},
 		State:  State{URL: "memory", Prefix: "switchyard", Timeout: 100 * time.Millisecond, Resync: 10 * time.Second},
 	}

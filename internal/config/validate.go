@@ -102,6 +102,10 @@ func (l *loader) checkRetry() error {
 		return l.errAt("retry.max_attempts", "must be in [1, 10]")
 	case r.AttemptTimeout <= 0:
 		return l.errAt("retry.attempt_timeout", "must be positive")
+	case r.RequestTimeout <= 0:
+		return l.errAt("retry.request_timeout", "must be positive (it bounds all of a request's attempts; there is no unlimited)")
+	case r.RequestTimeout < r.AttemptTimeout:
+		return l.errAt("retry.request_timeout", fmt.Sprintf("must be at least retry.attempt_timeout (%v)", r.AttemptTimeout))
 	case !(r.BudgetRatio > 0 && r.BudgetRatio <= 1):
 		return l.errAt("retry.budget_ratio", "must be in (0, 1]")
 	case !(r.HedgeRatio >= 0 && r.HedgeRatio <= r.BudgetRatio):

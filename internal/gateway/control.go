@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/switchyard/switchyard/engine"
@@ -55,14 +56,28 @@ func parseControl(h http.Header) (control, error) {
 	if err := checkSession(c.session); err != nil {
 		return c, err
 	}
-	// Labels from both places are parsed together, so a key given twice is
-	// refused as a duplicate rather than one silently winning.
-	all := strings.Join(append(fromUser, h.Values(headerLabels)...), ",")
-	labels, err := engine.ParseLabels(all)
+	// As for the session: a label given in both places with one value is
+	// that label; with two values it is refused rather than one silently
+	// winning. Within one place a key given twice is a duplicate.
+	user, err := engine.ParseLabels(strings.Join(fromUser, ","))
+	if err != nil {
+		return c, fmt.Errorf("bad labels in the proxy username: %w", err)
+	}
+	header, err := engine.ParseLabels(strings.Join(h.Values(headerLabels), ","))
 	if err != nil {
 		return c, fmt.Errorf("bad labels: %w", err)
 	}
-	c.labels = labels
+	c.labels = user
+	for _, l := range header {
+		i := slices.IndexFunc(user, func(u engine.Label) bool { return u.Key == l.Key })
+		switch {
+		case i < 0:
+			c.labels = append(c.labels, l)
+		case user[i].Value != l.Value:
+			return c, fmt.Errorf("label %s given twice, differently, in %s and the proxy username", l.Key, headerLabels)
+		}
+	}
+	slices.SortFunc(c.labels, func(a, b engine.Label) int { return strings.Compare(a.Key, b.Key) })
 	return c, nil
 }
 

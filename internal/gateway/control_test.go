@@ -37,7 +37,11 @@ func TestParseControl(t *testing.T) {
 			wantSession: "s1", wantLabels: "region=us"},
 		{desc: "odd parameters", header: http.Header{"Proxy-Authorization": {basic("a-session")}}, wantErr: "key-value pairs"},
 		{desc: "two sessions", header: http.Header{"Proxy-Authorization": {basic("a-session-s1")}, headerSession: {"s2"}}, wantErr: "session given twice"},
-		{desc: "label twice", header: http.Header{"Proxy-Authorization": {basic("a-region-us")}, headerLabels: {"region=eu"}}, wantErr: "duplicate"},
+		{desc: "label twice, differently", header: http.Header{"Proxy-Authorization": {basic("a-region-us")}, headerLabels: {"region=eu"}}, wantErr: "label region given twice, differently, in X-Switchyard-Labels and the proxy username"},
+		{desc: "label twice, alike: as a session", header: http.Header{"Proxy-Authorization": {basic("a-region-us-provider-acme")}, headerLabels: {"region=us,tier=1"}},
+			wantLabels: "provider=acme region=us tier=1"},
+		{desc: "label twice in the header", header: http.Header{headerLabels: {"region=us", "region=us"}}, wantErr: "duplicate"},
+		{desc: "label twice in the username", header: http.Header{"Proxy-Authorization": {basic("a-region-us-region-us")}}, wantErr: "duplicate"},
 		{desc: "bad label", header: http.Header{headerLabels: {"Region=us"}}, wantErr: "bad labels"},
 		{desc: "bad session", header: http.Header{headerSession: {"a/b"}}, wantErr: "session id"},
 		{desc: "not basic", header: http.Header{"Proxy-Authorization": {"Bearer x"}}, wantErr: "Basic"},
@@ -143,6 +147,9 @@ func TestControlRequests(t *testing.T) {
 			{desc: "no matching route", header: http.Header{headerLabels: {"region=mars"}}, wantStatus: 503, wantError: "no_matching_route"},
 			{desc: "bad labels", header: http.Header{headerLabels: {"region"}}, wantStatus: 400, wantError: "bad_request"},
 			{desc: "malformed username", user: "acct-region", wantStatus: 400, wantError: "bad_request"},
+			{desc: "label in username and header alike", user: "acct-region-us", header: http.Header{headerLabels: {"region=us"}}, wantStatus: 200, wantRoute: 0},
+			{desc: "label in username and header differently", user: "acct-region-us", header: http.Header{headerLabels: {"region=eu"}}, wantStatus: 400, wantError: "bad_request"},
+			{desc: "session in username and header differently", user: "acct-session-s4", header: http.Header{headerSession: {"s5"}}, wantStatus: 400, wantError: "bad_request"},
 		}
 		for _, tc := range tests {
 			t.Run(tc.desc, func(t *testing.T) {
@@ -218,6 +225,65 @@ func TestNoSilentSwitch(t *testing.T) {
 		}
 		if tg.Hits() != 1 || p0.Requests()+p1.Requests() != 1 {
 			t.Errorf("target reached %d times, proxies %d: only the first request may leave", tg.Hits(), p0.Requests()+p1.Requests())
+		}
+	})
+}
+
+// A session's first request whose exit fails is retried on another route,
+// like any request, and the session binds to the route that answered: it
+// is not bound to the failed exit and refused ever after.
+func TestSessionFirstExitFails(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		tests := []struct {
+			desc    string
+			connect bool
+			failing routetest.Behavior
+		}{
+			{desc: "forward, exit refuses", failing: routetest.Behavior{Refuse: true}},
+			{desc: "forward, exit hangs up", failing: routetest.Behavior{Hangup: true}},
+			{desc: "CONNECT, exit refuses", connect: true, failing: routetest.Behavior{Refuse: true}},
+			{desc: "CONNECT, exit answers 407", connect: true, failing: routetest.Behavior{Answer407: true}},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				tg := newTarget(t, func(int, http.ResponseWriter, *http.Request) {})
+				bad, good := routetest.NewProxy(t, tc.failing), routetest.NewProxy(t, routetest.Behavior{})
+				// Round-robin in list order: the first attempt takes the bad exit.
+				v := newEnv(t, Config{}, proxyLine(bad, ""), proxyLine(good, ""))
+				addr := strings.TrimPrefix(tg.URL, "http://")
+				auth := "Proxy-Authorization: " + basic("acct-session-s1", "pw") + "\r\n"
+				do := func() *http.Response {
+					var req string
+					if tc.connect {
+						req = "CONNECT " + addr + " HTTP/1.1\r\nHost: " + addr + "\r\n" + auth + "\r\n"
+					} else {
+						req = "GET " + tg.URL + "/ HTTP/1.1\r\nHost: " + addr + "\r\nConnection: close\r\n" + auth + "\r\n"
+					}
+					resp := raw(t, v.url.Host, req)
+					if !tc.connect {
+						io.Copy(io.Discard, resp.Body)
+					}
+					resp.Body.Close()
+					return resp
+				}
+				for i := range 4 {
+					resp := do()
+					if resp.StatusCode != 200 || resp.Header.Get(headerRoute) != v.id(1) {
+						t.Fatalf("request %d: %d %q via %q, want 200 via %s", i, resp.StatusCode, resp.Header.Get(headerError), resp.Header.Get(headerRoute), v.id(1))
+					}
+					if want := map[bool]string{true: "2", false: "1"}[i == 0]; resp.Header.Get(headerAttempts) != want {
+						t.Errorf("request %d: %s attempts, want %s", i, resp.Header.Get(headerAttempts), want)
+					}
+				}
+				// Bound now: its exit gone, the session fails loudly.
+				if err := v.e.Drain(time.Now(), v.id(1)); err != nil {
+					t.Fatal(err)
+				}
+				if resp := do(); resp.StatusCode != 503 || resp.Header.Get(headerError) != "session_restart_required" {
+					t.Fatalf("bound session after its exit left: %d %q, want 503 session_restart_required", resp.StatusCode, resp.Header.Get(headerError))
+				}
+			})
 		}
 	})
 }

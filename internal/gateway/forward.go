@@ -87,7 +87,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 		return
 	}
 	target, policy := s.targets.Resolve(host)
-	release, ok := g.admitPace(w, r, s, target)
+	release, ok := g.admitPace(w, r, rec, s, target)
 	if !ok {
 		return
 	}
@@ -107,10 +107,11 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 	if policy != nil {
 		j.signatures, hedge = policy.BlockSignatures, !policy.NoHedge
 	}
-	// A session's exit never changes silently, and a body streamed once
-	// cannot be sent again.
-	j.another = ctl.session == "" && body.replayable()
-	j.hedge = hedge && j.another && idempotent(r.Method)
+	// A body streamed once cannot be sent again; a session's bound exit
+	// never changes silently (bound), and a session's first answer binds
+	// it, so a session's request is never hedged.
+	j.another = body.replayable()
+	j.hedge = hedge && j.another && ctl.session == "" && idempotent(r.Method)
 	win, last, attempts, hedges, err := g.run(r.Context(), s, j)
 	if answered := cmp.Or(win, last); answered != nil && answered.resp != nil {
 		g.noteOrigin(target, hostport) // admitted, and a target answered there
@@ -127,7 +128,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 			panic(http.ErrAbortHandler)
 		}
 	default:
-		acquireError(w, err)
+		acquireError(w, rec, err)
 	}
 }
 
@@ -311,6 +312,10 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, o *outcome, attem
 	h.Set(headerRoute, o.lease.Route)
 	h.Set(headerAttempts, strconv.Itoa(attempts))
 	switch {
+	case o.timedOut:
+		fail(w, http.StatusGatewayTimeout, "request_timeout",
+			"switchyard: request_timeout: no answer within "+g.cfg.RequestTimeout.String()+" (retry.request_timeout) after "+strconv.Itoa(attempts)+" attempt(s)")
+		return false
 	case o.blocked != nil:
 		blockedDestination(w, o.blocked)
 		return false

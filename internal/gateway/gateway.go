@@ -41,6 +41,14 @@ type Config struct {
 	// response headers (for CONNECT: until the tunnel is built), and caps
 	// the deadline the engine gives each lease. Default 30s.
 	AttemptTimeout time.Duration
+	// RequestTimeout bounds all of a request's attempts together, retries
+	// and hedges included, from when its first route is asked for
+	// (LearnedMaxWait included) to the response headers (for CONNECT:
+	// until the tunnel is built). Past it the client gets
+	// 504 with X-Switchyard-Error: request_timeout, and the attempts in
+	// flight end as a client's cancel ends them (Lease.Canceled).
+	// Default 60s.
+	RequestTimeout time.Duration
 	// Timeouts bounds the phases of reaching a target through a route; zero
 	// fields get route's defaults.
 	Timeouts route.Timeouts
@@ -127,6 +135,7 @@ type Observer interface {
 const (
 	defaultMaxAttempts    = 3
 	defaultAttemptTimeout = 30 * time.Second
+	defaultRequestTimeout = 60 * time.Second
 	defaultRetryBody      = 1 << 20
 )
 
@@ -136,6 +145,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AttemptTimeout <= 0 {
 		c.AttemptTimeout = defaultAttemptTimeout
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = defaultRequestTimeout
 	}
 	if c.RetryBody <= 0 {
 		c.RetryBody = defaultRetryBody
@@ -167,7 +179,8 @@ type Gateway struct {
 	current atomic.Pointer[settings]
 	updates sync.Mutex // serializes Update
 
-	origins sync.Map // target key → the host (with port) last requested for it, for probes
+	origins sync.Map               // target key → the host (with port) last requested for it, for probes
+	neutral atomic.Pointer[string] // the host of the last origin noted, for neutral probes' CONNECT (NeutralAuthority)
 
 	local localLog // the gateway running out of its own resources, logged at a bounded rate
 }
@@ -342,6 +355,7 @@ type record struct {
 	class               engine.Class
 	attempts, hedges    int
 	status              int           // set when the answer bypasses w (a hijacked CONNECT)
+	paced               *pacing.Error // why the request was answered 429 paced, and the wait; nil otherwise
 	w                   *statusWriter // nil without Config.Log
 	logged              bool
 }
@@ -372,7 +386,7 @@ func (g *Gateway) logRequest(ctx context.Context, rec *record) {
 		status = rec.w.status
 	}
 	// Room for every attribute, so that appending never grows it.
-	var room [11]slog.Attr
+	var room [14]slog.Attr
 	attrs := append(room[:0],
 		slog.String("method", clip(rec.method, maxLogField)),
 		slog.String("target", clip(rec.target, maxLogField)),
@@ -388,6 +402,16 @@ func (g *Gateway) logRequest(ctx context.Context, rec *record) {
 	// and kept whole so that it can be searched for.
 	if rec.route != "" {
 		attrs = append(attrs, slog.String("route", rec.route), slog.String("class", rec.class.String()))
+	}
+	if p := rec.paced; p != nil {
+		// Which pacing held it back: the engine's, learned from the site's
+		// own 429s and bans, or the operator's [[targets]] limits (rate,
+		// concurrency, queue_full, politeness); and the wait it was told.
+		by := "operator"
+		if p.Reason == "learned" {
+			by = "learned"
+		}
+		attrs = append(attrs, slog.String("pacing", by), slog.String("paced", p.Reason), slog.Int64("retry_after_ms", p.RetryAfter.Milliseconds()))
 	}
 	if rec.session != "" {
 		attrs = append(attrs, slog.String("session", clip(rec.session, maxLogField)))
@@ -450,6 +474,7 @@ func (g *Gateway) acquire(s *settings, ctl control, target string, avoid []strin
 	now := g.cfg.Now()
 	l, err := g.engine.Acquire(now, engine.Request{
 		Target: target, Session: ctl.session, Labels: ctl.labels, Avoid: avoid, Timeout: g.cfg.AttemptTimeout,
+		BindLater: true, // a session binds where its first request succeeded (Gateway.bind)
 	})
 	if err != nil {
 		if errors.Is(err, engine.ErrNoRoute) || errors.Is(err, engine.ErrBusy) {
@@ -513,7 +538,20 @@ func hostOnly(hostport string) string {
 func (g *Gateway) noteOrigin(target, host string) {
 	if v, ok := g.origins.Load(target); !ok || v.(string) != host {
 		g.origins.Store(target, host)
+		h := hostOnly(host)
+		g.neutral.Store(&h)
 	}
+}
+
+// NeutralAuthority is where a neutral probe's CONNECT goes when no probe
+// URL is set (probe.Config.NeutralAuthority): port 443, the one every
+// proxy tunnels to, of a host a target answered at, so that the proxy
+// has a real site to reach; "" until one did. It meets Admit again.
+func (g *Gateway) NeutralAuthority() string {
+	if h := g.neutral.Load(); h != nil {
+		return net.JoinHostPort(*h, "443")
+	}
+	return ""
 }
 
 // observeRequest tells the Observer how a request that got a route ended:
@@ -536,8 +574,9 @@ type unavailableError struct {
 func (e *unavailableError) Error() string { return e.err.Error() }
 func (e *unavailableError) Unwrap() error { return e.err }
 
-// acquireError answers a request for which no route could be leased.
-func acquireError(w http.ResponseWriter, err error) {
+// acquireError answers a request for which no route could be leased,
+// noting a paced one's reason in rec (nil: none kept).
+func acquireError(w http.ResponseWriter, rec *record, err error) {
 	code := "no_route"
 	switch {
 	case errors.Is(err, engine.ErrSessionRestartRequired):
@@ -550,7 +589,7 @@ func acquireError(w http.ResponseWriter, err error) {
 	var paced *pacing.Error
 	switch {
 	case errors.As(err, &paced):
-		tooSoon(w, paced)
+		tooSoon(w, rec, paced)
 		return
 	case errors.Is(err, engine.ErrPaced):
 		// The exits are at the rates the target's own 429s taught.
@@ -558,7 +597,7 @@ func acquireError(w http.ResponseWriter, err error) {
 		if pe, ok := errors.AsType[*engine.PacedError](err); ok {
 			wait = pe.RetryAfter
 		}
-		tooSoon(w, &pacing.Error{Reason: "learned", RetryAfter: wait})
+		tooSoon(w, rec, &pacing.Error{Reason: "learned", RetryAfter: wait})
 		return
 	}
 	if u, ok := errors.AsType[*unavailableError](err); ok {

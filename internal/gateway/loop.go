@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -29,8 +30,11 @@ import (
 //   - the lease's hedge delay passes without an answer: a second attempt
 //     starts on another route, when the request may be hedged and the
 //     budget has room;
-//   - the client gives up: every attempt is canceled, which is evidence
-//     only for one already past its deadline (Lease.Canceled).
+//   - the client gives up, or the request's own deadline
+//     (Config.RequestTimeout) passes: every attempt is canceled, which is
+//     evidence only for one already past its deadline (Lease.Canceled);
+//     at the request's deadline the client is answered 504
+//     request_timeout.
 //
 // Each attempt reports its own outcome to the engine, so that one the loop
 // no longer waits for still does. Each attempt has one timer for all the
@@ -42,11 +46,12 @@ type job struct {
 	target string
 	ctl    control
 	// another says whether a failed attempt may be tried again on another
-	// route as far as the request goes: no session (a session's exit never
-	// changes silently) and, for a forwarded request, a body that can be
-	// sent again; Gateway.retry decides the rest.
+	// route as far as the request goes: for a forwarded request, a body
+	// that can be sent again; the lease says whether a session forbids it
+	// (bound), and Gateway.retry decides the rest.
 	another bool
-	// hedge says whether the request may be hedged.
+	// hedge says whether the request may be hedged: never one with a
+	// session, whose first answer binds it.
 	hedge bool
 
 	// An absolute-form request (forward.go).
@@ -72,12 +77,29 @@ func (g *Gateway) try(ctx context.Context, j *job, l engine.Lease, x *route.Exit
 }
 
 // retryable says whether a failed attempt of j may be tried again on
-// another route as far as the request goes: a forwarded request that may
-// have reached the target only when idempotent; a CONNECT whenever
-// another is allowed, since every failure there comes before any byte of
-// the client's went out.
+// another route as far as the request goes: never on a session's bound
+// route; a forwarded request that may have reached the target only when
+// idempotent; a CONNECT whenever another is allowed, since every failure
+// there comes before any byte of the client's went out.
 func (j *job) retryable(o *outcome) bool {
-	return j.another && (j.req == nil || !o.reached || idempotent(j.req.Method))
+	return j.another && !bound(o.lease) && (j.req == nil || !o.reached || idempotent(j.req.Method))
+}
+
+// bound reports whether l is the route a sticky session is bound to: its
+// exit never changes silently, so no other route is tried in its place.
+// A session's first request (l.Unbound) is tried on other routes like any
+// request, and binds to the route whose attempt won (Gateway.bind).
+func bound(l engine.Lease) bool { return l.Session != "" && !l.Unbound }
+
+// bind binds the session of a winning attempt's lease taken before the
+// session was bound, to its route; see bound.
+func (g *Gateway) bind(l engine.Lease) {
+	if !l.Unbound {
+		return
+	}
+	// An error means the route left the pool meanwhile: the session stays
+	// unbound, and its next request binds it elsewhere.
+	_ = g.engine.Bind(g.cfg.Now(), l)
 }
 
 // outcome is how one attempt ended.
@@ -89,6 +111,7 @@ type outcome struct {
 	reached    bool         // bytes of the request may have reached the target
 	timeout    engine.Class // what silence reads as at the layer the attempt reached
 	blocked    *admit.Error // admission refused the address dialled; class is then Canceled
+	timedOut   bool         // the request's deadline passed: the client is answered 504, whatever came back
 	bodyErr    error        // the client's streamed body broke off (gone, too slow); class is then Canceled
 	local      string       // the gateway ran out of this resource of its own (route.LocalReason); class is then Canceled
 	resp       *http.Response
@@ -168,6 +191,11 @@ type event struct {
 // first bytes, an answer's whole body.
 func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outcome, attempts, hedges int, err error) {
 	g.budget.Request(g.cfg.Now())
+	// The request's deadline bounds all its attempts together. Theirs
+	// outlive it (fly): when it passes they are ended as a client's
+	// cancel ends them.
+	ctx, stop := context.WithTimeoutCause(ctx, g.cfg.RequestTimeout, errRequestTimeout)
+	defer stop()
 	// Room for all that can come: per attempt an outcome and a deadline,
 	// and one hedge.
 	events := make(chan event, 2*g.cfg.MaxAttempts+1)
@@ -226,6 +254,15 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 			if last == nil {
 				last = &outcome{lease: flights[len(flights)-1].leased(), class: engine.Canceled}
 			}
+			if errors.Is(context.Cause(ctx), errRequestTimeout) {
+				// The client is told the request ran out of time, not
+				// what a failure before answered.
+				if last.resp != nil {
+					last.resp.Body.Close()
+					last.resp = nil
+				}
+				last.timedOut = true
+			}
 			return nil, last, attempts, hedges, nil
 		case ev = <-events:
 		}
@@ -250,6 +287,7 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 				last = nil
 			}
 			if o.class == engine.OK {
+				g.bind(o.lease)
 				return o, nil, attempts, hedges, nil
 			}
 			last = o
@@ -265,10 +303,14 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 	}
 }
 
+// errRequestTimeout is the cause of a request's end at its deadline,
+// Config.RequestTimeout.
+var errRequestTimeout = errors.New("switchyard: request_timeout")
+
 // retry decides whether a failed attempt is tried again on another route
 // (docs/design/007-attempts.md), in this order: attempts are left; the
-// request allows it (no session: a session's exit never changes silently;
-// the body can be sent again; the method is idempotent, RFC 9110 §9.2.2, or
+// request allows it (not a session's bound route: a session's exit never
+// changes silently; the body can be sent again; the method is idempotent, RFC 9110 §9.2.2, or
 // nothing of it can have reached the target); the engine deems another
 // route worth it (the rule table, no incident of that class at the target);
 // and the pool-wide budget has room, which it then spends.

@@ -209,7 +209,7 @@ func TestHedgeBudget(t *testing.T) {
 		// Slow answers come well past the hedge delay the warm-up taught,
 		// however long a loaded machine made its answers take.
 		u, _ := url.Parse(site.URL)
-		l, err := v.e.Acquire(time.Now(), engine.Request{Target: target.DefaultKey(u.Hostname()), Timeout: time.Second})
+		l, err := v.e.Acquire(time.Now(), engine.Request{Target: target.DefaultKey(u.Hostname()), Timeout: v.g.cfg.AttemptTimeout})
 		if err != nil || l.HedgeAfter <= 0 {
 			t.Fatalf("after the warm-up: lease %+v, %v; want a hedge delay", l, err)
 		}
@@ -361,5 +361,66 @@ func TestProvisionalDeadline(t *testing.T) {
 				a.resp.StatusCode, a.resp.Header.Get(headerAttempts), a.took, attemptTimeout)
 		}
 		v.waitOutcome(t, 0, engine.ProxyTimeout)
+	})
+}
+
+// retry.request_timeout bounds all of a request's attempts together: past
+// it the client gets 504 request_timeout, long before the attempt timeout,
+// and the attempt in flight ends as a client's cancel ends it (no evidence
+// before its deadline).
+func TestRequestTimeout(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		const requestTimeout, attemptTimeout = 400 * time.Millisecond, 20 * time.Second
+		tests := []struct {
+			desc         string
+			connect      bool
+			refusedFirst bool // a route that refuses is tried first: the deadline covers both attempts
+		}{
+			{desc: "forward, one silent exit"},
+			{desc: "forward, refused then silent", refusedFirst: true},
+			{desc: "CONNECT, one silent exit", connect: true},
+			{desc: "CONNECT, refused then silent", connect: true, refusedFirst: true},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") })
+				silent := routetest.NewProxy(t, routetest.Behavior{Silent: true})
+				lines := []string{proxyLine(silent, "")}
+				if tc.refusedFirst {
+					lines = append([]string{proxyLine(routetest.NewProxy(t, routetest.Behavior{Refuse: true}), "")}, lines...)
+				}
+				v := newEnvEngine(t, timedEngine(), Config{Budget: noHedges, AttemptTimeout: attemptTimeout, RequestTimeout: requestTimeout}, lines...)
+				start := time.Now()
+				var resp *http.Response
+				if tc.connect {
+					_, _, resp = connect(t, v, strings.TrimPrefix(site.URL, "http://"))
+				} else {
+					var err error
+					if resp, err = v.client(t, "").Get(site.URL); err != nil {
+						t.Fatal(err)
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				took := time.Since(start)
+				wantAttempts := map[bool]string{false: "1", true: "2"}[tc.refusedFirst]
+				if resp == nil {
+					t.Fatal("no answer")
+				}
+				if resp.StatusCode != http.StatusGatewayTimeout || resp.Header.Get(headerError) != "request_timeout" || resp.Header.Get(headerAttempts) != wantAttempts {
+					t.Fatalf("got %d %q after %s attempt(s), want 504 request_timeout after %s", resp.StatusCode, resp.Header.Get(headerError), resp.Header.Get(headerAttempts), wantAttempts)
+				}
+				if took < requestTimeout || took > attemptTimeout/2 {
+					t.Errorf("answered after %v, want past the request timeout %v and well before the attempt timeout %v", took, requestTimeout, attemptTimeout)
+				}
+				// The silent attempt ended with the request, as a cancel
+				// before its deadline: no evidence, its lease given back.
+				v.waitOutcome(t, len(lines)-1, engine.Canceled)
+				if st, _ := v.e.Route(v.id(len(lines) - 1)); st.Inflight != 0 || st.Health.ConsecFail != 0 {
+					t.Errorf("silent route after the deadline: %d in flight, %d failures; want 0 and 0", st.Inflight, st.Health.ConsecFail)
+				}
+			})
+		}
 	})
 }

@@ -27,7 +27,7 @@ func noRelease() {}
 // rules. When it answers the client instead (429, or nothing when the
 // client has gone), ok is false. Being paced is not a failure: nothing is
 // leased or reported.
-func (g *Gateway) admitPace(w http.ResponseWriter, r *http.Request, s *settings, target string) (release func(), ok bool) {
+func (g *Gateway) admitPace(w http.ResponseWriter, r *http.Request, rec *record, s *settings, target string) (release func(), ok bool) {
 	// Most targets are not paced: they skip the pacer and its lock.
 	if !s.paces || s.targets.Pace(target).IsZero() {
 		return noRelease, true
@@ -36,7 +36,7 @@ func (g *Gateway) admitPace(w http.ResponseWriter, r *http.Request, s *settings,
 	var paced *pacing.Error
 	switch {
 	case errors.As(err, &paced):
-		tooSoon(w, paced)
+		tooSoon(w, rec, paced)
 		return nil, false
 	case err != nil:
 		return nil, false // the client gave up waiting
@@ -47,8 +47,8 @@ func (g *Gateway) admitPace(w http.ResponseWriter, r *http.Request, s *settings,
 // lease leases a route for an attempt on target: acquire, then the
 // route×target politeness check. A route at its politeness rate is given
 // back without evidence and another one leased, so pacing never counts
-// against an exit; a session's route is never swapped, so it waits or the
-// request is refused. When every route is at the rate the target taught
+// against an exit; a session's bound route is never swapped, so it waits
+// or the request is refused. When every route is at the rate the target taught
 // (engine.PacedError), lease waits for the first to be ready, up to wait
 // in all.
 func (g *Gateway) lease(ctx context.Context, s *settings, ctl control, target string, tried []string, wait time.Duration) (engine.Lease, *route.Exit, error) {
@@ -77,7 +77,7 @@ func (g *Gateway) lease(ctx context.Context, s *settings, ctl control, target st
 			return l, x, nil
 		}
 		g.giveBack(l)
-		if !errors.As(err, new(*pacing.Error)) || ctl.session != "" || len(avoid)-len(tried) >= maxPoliteSkips {
+		if !errors.As(err, new(*pacing.Error)) || bound(l) || len(avoid)-len(tried) >= maxPoliteSkips {
 			return engine.Lease{}, nil, err
 		}
 		paced = err
@@ -100,7 +100,11 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // tooSoon answers a paced request: 429 with the wait in Retry-After, whole
 // seconds rounded up (RFC 9110 §10.2.3). Reason "learned" is the engine's
 // pacing from the target's own 429s; the others are the operator's limits.
-func tooSoon(w http.ResponseWriter, e *pacing.Error) {
+// rec, when not nil, keeps e for the request's log line.
+func tooSoon(w http.ResponseWriter, rec *record, e *pacing.Error) {
+	if rec != nil {
+		rec.paced = e
+	}
 	secs := max(1, int(math.Ceil(e.RetryAfter.Seconds())))
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
 	what := "the target"

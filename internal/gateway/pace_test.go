@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/logtest"
 	"github.com/switchyard/switchyard/internal/pacing"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 	"github.com/switchyard/switchyard/internal/target"
@@ -177,7 +179,7 @@ func TestAcquireErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		w := httptest.NewRecorder()
-		acquireError(w, tc.err)
+		acquireError(w, nil, tc.err)
 		if w.Code != tc.wantStatus || w.Header().Get(headerError) != tc.wantCode || w.Header().Get("Retry-After") != tc.wantRetry {
 			t.Errorf("%v: %d %q Retry-After %q; want %d %q %q", tc.err, w.Code, w.Header().Get(headerError), w.Header().Get("Retry-After"), tc.wantStatus, tc.wantCode, tc.wantRetry)
 		}
@@ -240,6 +242,82 @@ func TestLearnedPacingWait(t *testing.T) {
 				if tc.wantStatus == http.StatusTooManyRequests {
 					if resp.Header.Get(headerError) != "paced" || resp.Header.Get("Retry-After") == "" || tg.Hits() != 1 {
 						t.Errorf("refused with %q, Retry-After %q, site hits %d: want paced, a wait, 1", resp.Header.Get(headerError), resp.Header.Get("Retry-After"), tg.Hits())
+					}
+				}
+			})
+		}
+	})
+}
+
+// The request log line of a 429 paced says which pacing held the request
+// back and the wait: the engine's, learned from the site's own 429s, or
+// the operator's [[targets]] limits, with their reason.
+func TestPacedIsLoggedWithItsReason(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		tests := []struct {
+			desc    string
+			learned bool
+			limits  pacing.Limits
+			connect bool
+			want    []string // in the paced request's line
+		}{
+			{desc: "operator rate", limits: pacing.Limits{Rate: 0.5, Burst: 1}, want: []string{"status=429", "pacing=operator", "paced=rate", "retry_after_ms=1"}},
+			{desc: "operator rate, CONNECT", limits: pacing.Limits{Rate: 0.5, Burst: 1}, connect: true, want: []string{"status=429", "pacing=operator", "paced=rate", "retry_after_ms=1"}},
+			{desc: "operator politeness", limits: pacing.Limits{PairRate: 0.1}, want: []string{"status=429", "pacing=operator", "paced=politeness", "retry_after_ms="}},
+			{desc: "learned from the site's 429s", learned: true, want: []string{"status=429", "pacing=learned", "paced=learned", "retry_after_ms="}},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				tg := newTarget(t, func(int, http.ResponseWriter, *http.Request) {})
+				var out logtest.Buffer
+				cfg := Config{Log: slog.New(slog.NewTextHandler(&out, nil))}
+				ecfg := engine.Config{Seed: 1, MaxRemovedShare: -1}
+				if tc.learned {
+					ecfg.PaceStart = 0.1
+				} else {
+					cfg.Targets = paceAll(tc.limits)
+				}
+				v := newEnvEngine(t, ecfg, cfg, proxyLine(routetest.NewProxy(t, routetest.Behavior{}), ""))
+				addr := strings.TrimPrefix(tg.URL, "http://")
+				do := func() int {
+					t.Helper()
+					if tc.connect {
+						c, _, resp := connect(t, v, addr)
+						c.Close()
+						return resp.StatusCode
+					}
+					resp, err := v.client(t, "").Get(tg.URL + "/")
+					if err != nil {
+						t.Fatal(err)
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					return resp.StatusCode
+				}
+				if status := do(); status != http.StatusOK {
+					t.Fatalf("first request: %d", status)
+				}
+				if tc.learned {
+					site := target.DefaultKey(addr[:strings.LastIndexByte(addr, ':')])
+					if err := v.e.Feedback(time.Now(), v.id(0), site, engine.Outcome{Class: engine.RateLimited, RetryAfter: time.Nanosecond}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				out.Take()
+				if status := do(); status != http.StatusTooManyRequests {
+					t.Fatalf("second request: %d, want 429", status)
+				}
+				var line string
+				for deadline := time.Now().Add(5 * time.Second); !strings.Contains(line, "msg=request"); time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatal("no request line for the paced request")
+					}
+					line += out.Take()
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(line, w) {
+						t.Errorf("line %q lacks %q", line, w)
 					}
 				}
 			})

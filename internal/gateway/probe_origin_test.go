@@ -124,3 +124,40 @@ func serveCounting(t *testing.T, ln net.Listener, hits *atomic.Int64) {
 	go func() { defer close(done); srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close(); <-done })
 }
+
+// A neutral probe's CONNECT goes to port 443 of a host a target answered
+// at, through absolute-form requests or tunnels; none before one did.
+func TestNeutralAuthority(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		tests := []struct {
+			desc    string
+			connect bool
+		}{
+			{desc: "absolute-form"},
+			{desc: "CONNECT", connect: true},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				site := newTarget(t, func(int, http.ResponseWriter, *http.Request) {})
+				v := newEnv(t, Config{}, proxyLine(routetest.NewProxy(t, routetest.Behavior{}), ""))
+				if got := v.g.NeutralAuthority(); got != "" {
+					t.Fatalf("before any request: %q, want none", got)
+				}
+				addr := strings.TrimPrefix(site.URL, "http://")
+				if tc.connect {
+					c, _, resp := connect(t, v, addr)
+					if resp.StatusCode != http.StatusOK {
+						t.Fatalf("CONNECT: %d", resp.StatusCode)
+					}
+					c.Close()
+				} else {
+					v.warm(t, site, 1)
+				}
+				if got := v.g.NeutralAuthority(); got != "127.0.0.1:443" {
+					t.Errorf("after a request to %s: %q, want 127.0.0.1:443", addr, got)
+				}
+			})
+		}
+	})
+}

@@ -26,18 +26,19 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settin
 	}
 	target, policy := s.targets.Resolve(host)
 	// A tunnel holds its target's concurrency slot for as long as it lives.
-	release, ok := g.admitPace(w, r, s, target)
+	release, ok := g.admitPace(w, r, rec, s, target)
 	if !ok {
 		return
 	}
 	defer release()
-	another := ctl.session == "" // a session's exit never changes silently
+	// A session's bound exit never changes silently (bound), and a
+	// session's first tunnel binds it, so it is never hedged.
 	win, last, attempts, hedges, err := g.run(r.Context(), s, &job{
 		target:  target,
 		ctl:     ctl,
 		addr:    addr,
-		another: another,
-		hedge:   another && (policy == nil || !policy.NoHedge),
+		another: true,
+		hedge:   ctl.session == "" && (policy == nil || !policy.NoHedge),
 	})
 	switch {
 	case win != nil:
@@ -50,7 +51,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settin
 	case last != nil:
 		g.respond(w, rec, last, attempts, hedges)
 	default:
-		acquireError(w, err)
+		acquireError(w, rec, err)
 	}
 }
 

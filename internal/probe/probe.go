@@ -33,9 +33,21 @@ type Config struct {
 	TargetURL func(target string) string
 	// NeutralURL, when set, is an http:// page that every route should be
 	// able to fetch: neutral probes GET it through the route, which also
-	// checks the route's credentials. Unset, a neutral probe is the Exit's
-	// check: a TCP connection to the proxy.
+	// checks the route's credentials. Unset, a neutral probe of a proxy
+	// route asks it for a tunnel to NeutralAuthority, which checks the
+	// credentials too, so that a route whose proxy answers 407 stays out
+	// after its cooldown instead of coming back to fail users again.
 	NeutralURL string
+	// NeutralAuthority is the host:port a neutral probe's CONNECT names,
+	// "" while none is known: a site users' traffic reached, at 443, the
+	// port every proxy tunnels to (Squid's default refuses others before
+	// it looks at credentials). It meets Admit. Nil, or "", or refused by
+	// Admit: the neutral probe is the Exit's check, a TCP connection to
+	// the proxy, which cannot tell a wrong password.
+	NeutralAuthority func() string
+	// Observer is told of every probe's outcome but Canceled; nil means
+	// none.
+	Observer Observer
 	// Admit is the admission users' traffic meets before it is dialled
 	// (docs/security.md): a page whose authority it refuses is not fetched,
 	// on any route type, and one it admits is fetched from the authority it
@@ -43,6 +55,12 @@ type Config struct {
 	// Direct routes' Exits still check each address at connect time.
 	Admit func(ctx context.Context, authority string) (string, error)
 	Now   func() time.Time // clock; nil → time.Now
+}
+
+// Observer is told how probes ended; admin.Metrics implements it, to raise
+// the alarm of a route whose proxy refuses its credentials.
+type Observer interface {
+	ObserveProbe(route string, class engine.Class)
 }
 
 // Prober runs probe jobs with bounded concurrency.
@@ -110,6 +128,9 @@ func (p *Prober) Drain(ctx context.Context, dst []engine.ProbeJob) []engine.Prob
 			defer func() { <-p.sem; p.wg.Done() }()
 			o := p.probe(ctx, job)
 			p.e.ReportProbe(p.cfg.Now(), job, o)
+			if p.cfg.Observer != nil && o.Class != engine.Canceled {
+				p.cfg.Observer.ObserveProbe(job.Route, o.Class)
+			}
 		}()
 	}
 	return dst
@@ -135,13 +156,49 @@ func (p *Prober) probe(ctx context.Context, job engine.ProbeJob) engine.Outcome 
 	case job.Target == "" && p.cfg.NeutralURL != "":
 		class, wait = p.fetch(ctx, x, p.cfg.NeutralURL)
 	case job.Target == "":
-		// Tells a dead or hanging exit from a live one, not a bad
-		// password: users' traffic reports 407s.
-		class, _ = route.Classify(x.Check(ctx), new(route.Progress))
+		class = p.neutral(ctx, x)
 	default:
 		class, wait = p.fetch(ctx, x, p.cfg.TargetURL(job.Target))
 	}
 	return engine.Outcome{Class: class, Latency: p.cfg.Now().Sub(start), RetryAfter: wait}
+}
+
+// neutral checks the exit alone: a proxy route by a CONNECT through it to
+// NeutralAuthority, which its credentials must pass; with no authority
+// known or admitted, and for Direct, the Exit's check (a TCP connection to
+// the proxy), which tells a dead or hanging exit from a live one but not a
+// bad password. A tunnel the proxy refuses or cannot build (PhaseTunnel)
+// is the route passing: the proxy took the credentials, and the site
+// named is not what a neutral probe judges.
+func (p *Prober) neutral(ctx context.Context, x *route.Exit) engine.Class {
+	authority := ""
+	if p.cfg.NeutralAuthority != nil && x.Route().Scheme != route.Direct {
+		authority = p.cfg.NeutralAuthority()
+	}
+	if authority != "" && p.cfg.Admit != nil {
+		var err error
+		if authority, err = p.cfg.Admit(ctx, authority); err != nil {
+			authority = ""
+		}
+	}
+	if authority == "" {
+		class, _ := route.Classify(x.Check(ctx), new(route.Progress))
+		return class
+	}
+	var progress route.Progress
+	conn, err := x.DialTarget(ctx, authority, &progress)
+	if err == nil {
+		conn.Close()
+		return engine.OK
+	}
+	if e, ok := errors.AsType[*route.Error](err); ok && e.Phase == route.PhaseTunnel {
+		return engine.OK
+	}
+	if errors.As(err, new(*admit.Error)) {
+		return engine.Canceled
+	}
+	class, _ := route.Classify(err, &progress)
+	return class
 }
 
 // fetch GETs page through x as users' traffic goes (an absolute-form

@@ -3,11 +3,15 @@ package probe
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -394,6 +398,116 @@ func TestProbesPassAdmission(t *testing.T) {
 				}
 				if n := asked(); !tc.reached && n > 0 {
 					t.Errorf("the proxy was asked %d times for a refused page", n)
+				}
+			})
+		}
+	})
+}
+
+// probeLog is an Observer keeping what it was told.
+type probeLog struct {
+	mu  sync.Mutex
+	got map[string]engine.Class
+}
+
+func (l *probeLog) ObserveProbe(route string, c engine.Class) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.got == nil {
+		l.got = make(map[string]engine.Class)
+	}
+	l.got[route] = c
+}
+
+func (l *probeLog) class(route string) (engine.Class, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c, ok := l.got[route]
+	return c, ok
+}
+
+// Without a probe URL, the neutral probe of a proxy route is a CONNECT
+// through it to a site users' traffic reached: a proxy that refuses the
+// route's credentials keeps it cooling after its cooldown, where a TCP
+// check let it back to fail users again. A tunnel the proxy refuses or
+// cannot build still shows the credentials pass; the authority meets
+// admission, and without one known or admitted the probe is a TCP check.
+func TestNeutralProbeConnects(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		echo := routetest.ServeTCP(t, func(c net.Conn) { io.Copy(c, c); c.Close() })
+		wrong := func(p *routetest.Proxy) string {
+			u := *p.URL
+			u.User = url.UserPassword("u", "wrong")
+			return u.String()
+		}
+		refuse := func(context.Context, string) (string, error) {
+			return "", &admit.Error{Host: "x", Reason: "test"}
+		}
+		tests := []struct {
+			desc      string
+			proxy     routetest.Behavior
+			line      func(p *routetest.Proxy) string // nil: the proxy's URL
+			authority string                          // "-": none known
+			admit     func(context.Context, string) (string, error)
+			want      engine.State
+			class     engine.Class
+			asked     bool
+		}{
+			{desc: "http, right password", proxy: routetest.Behavior{User: "u", Password: "right"}, want: engine.Healthy, class: engine.OK, asked: true},
+			{desc: "http, wrong password", proxy: routetest.Behavior{User: "u", Password: "right"}, line: wrong, want: engine.Cooling, class: engine.ProxyAuth, asked: true},
+			{desc: "http, every answer 407", proxy: routetest.Behavior{Answer407: true}, want: engine.Cooling, class: engine.ProxyAuth, asked: true},
+			{desc: "https, wrong password", proxy: routetest.Behavior{TLS: true, User: "u", Password: "right"}, line: wrong, want: engine.Cooling, class: engine.ProxyAuth, asked: true},
+			{desc: "socks5, wrong password", proxy: routetest.Behavior{Kind: routetest.SOCKS5Proxy, User: "u", Password: "right"}, line: wrong, want: engine.Cooling, class: engine.ProxyAuth},
+			{desc: "socks5, right password", proxy: routetest.Behavior{Kind: routetest.SOCKS5Proxy, User: "u", Password: "right"}, want: engine.Healthy, class: engine.OK, asked: true},
+			{desc: "tunnel refused: the credentials passed", proxy: routetest.Behavior{HostStatus: map[string]int{"127.0.0.1": http.StatusBadGateway}}, want: engine.Healthy, class: engine.OK, asked: true},
+			{desc: "no authority known: a TCP check", proxy: routetest.Behavior{Answer407: true}, authority: "-", want: engine.Healthy, class: engine.OK},
+			{desc: "authority refused by admission: a TCP check", proxy: routetest.Behavior{Answer407: true}, admit: refuse, want: engine.Healthy, class: engine.OK},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				proxy := routetest.NewProxy(t, tc.proxy)
+				line := proxy.URL.String()
+				if tc.line != nil {
+					line = tc.line(proxy)
+				}
+				e, routes := setup(t, line+"\n")
+				now := halfOpen(t, e, routes[0].ID, "")
+				authority := echo
+				if tc.authority == "-" {
+					authority = ""
+				}
+				admitted := []string{}
+				var mu sync.Mutex
+				admitFn := func(ctx context.Context, a string) (string, error) {
+					mu.Lock()
+					admitted = append(admitted, a)
+					mu.Unlock()
+					if tc.admit != nil {
+						return tc.admit(ctx, a)
+					}
+					return a, nil
+				}
+				obs := &probeLog{}
+				d := route.Dialer{Timeouts: route.Timeouts{Dial: time.Second}, TLS: &tls.Config{RootCAs: proxy.CertPool()}}
+				p := New(e, exitsOf(t, routes, d), Config{
+					Now: func() time.Time { return now }, NeutralAuthority: func() string { return authority },
+					Admit: admitFn, Observer: obs,
+				})
+				answer(t, p)
+				if s := state(e, routes[0].ID, ""); s != tc.want {
+					t.Errorf("%v after the neutral probe, want %v", s, tc.want)
+				}
+				if c, ok := obs.class(routes[0].ID); !ok || c != tc.class {
+					t.Errorf("observer told %v (%v), want %v", c, ok, tc.class)
+				}
+				if asked := slices.Contains(proxy.Asked(), echo); asked != tc.asked {
+					t.Errorf("proxy asked for %v (%v), want the CONNECT to %s: %v", proxy.Asked(), asked, echo, tc.asked)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if authority != "" && (len(admitted) == 0 || slices.ContainsFunc(admitted, func(a string) bool { return a != echo })) {
+					t.Errorf("admission saw %v, want %s for each probe", admitted, echo)
 				}
 			})
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -244,6 +245,84 @@ func TestReloadSaysRestartRequiredEveryTime(t *testing.T) {
 			if got := g.metric(t, "switchyard_config_restart_required"); got != wantGauge {
 				t.Errorf("%s: switchyard_config_restart_required %v, want %v", step.desc, got, wantGauge)
 			}
+		}
+	})
+}
+
+// A route whose proxy refuses its credentials raises the alarm: a warning
+// once, /readyz and switchyard_routes_proxy_auth_failing; a reload with
+// the same credentials warns again at the next refusal, and one with new
+// credentials clears it.
+func TestProxyAuthAlarmFollowsReloads(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		echo := routetest.ServeTCP(t, func(c net.Conn) { io.Copy(c, c); c.Close() })
+		proxy := routetest.NewProxy(t, routetest.Behavior{User: "u", Password: "right"})
+		line := func(password string) string {
+			u := *proxy.URL
+			u.User = url.UserPassword("u", password)
+			return u.String() + "\n"
+		}
+		out := &logtest.Buffer{}
+		g := runServer(t, configOf(t, line("wrong")), slog.New(slog.NewTextHandler(out, nil)))
+		id := g.s.Engine().Routes()[0].ID
+		connect := func() int {
+			t.Helper()
+			c, br := dialProxy(t, g)
+			io.WriteString(c, "CONNECT "+echo+" HTTP/1.1\r\nHost: "+echo+"\r\n\r\n")
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Close()
+			return resp.StatusCode
+		}
+		readyz := func() string {
+			resp, err := http.Get(g.admin + "/readyz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			return strings.TrimSpace(string(body))
+		}
+		warnings := func() int { return strings.Count(out.Take(), "refuses its credentials") }
+		alarm := "ready; 1 route(s) refused by their proxy (407: check their credentials): " + id
+
+		for range 2 {
+			if status := connect(); status != http.StatusBadGateway {
+				t.Fatalf("CONNECT through a wrong password: %d, want 502", status)
+			}
+		}
+		g.waitMetric(t, "switchyard_routes_proxy_auth_failing", 1)
+		if got := readyz(); got != alarm {
+			t.Errorf("/readyz %q, want %q", got, alarm)
+		}
+		if n := warnings(); n != 1 {
+			t.Errorf("%d warnings after two refusals, want 1", n)
+		}
+
+		// The same credentials again: still failing, warned again.
+		if err := g.s.Reload(configOf(t, line("wrong"))); err != nil {
+			t.Fatal(err)
+		}
+		if got := readyz(); got != alarm {
+			t.Errorf("after a reload with the same credentials: /readyz %q, want %q", got, alarm)
+		}
+		connect()
+		if n := warnings(); n != 1 {
+			t.Errorf("%d warnings after a reload and a refusal, want 1", n)
+		}
+
+		// Mended: the alarm is cleared, and the route carries tunnels.
+		if err := g.s.Reload(configOf(t, line("right"))); err != nil {
+			t.Fatal(err)
+		}
+		g.waitMetric(t, "switchyard_routes_proxy_auth_failing", 0)
+		if got := readyz(); got != "ready" {
+			t.Errorf("after the credentials were mended: /readyz %q, want ready", got)
+		}
+		if status := connect(); status != http.StatusOK {
+			t.Errorf("CONNECT after the credentials were mended: %d, want 200", status)
 		}
 	})
 }

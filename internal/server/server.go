@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"reflect"
@@ -41,6 +42,7 @@ type Server struct {
 	gateway *gateway.Gateway
 	admin   *admin.Server // nil without an admin listener
 	prober  *probe.Prober
+	metrics *admin.Metrics
 	shared  *redisstore.Store // nil with in-memory state
 	ln      Listeners
 	clients *clientListener // ln.Proxy, counted and capped
@@ -55,6 +57,9 @@ type Server struct {
 	// pending names the sections of the last configuration reloaded that
 	// differ from started's: a restart would apply them.
 	pending atomic.Pointer[[]string]
+	// source loads the configuration again, for ReloadFromSource; nil
+	// until SetSource.
+	source atomic.Pointer[func() (*config.Config, error)]
 }
 
 // New builds the engine, over in-memory or Redis-shared state as cfg says,
@@ -103,12 +108,13 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		s.closeShared()
 		return nil, err
 	}
-	metrics := admin.NewMetrics(e)
+	metrics := admin.NewMetrics(e, log)
 	metrics.WatchRestart(s.restartRequired)
 	s.clients = newClientListener(ln.Proxy, cfg.Server.MaxClientConns, metrics)
 	gcfg := gateway.Config{
 		MaxAttempts:          cfg.Retry.MaxAttempts,
 		AttemptTimeout:       cfg.Retry.AttemptTimeout,
+		RequestTimeout:       cfg.Retry.RequestTimeout,
 		RetryBody:            cfg.Retry.MaxBodyBytes,
 		Budget:               engine.BudgetConfig{BudgetRatio: cfg.Retry.BudgetRatio, HedgeRatio: cfg.Retry.HedgeRatio},
 		Observer:             metrics,
@@ -130,8 +136,12 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 	metrics.WatchUpstreamConns(s.gateway.UpstreamConns)
 	// Probes leave through the gateway's own exits, so they see what users'
 	// traffic sees, admission included, and follow its reloads.
-	s.prober = probe.New(e, s.gateway, probe.Config{TargetURL: s.gateway.ProbeURL, NeutralURL: cfg.Probe.URL, Admit: s.gateway.Admit})
-	aopts := admin.Options{Token: cfg.Admin.Token.Value(), Pprof: cfg.Admin.Pprof, RestartRequired: s.restartRequired, Log: log}
+	s.prober = probe.New(e, s.gateway, probe.Config{
+		TargetURL: s.gateway.ProbeURL, NeutralURL: cfg.Probe.URL, NeutralAuthority: s.gateway.NeutralAuthority,
+		Admit: s.gateway.Admit, Observer: metrics,
+	})
+	s.metrics = metrics
+	aopts := admin.Options{Token: cfg.Admin.Token.Value(), Pprof: cfg.Admin.Pprof, RestartRequired: s.restartRequired, Reload: s.ReloadFromSource, Log: log}
 	if s.shared != nil {
 		aopts.Degraded = s.shared.Healthy
 		metrics.WatchState(func() admin.StateStats {
@@ -198,6 +208,7 @@ func (s *Server) Reload(next *config.Config) error {
 		return err
 	}
 	now := time.Now()
+	previous := maps.Clone(s.routes)
 	var added, updated, removed int
 	current := make([]*route.Route, len(next.RouteList))
 	listed := make(map[string]bool, len(next.RouteList))
@@ -225,6 +236,14 @@ func (s *Server) Reload(next *config.Config) error {
 		}
 		current[i], s.routes[r.ID], listed[r.ID] = r, r, true
 	}
+	// A route whose proxy refused its credentials is warned of again if
+	// it still is; one given other credentials, or removed, is no longer
+	// counted as failing until its proxy refuses it again.
+	s.metrics.ResetProxyAuth(func(id string) bool {
+		old, was := previous[id]
+		r, ok := s.routes[id]
+		return was && ok && listed[id] && sameCredentials(old, r)
+	})
 	for id := range s.routes {
 		if !listed[id] && !s.removed[id] {
 			if err := s.engine.Drain(now, id); err != nil {
@@ -253,12 +272,45 @@ func (s *Server) Reload(next *config.Config) error {
 	return nil
 }
 
+// SetSource sets how ReloadFromSource loads the configuration again (the
+// serve command's file, environment and flags).
+func (s *Server) SetSource(load func() (*config.Config, error)) { s.source.Store(&load) }
+
+// ReloadFromSource is a reload as SIGHUP and POST /api/reload ask for it:
+// the configuration loaded again from the source SetSource gave, then
+// Reload. A configuration that does not load, or that Reload refuses, is
+// refused whole and logged; the running one stays, and the error, naming
+// the file and line or the key, is returned.
+func (s *Server) ReloadFromSource() error {
+	load := s.source.Load()
+	if load == nil {
+		return errors.New("no configuration source to reload from")
+	}
+	next, err := (*load)()
+	if err == nil {
+		err = s.Reload(next)
+	}
+	if err != nil {
+		s.log.Error("reload refused; the running configuration stays", "err", err)
+	}
+	return err
+}
+
 // restartRequired names the sections the last reload could not apply.
 func (s *Server) restartRequired() []string {
 	if p := s.pending.Load(); p != nil {
 		return *p
 	}
 	return nil
+}
+
+// sameCredentials reports whether two routes reach their proxy with the
+// same credentials.
+func sameCredentials(a, b *route.Route) bool {
+	if a.URL == nil || b.URL == nil {
+		return a.URL == b.URL
+	}
+	return a.URL.User.String() == b.URL.User.String() && a.URL.Host == b.URL.Host
 }
 
 // sameSpec reports whether two route specs are the same.
