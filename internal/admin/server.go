@@ -395,24 +395,11 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "unknown action: want drain, eject or restore")
 		return
 	}
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, r.Method+" not allowed: use POST")
-		return
-	}
 	attrs := []slog.Attr{slog.String("action", action), slog.String("remote", r.RemoteAddr)}
 	if _, known := s.engine.RouteSpec(id); known {
 		attrs = append(attrs, slog.String("route", id))
 	}
-	if !s.hasToken {
-		s.log.LogAttrs(r.Context(), slog.LevelWarn, "admin action refused: the admin API is read-only", attrs...)
-		writeError(w, http.StatusForbidden, "admin actions need --admin-token")
-		return
-	}
-	if !s.authorized(r) {
-		s.log.LogAttrs(r.Context(), slog.LevelWarn, "admin action refused: missing or wrong bearer token", attrs...)
-		w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard"`)
-		writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+	if !s.mayChange(w, r, "action", attrs...) {
 		return
 	}
 	// The id is not echoed: it came from the client, and a route id typed
@@ -441,21 +428,8 @@ func (s *Server) reloadConfig(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "this gateway has no configuration to reload")
 		return
 	}
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, r.Method+" not allowed: use POST")
-		return
-	}
 	remote := slog.String("remote", r.RemoteAddr)
-	if !s.hasToken {
-		s.log.LogAttrs(r.Context(), slog.LevelWarn, "admin reload refused: the admin API is read-only", remote)
-		writeError(w, http.StatusForbidden, "a reload needs the admin token (admin.token or SWITCHYARD_ADMIN_TOKEN)")
-		return
-	}
-	if !s.authorized(r) {
-		s.log.LogAttrs(r.Context(), slog.LevelWarn, "admin reload refused: missing or wrong bearer token", remote)
-		w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard"`)
-		writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+	if !s.mayChange(w, r, "reload", remote) {
 		return
 	}
 	s.log.LogAttrs(r.Context(), slog.LevelInfo, "admin reload", remote)
@@ -464,6 +438,27 @@ func (s *Server) reloadConfig(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"result": "ok"})
+}
+
+// mayChange reports whether r may change the gateway: a POST carrying the
+// admin token. Otherwise it answers the refusal and logs it, as "admin
+// <what> refused" with attrs.
+func (s *Server) mayChange(w http.ResponseWriter, r *http.Request, what string, attrs ...slog.Attr) bool {
+	switch {
+	case r.Method != http.MethodPost:
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, http.StatusMethodNotAllowed, r.Method+" not allowed: use POST")
+	case !s.hasToken:
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "admin "+what+" refused: the admin API is read-only", attrs...)
+		writeError(w, http.StatusForbidden, "an admin "+what+" needs the admin token (admin.token or SWITCHYARD_ADMIN_TOKEN)")
+	case !s.authorized(r):
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "admin "+what+" refused: missing or wrong bearer token", attrs...)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard"`)
+		writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+	default:
+		return true
+	}
+	return false
 }
 
 // tokenOnly serves h to requests carrying the admin bearer token; others

@@ -453,7 +453,7 @@ func TestActions(t *testing.T) {
 					t.Errorf("error body %q", body)
 				}
 			}
-			if status == http.StatusForbidden && !strings.Contains(string(body), "--admin-token") {
+			if status == http.StatusForbidden && !strings.Contains(string(body), "admin.token") {
 				t.Errorf("403 body %q does not say how to enable actions", body)
 			}
 			if status == http.StatusUnauthorized && !strings.HasPrefix(h.Get("WWW-Authenticate"), "Bearer") {
