@@ -209,15 +209,6 @@ func TestReloadSaysRestartRequiredEveryTime(t *testing.T) {
 				c.Users = []config.User{{Name: "alice", Password: config.LiteralSecret("pw")}}
 			}, nil},
 		}
-		readyz := func() string {
-			resp, err := http.Get(g.admin + "/readyz")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			body, _ := io.ReadAll(resp.Body)
-			return strings.TrimSpace(string(body))
-		}
 		for _, step := range steps {
 			next := configOf(t, "direct\n")
 			step.change(next)
@@ -239,7 +230,7 @@ func TestReloadSaysRestartRequiredEveryTime(t *testing.T) {
 			if len(step.want) > 0 {
 				wantReady, wantGauge = "ready; restart required to apply: "+strings.Join(step.want, ", "), 1
 			}
-			if got := readyz(); got != wantReady {
+			if got := readyz(t, g.admin); got != wantReady {
 				t.Errorf("%s: /readyz %q, want %q", step.desc, got, wantReady)
 			}
 			if got := g.metric(t, "switchyard_config_restart_required"); got != wantGauge {
@@ -276,15 +267,6 @@ func TestProxyAuthAlarmFollowsReloads(t *testing.T) {
 			c.Close()
 			return resp.StatusCode
 		}
-		readyz := func() string {
-			resp, err := http.Get(g.admin + "/readyz")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			body, _ := io.ReadAll(resp.Body)
-			return strings.TrimSpace(string(body))
-		}
 		warnings := func() int { return strings.Count(out.Take(), "refuses its credentials") }
 		alarm := "ready; 1 route(s) refused by their proxy (407: check their credentials): " + id
 
@@ -294,7 +276,7 @@ func TestProxyAuthAlarmFollowsReloads(t *testing.T) {
 			}
 		}
 		g.waitMetric(t, "switchyard_routes_proxy_auth_failing", 1)
-		if got := readyz(); got != alarm {
+		if got := readyz(t, g.admin); got != alarm {
 			t.Errorf("/readyz %q, want %q", got, alarm)
 		}
 		if n := warnings(); n != 1 {
@@ -305,7 +287,7 @@ func TestProxyAuthAlarmFollowsReloads(t *testing.T) {
 		if err := g.s.Reload(configOf(t, line("wrong"))); err != nil {
 			t.Fatal(err)
 		}
-		if got := readyz(); got != alarm {
+		if got := readyz(t, g.admin); got != alarm {
 			t.Errorf("after a reload with the same credentials: /readyz %q, want %q", got, alarm)
 		}
 		connect()
@@ -318,11 +300,23 @@ func TestProxyAuthAlarmFollowsReloads(t *testing.T) {
 			t.Fatal(err)
 		}
 		g.waitMetric(t, "switchyard_routes_proxy_auth_failing", 0)
-		if got := readyz(); got != "ready" {
+		if got := readyz(t, g.admin); got != "ready" {
 			t.Errorf("after the credentials were mended: /readyz %q, want ready", got)
 		}
 		if status := connect(); status != http.StatusOK {
 			t.Errorf("CONNECT after the credentials were mended: %d, want 200", status)
 		}
 	})
+}
+
+// readyz is what admin's /readyz answers, trimmed.
+func readyz(t *testing.T, admin string) string {
+	t.Helper()
+	resp, err := http.Get(admin + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return strings.TrimSpace(string(body))
 }
