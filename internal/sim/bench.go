@@ -63,6 +63,8 @@ var sweepParams = map[string]func(*EngineSettings, float64){
 	"latency_forget_s":   func(s *EngineSettings, v float64) { s.Engine.LatencyForget = seconds(v) },
 	"deadline_factor":    func(s *EngineSettings, v float64) { s.Engine.DeadlineFactor = v },
 	"deadline_floor_s":   func(s *EngineSettings, v float64) { s.Engine.DeadlineFloor = seconds(v) },
+	"slow_start_s":       func(s *EngineSettings, v float64) { s.Engine.SlowStart = seconds(v) },
+	"slow_start_floor":   func(s *EngineSettings, v float64) { s.Engine.SlowStartFloor = v },
 	"pace_start": func(s *EngineSettings, v float64) {
 		s.Engine.PaceStart = v
 		s.Engine.PaceMax = max(s.Engine.PaceMax, v)
