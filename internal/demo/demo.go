@@ -107,12 +107,12 @@ func Run(ctx context.Context, out io.Writer, opts Options) (err error) {
 		return err
 	}
 	cfg := config.WithRoutes(routes)
-	// The demo is there to show every fault met and judged. The defaults
-	// keep traffic on the routes already proven (sharpness 4, the better
-	// of two draws), so a blocker whose first check came in after the
-	// healthy routes had answered might never be asked for localhost; here
-	// every usable route is drawn in plain proportion to its expected
-	// speed (docs/design/005-cost.md).
+	// The demo is there to show every fault met and judged within its
+	// few seconds. The defaults keep traffic on the cheapest routes
+	// (sharpness 4, the better of two draws), so a blocker a little slower
+	// than the healthy routes could go unasked for localhost for longer
+	// than the tour lasts; here every usable route is drawn in plain
+	// proportion to its expected speed (docs/design/005-cost.md).
 	cfg.Engine.Picker = "weighted_random"
 	cfg.Engine.Sharpness = 1
 	srv, err := server.New(cfg, server.Listeners{Proxy: proxyLn, Admin: adminLn}, nil)
