@@ -18,8 +18,9 @@ import (
 //     rate it was held to, which its own pacing kept it under, so the limit
 //     is under it; after its first 429, rateMargin of the rate it was
 //     sending at, a guess from below (the 429 may have come of a burst).
-//     Once freezeAfter exits have tripped, the others are held too, at
-//     least to the median rate the first 429s measured. The rate grows by
+//     Once enough exits have tripped (freezeAfter, freezeShare), the
+//     others are held too, at least to the median rate the first 429s
+//     measured, and so are exits new to the site from then on. The rate grows by
 //     PaceGrowth a minute while it holds traffic back, and only drifts
 //     toward a rate that has tripped before.
 //   - A site that bans an exit for a while once it sends more than the site
@@ -371,39 +372,37 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	// The freeze locks the other pairs: not while holding this one, which
 	// a freeze of theirs would lock.
 	if held == 0 {
-		tp.tripped1(&e.cfg, slot, taught, ns)
+		tp.firstTrip(&e.cfg, slot, taught, ns)
 	}
 }
 
 // maxFirsts first 429s of a target are kept for the rate they taught.
 const maxFirsts = 32
 
-// tripped1 notes the first 429 of route slot here, which measured rate
+// firstTrip notes the first 429 of route slot here, which measured rate
 // (0: too few requests to tell), and freezes the target once freezeAfter
-// exits have had theirs.
-func (tp *targetPace) tripped1(c *Config, slot int32, rate float64, ns int64) {
+// exits, and freezeShare of the pairs it has, have had theirs.
+func (tp *targetPace) firstTrip(c *Config, slot int32, rate float64, ns int64) {
 	tp.mu.Lock()
 	if rate > 0 && len(tp.firsts) < maxFirsts {
 		tp.firsts = append(tp.firsts, rate)
 	}
 	site := median(tp.firsts)
-	first := false
+	freezing := false
 	if n := tp.tripped.Add(1); n >= freezeAfter && float64(n) >= freezeShare*float64(tp.pairs.n) {
-		// Under mu, as newPair reads it: a pair made from now on starts
-		// held, and one made before is in the table for freeze to hold,
-		// which it does only once, so a first 429 never scans the
-		// target's pairs again.
-		// A pair new to the target is held as one whose first 429 came
-		// too soon to measure (PaceStart) when no first 429 measured the
-		// site's rate.
-		rate := site
-		if rate == 0 {
-			rate = c.PaceStart
+		// Set under mu, which newPair holds: a pair made from now on
+		// starts held, and one made before is in the table for freeze,
+		// which runs once, so a first 429 never scans the target's pairs
+		// again. Without a measured rate, a new pair starts as one whose
+		// first 429 came too soon to measure: at PaceStart.
+		start := site
+		if start == 0 {
+			start = c.PaceStart
 		}
-		first = tp.frozen.Swap(math.Float64bits(min(max(rate, c.PaceFloor), c.PaceMax))) == 0
+		freezing = tp.frozen.Swap(math.Float64bits(min(max(start, c.PaceFloor), c.PaceMax))) == 0
 	}
 	tp.mu.Unlock()
-	if first {
+	if freezing {
 		tp.freeze(c, slot, site, ns)
 	}
 }
@@ -420,9 +419,8 @@ func median(xs []float64) float64 {
 	return s[(len(s)-1)/2]
 }
 
-// freeze holds every other pair of the target not held yet, once
-// freezeAfter exits have had their first 429 there: the site limits exits
-// broadly, and the load the limited ones shed must not pile onto the
+// freeze holds every other pair of the target not held yet, when the
+// target freezes (firstTrip): the site limits exits broadly, and the load the limited ones shed must not pile onto the
 // others until they trip in turn. Each is held to twice the rate it was
 // sending at (its busiest sixth of the window), or to site, the median
 // rate the first 429s here taught, if more: an exit the picks had kept
