@@ -116,7 +116,6 @@ func state(e *engine.Engine, id, target string) engine.State {
 }
 
 func TestNeutralProbes(t *testing.T) {
-	t.Parallel()
 	routetest.NoLeaks(t, func(t *testing.T) {
 		live := routetest.NewProxy(t, routetest.Behavior{User: "u", Password: "Sekr1t"})
 		dead := routetest.NewProxy(t, routetest.Behavior{Refuse: true})
@@ -147,7 +146,6 @@ func TestNeutralProbes(t *testing.T) {
 // Without a probe URL the check is a TCP connect to the proxy: it keeps a
 // dead exit out, and lets one that accepts connections in to ramp up.
 func TestCandidatesAreChecked(t *testing.T) {
-	t.Parallel()
 	routetest.NoLeaks(t, func(t *testing.T) {
 		live := routetest.NewProxy(t, routetest.Behavior{})
 		silent := routetest.NewProxy(t, routetest.Behavior{Blackhole: true})
@@ -178,7 +176,6 @@ func TestCandidatesAreChecked(t *testing.T) {
 }
 
 func TestTargetProbes(t *testing.T) {
-	t.Parallel()
 	routetest.NoLeaks(t, func(t *testing.T) {
 		ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Header.Get("User-Agent") != "switchyard-probe" {
@@ -232,7 +229,6 @@ func later(a, b time.Time) time.Time {
 }
 
 func TestRunStopsWithItsContext(t *testing.T) {
-	t.Parallel()
 	routetest.NoLeaks(t, func(t *testing.T) {
 		hang := routetest.NewProxy(t, routetest.Behavior{Blackhole: true})
 		e, routes := setup(t, hang.URL.String()+"\n")
@@ -282,7 +278,6 @@ func TestBadPagesAreNoEvidence(t *testing.T) {
 }
 
 func TestNeutralURLIsFetchedThroughTheRoute(t *testing.T) {
-	t.Parallel()
 	routetest.NoLeaks(t, func(t *testing.T) {
 		hits := 0
 		page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits++ }))
@@ -306,7 +301,6 @@ func TestNeutralURLIsFetchedThroughTheRoute(t *testing.T) {
 // A target probe through an HTTP proxy is the request users' traffic
 // makes: absolute-form, with the route's credentials.
 func TestTargetProbeGoesAsUsersTraffic(t *testing.T) {
-	t.Parallel()
 	routetest.NoLeaks(t, func(t *testing.T) {
 		seen := make(chan *http.Request, 1)
 		proxyAddr := routetest.ServeTCP(t, func(c net.Conn) {
@@ -347,7 +341,6 @@ func TestTargetProbeGoesAsUsersTraffic(t *testing.T) {
 // is asked (Config.Admit). A refused page is no evidence and is never
 // reached, nor asked of the proxy; an admitted one is fetched.
 func TestProbesPassAdmission(t *testing.T) {
-	t.Parallel()
 	routetest.NoLeaks(t, func(t *testing.T) {
 		loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 		tests := []struct {
