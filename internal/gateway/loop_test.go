@@ -167,6 +167,7 @@ func TestHedge(t *testing.T) {
 				// Hedges have no floor: 5% of 20 requests is one.
 				v, site, silent := silentBehindFast(t, Config{Observer: rec, AttemptTimeout: time.Second}, 20)
 				resp, _, hits := v.viaSilent(t, site, silent, tc.method)
+				rec.waitFor(t, "the hedge", func() bool { return rec.hedges >= tc.wantHedges })
 				rec.mu.Lock()
 				hedges := rec.hedges
 				rec.mu.Unlock()

@@ -20,12 +20,47 @@ type recorder struct {
 	hedges   int
 	refused  []string
 	local    []string
+	changed  chan struct{} // closed at the next observation, for waitFor
+}
+
+// noteLocked wakes waitFor. Caller holds mu.
+func (r *recorder) noteLocked() {
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
+}
+
+// waitFor waits (bounded) until cond, called with mu held, holds. A
+// request is observed once its answer's body has been relayed, which the
+// client may finish reading first.
+func (r *recorder) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		r.mu.Lock()
+		if cond() {
+			r.mu.Unlock()
+			return
+		}
+		if r.changed == nil {
+			r.changed = make(chan struct{})
+		}
+		ch := r.changed
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timeout:
+			t.Fatalf("not observed within 5s: %s", what)
+		}
+	}
 }
 
 func (r *recorder) ObserveAttempt(_ string, c engine.Class, _ time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.attempts = append(r.attempts, c)
+	r.noteLocked()
 }
 
 func (r *recorder) ObserveRequest(_ string, _ engine.Class, retries, hedges int) {
@@ -33,18 +68,21 @@ func (r *recorder) ObserveRequest(_ string, _ engine.Class, retries, hedges int)
 	defer r.mu.Unlock()
 	r.requests = append(r.requests, retries)
 	r.hedges += hedges
+	r.noteLocked()
 }
 
 func (r *recorder) ObserveLocalError(reason string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.local = append(r.local, reason)
+	r.noteLocked()
 }
 
 func (r *recorder) ObserveAuthRefusal(reason string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.refused = append(r.refused, reason)
+	r.noteLocked()
 }
 
 // Every client refused at authentication is told, with why: wrong
@@ -86,6 +124,7 @@ func TestObserverSeesAttemptsAndRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
+		rec.waitFor(t, "both attempts", func() bool { return len(rec.attempts) == 2 })
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
 		if len(rec.attempts) != 2 || rec.attempts[0] != engine.ProxyConnectFailed || rec.attempts[1] != engine.OK {
