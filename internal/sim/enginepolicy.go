@@ -1,9 +1,7 @@
 package sim
 
 import (
-	"cmp"
 	"errors"
-	"slices"
 	"strconv"
 	"time"
 
@@ -41,7 +39,6 @@ type enginePolicy struct {
 	names   []string // target names by number
 	limits  []int    // max_inflight by route
 	joining []int    // routes yet to join, by join time
-	joinsAt func(route int) time.Duration
 
 	leases []engine.Lease // tickets index this
 	free   []uint64
@@ -84,21 +81,16 @@ func NewEnginePolicy(w World, s EngineSettings, start time.Time) (Policy, error)
 			}
 		}
 	}
-	p.joinsAt = func(int) time.Duration { return 0 }
-	if l, ok := w.(lister); ok {
-		p.joinsAt = l.JoinsAt
-	}
 	for i := range w.Routes() {
 		p.routes[w.RouteID(i)] = i
-		if p.joinsAt(i) > 0 {
-			p.joining = append(p.joining, i)
+		if joinsAt(w, i) > 0 {
 			continue
 		}
 		if err := p.add(start, i); err != nil {
 			return nil, err
 		}
 	}
-	slices.SortStableFunc(p.joining, func(a, b int) int { return cmp.Compare(p.joinsAt(a), p.joinsAt(b)) })
+	p.joining = joining(w)
 	for j := range w.Targets() {
 		p.names = append(p.names, w.TargetName(j))
 		p.targets[w.TargetName(j)] = j
@@ -201,7 +193,7 @@ func (p *enginePolicy) Hedge(now time.Time) bool { return p.budget.Hedge(now) }
 // Tick implements Policy: the engine's Sweep, and its probe jobs answered
 // by the world when their results arrive.
 func (p *enginePolicy) Tick(now time.Time, probe Prober) {
-	for len(p.joining) > 0 && !now.Before(p.start.Add(p.joinsAt(p.joining[0]))) {
+	for len(p.joining) > 0 && !now.Before(p.start.Add(joinsAt(p.w, p.joining[0]))) {
 		if err := p.add(now, p.joining[0]); err != nil {
 			panic(err) // the ids are unique and the engine open: a bug
 		}

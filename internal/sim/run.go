@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"cmp"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -124,7 +123,6 @@ type runner struct {
 	cum      []float64
 
 	unlisted []int // routes yet to join the list, by join time (lister)
-	joins    []time.Duration
 	pickAway []int // scratch: a pick's avoided routes, the unlisted ones included
 
 	probes   []pendingProbe // by slot: probes whose result is on its way
@@ -211,26 +209,14 @@ func (r *runner) init() {
 	for _, f := range r.w.Faults() {
 		r.faults = append(r.faults, newFaultTrack(f, r.w.Routes()))
 	}
-	if l, ok := r.w.(lister); ok {
-		for route := range r.w.Routes() {
-			if l.JoinsAt(route) > 0 {
-				r.unlisted = append(r.unlisted, route)
-			}
-		}
-		slices.SortStableFunc(r.unlisted, func(a, b int) int { return cmp.Compare(l.JoinsAt(a), l.JoinsAt(b)) })
-		for _, route := range r.unlisted {
-			r.joins = append(r.joins, l.JoinsAt(route))
-		}
-	}
+	r.unlisted = joining(r.w)
 }
 
 // list drops from the unlisted routes those that have joined by now.
 func (r *runner) list() {
-	n := 0
-	for n < len(r.joins) && r.joins[n] <= r.now {
-		n++
+	for len(r.unlisted) > 0 && joinsAt(r.w, r.unlisted[0]) <= r.now {
+		r.unlisted = r.unlisted[1:]
 	}
-	r.unlisted, r.joins = r.unlisted[n:], r.joins[n:]
 }
 
 // listed is the number of routes in the list now.

@@ -4,8 +4,10 @@
 package sim
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
@@ -69,6 +71,27 @@ type World interface {
 type lister interface {
 	// JoinsAt is when route joins the list; 0: from the start.
 	JoinsAt(route int) time.Duration
+}
+
+// joinsAt is when route joins w's list: 0 for a World without joins.
+func joinsAt(w World, route int) time.Duration {
+	if l, ok := w.(lister); ok {
+		return l.JoinsAt(route)
+	}
+	return 0
+}
+
+// joining lists the routes of w that join its list after the start, by
+// join time.
+func joining(w World) []int {
+	var routes []int
+	for route := range w.Routes() {
+		if joinsAt(w, route) > 0 {
+			routes = append(routes, route)
+		}
+	}
+	slices.SortStableFunc(routes, func(a, b int) int { return cmp.Compare(joinsAt(w, a), joinsAt(w, b)) })
+	return routes
 }
 
 // Fault is a scheduled fault: Routes fail Target (-1: every target) from
