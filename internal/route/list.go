@@ -42,8 +42,11 @@ func LoadList(path string) ([]Route, error) {
 // Errors quote the scheme, host and labels of a bad line but never the line
 // itself, so credentials stay out of logs even when the line is malformed.
 func ParseList(name string, data []byte) ([]Route, error) {
-	var routes []Route
-	firstLine := make(map[string]int) // route id → line that defined it
+	// Sized for a route a line: growing them line by line was a third of
+	// the parse of a million-route list.
+	lines := bytes.Count(data, []byte("\n")) + 1
+	routes := make([]Route, 0, lines)
+	firstLine := make(map[string]int, lines) // route id → line that defined it
 	n := 0
 	// Windows editors save UTF-8 with a byte order mark.
 	for raw := range bytes.Lines(bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))) {

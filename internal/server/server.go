@@ -77,7 +77,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{ln: ln, log: log, started: cfg, routes: make(map[string]*route.Route), removed: make(map[string]bool)}
+	s := &Server{ln: ln, log: log, started: cfg, routes: make(map[string]*route.Route, len(cfg.RouteList)), removed: make(map[string]bool)}
 	var store engine.Store
 	if cfg.State.Shared() {
 		if s.shared, err = redisstore.Open(cfg.State.URL, redisstore.Options{
