@@ -237,9 +237,13 @@ type Target struct {
 	Key string `toml:"key"`
 	// ProbePath is the path half-open probes fetch on the target; default "/".
 	ProbePath string `toml:"probe_path"`
-	// BlockSignatures are body substrings that mark a 2xx page as a soft
-	// ban (content_invalid), such as a captcha page's title.
+	// BlockSignatures are body substrings that mark an answer as a soft
+	// ban (content_invalid), such as a captcha page's title, searched as
+	// the built-in signatures are (README, Soft bans).
 	BlockSignatures []string `toml:"block_signatures"`
+	// BuiltinSignatures, when false, turns off the built-in signatures of
+	// anti-bot challenge and block pages for these hosts; default true.
+	BuiltinSignatures *bool `toml:"builtin_signatures"`
 
 	// Pacing of the target, separate from breakers: a paced request waits
 	// at most MaxWait, then gets 429 with Retry-After. Zero means unlimited.
@@ -292,6 +296,7 @@ func (c *Config) TargetRules() *target.Rules {
 	for i, t := range c.Targets {
 		rules[i] = target.Rule{Hosts: t.Hosts, Key: t.Key, Policy: target.Policy{
 			ProbePath: t.ProbePath, BlockSignatures: t.BlockSignatures, Pace: t.Limits(), NoHedge: t.Hedge != nil && !*t.Hedge,
+			NoBuiltinSignatures: t.BuiltinSignatures != nil && !*t.BuiltinSignatures,
 		}}
 	}
 	return target.New(rules)

@@ -551,3 +551,22 @@ func TestAdminPprof(t *testing.T) {
 		})
 	}
 }
+
+// TestTargetRules: a [[targets]] rule's settings reach the policy of the
+// hosts it matches; built-in signatures are on unless a rule turns them off.
+func TestTargetRules(t *testing.T) {
+	t.Parallel()
+	file := "[[targets]]\nhosts = [\"plain.example\"]\nbuiltin_signatures = false\nhedge = false\n" +
+		"[[targets]]\nhosts = [\"*\"]\nblock_signatures = [\"denied\"]\n"
+	c, err := Load(Source{Path: writeConfig(t, routesOK+file), Env: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := c.TargetRules()
+	if _, p := rules.Resolve("plain.example"); p == nil || !p.NoBuiltinSignatures || !p.NoHedge {
+		t.Errorf("plain.example: policy %+v, want built-in signatures and hedges off", p)
+	}
+	if _, p := rules.Resolve("shop.example"); p == nil || p.NoBuiltinSignatures || len(p.BlockSignatures) != 1 {
+		t.Errorf("shop.example: policy %+v, want built-in signatures on and one of its own", p)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/route"
+	"github.com/switchyard/switchyard/internal/target"
 )
 
 // signatureWindow is how much of a 2xx body is searched for block
@@ -104,8 +104,9 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 	// for the dial (UTS-46).
 	j.url.Host = hostport
 	hedge := true
+	j.builtin = true
 	if policy != nil {
-		j.signatures, hedge = policy.BlockSignatures, !policy.NoHedge
+		j.signatures, hedge, j.builtin = policy.BlockSignatures, !policy.NoHedge, !policy.NoBuiltinSignatures
 	}
 	// A body streamed once cannot be sent again; a session's bound exit
 	// never changes silently (bound), and a session's first answer binds
@@ -155,9 +156,7 @@ func (g *Gateway) forward(ctx context.Context, j *job, l engine.Lease, x *route.
 	if err == nil {
 		o.resp, o.reached = resp, true
 		o.class, o.retryAfter = route.ClassifyStatus(resp.StatusCode, resp.Header, g.cfg.Now())
-		if o.class == engine.OK {
-			err = checkSignatures(resp, j.signatures, &o.class)
-		}
+		err = j.judge(resp, &o.class)
 	}
 	if ctx.Err() != nil {
 		// The attempt was ended, whatever came back: its body is cut.
@@ -228,22 +227,43 @@ func (j *job) outbound(ctx context.Context) *http.Request {
 	return out
 }
 
-// checkSignatures searches the start of a 2xx text answer for one of the
-// target's block signatures, turning the class into ContentInvalid on a
-// match. The bytes read are put back in front of the body.
-func checkSignatures(resp *http.Response, signatures []string, class *engine.Class) error {
-	if len(signatures) == 0 || resp.StatusCode > 299 || !textual(resp.Header) {
+// judge looks for a soft ban in an answer the rule table took for ok, a
+// 5xx or another 4xx: a challenge or block page sent in place of the page
+// (a built-in signature, unless the target turned them off, or one of
+// the target's own) makes class ContentInvalid, evidence against the route
+// at the target, whatever the status says (a Cloudflare challenge's 503 is
+// not the site down, AWS WAF's 405 is not the client's mistake). Headers
+// are checked first; then the start of a text or HTML body, decoded, is
+// searched, and the bytes read are put back in front of the body.
+func (j *job) judge(resp *http.Response, class *engine.Class) error {
+	if *class != engine.OK && *class != engine.Target5xx && *class != engine.ClientError {
 		return nil
 	}
-	head, err := io.ReadAll(io.LimitReader(resp.Body, signatureWindow))
+	if _, ok := target.MatchBuiltin(resp.Header, nil); ok && j.builtin {
+		*class = engine.ContentInvalid
+		return nil
+	}
+	mt := mediaType(resp.Header)
+	// The built-in marks are of HTML pages: an event stream or a plain
+	// text download is not held back for its start to be read.
+	builtin := j.builtin && (mt == "text/html" || mt == "application/xhtml+xml")
+	if !builtin && (len(j.signatures) == 0 || !textual(mt)) {
+		return nil
+	}
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, signatureWindow))
 	if err != nil {
 		return err
 	}
 	resp.Body = struct {
 		io.Reader
 		io.Closer
-	}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
-	for _, sig := range signatures {
+	}{io.MultiReader(bytes.NewReader(raw), resp.Body), resp.Body}
+	head := decodedPrefix(resp.Header.Get("Content-Encoding"), raw, signatureWindow)
+	if _, ok := target.MatchBuiltin(nil, head); ok && builtin {
+		*class = engine.ContentInvalid
+		return nil
+	}
+	for _, sig := range j.signatures {
 		if sig != "" && bytes.Contains(head, []byte(sig)) {
 			*class = engine.ContentInvalid
 			return nil
@@ -252,18 +272,18 @@ func checkSignatures(resp *http.Response, signatures []string, class *engine.Cla
 	return nil
 }
 
-// textual reports whether a body is plain text or HTML as sent, the only
-// kind searched for signatures (compressed bodies are not).
-func textual(h http.Header) bool {
-	if enc := h.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
-		return false
-	}
-	ct := h.Get("Content-Type")
-	if ct == "" {
-		return true
-	}
-	mt, _, err := mime.ParseMediaType(ct)
-	return err == nil && (strings.HasPrefix(mt, "text/") || mt == "application/xhtml+xml")
+// mediaType is an answer's media type without its parameters, lower
+// case; "" when it has none. It runs on every answer: no allocation for
+// the usual lower-case types (mime.ParseMediaType makes a map).
+func mediaType(h http.Header) string {
+	mt, _, _ := strings.Cut(h.Get("Content-Type"), ";")
+	return strings.ToLower(strings.TrimSpace(mt))
+}
+
+// textual reports whether media type mt is text or HTML (or unsaid), the
+// kind a target's own signatures are searched in.
+func textual(mt string) bool {
+	return mt == "" || strings.HasPrefix(mt, "text/") || mt == "application/xhtml+xml"
 }
 
 // deliver answers with the winning attempt and reports it once its body
@@ -338,8 +358,13 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, o *outcome, attem
 	defer resp.Body.Close()
 	stripHop(resp.Header)
 	for k, v := range resp.Header {
-		h[k] = v
+		if !strings.HasPrefix(k, headerPrefix) { // a site's must not pass for ours
+			h[k] = v
+		}
 	}
+	// The class tells a relayed 403 (blocked) or soft ban (content_invalid,
+	// every route tried having served one) from a page.
+	h[headerClass] = []string{o.class.String()}
 	w.WriteHeader(resp.StatusCode)
 	if relay(w, resp.Body) != nil {
 		o.class = engine.TargetReset

@@ -612,6 +612,8 @@ func acquireError(w http.ResponseWriter, rec *record, err error) {
 const (
 	headerRoute    = "X-Switchyard-Route"
 	headerAttempts = "X-Switchyard-Attempts"
+	headerClass    = "X-Switchyard-Class"
+	headerPrefix   = "X-Switchyard-" // the gateway's own headers, canonical
 	headerError    = "X-Switchyard-Error"
 )
 

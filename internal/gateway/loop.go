@@ -58,6 +58,7 @@ type job struct {
 	req        *http.Request // the client's
 	body       *reqBody
 	signatures []string    // the target's block signatures
+	builtin    bool        // the built-in signatures apply (target.MatchBuiltin)
 	url        url.URL     // req.URL addressed as admission read it
 	header     http.Header // req.Header as it leaves (outbound): shared by every attempt, never written
 

@@ -28,9 +28,12 @@ type Rule struct {
 // Policy is what applies to a request's target.
 type Policy struct {
 	ProbePath       string   // path half-open probes fetch; "" is "/"
-	BlockSignatures []string // body substrings that mark a 2xx page a soft ban
-	Pace            pacing.Limits
-	NoHedge         bool // requests to the target are never hedged
+	BlockSignatures []string // body substrings that mark an answer a soft ban
+	// NoBuiltinSignatures turns off the built-in challenge and block page
+	// signatures (signatures.go) for the target.
+	NoBuiltinSignatures bool
+	Pace                pacing.Limits
+	NoHedge             bool // requests to the target are never hedged
 }
 
 // Rules maps hosts to targets. The first rule that matches a host applies;

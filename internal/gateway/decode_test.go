@@ -1,0 +1,105 @@
+package gateway
+
+import (
+	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/andybalholm/brotli"
+	"github.com/klauspost/compress/zstd"
+)
+
+// encode compresses b with coding, as a site would send it.
+func encode(t testing.TB, coding string, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	var w io.WriteCloser
+	switch coding {
+	case "gzip":
+		w = gzip.NewWriter(&buf)
+	case "deflate":
+		w = zlib.NewWriter(&buf)
+	case "raw-deflate":
+		w, _ = flate.NewWriter(&buf, flate.DefaultCompression)
+	case "br":
+		w = brotli.NewWriter(&buf)
+	case "zstd":
+		zw, err := zstd.NewWriter(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w = zw
+	default:
+		t.Fatalf("no encoder for %q", coding)
+	}
+	if _, err := w.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestDecodedPrefix(t *testing.T) {
+	t.Parallel()
+	page := []byte("<html><title>Just a moment...</title>" + strings.Repeat("x", 40_000) + "</html>")
+	gz := encode(t, "gzip", page)
+	tests := []struct {
+		desc     string
+		encoding string
+		raw      []byte
+		limit    int
+		want     []byte
+	}{
+		{desc: "identity", encoding: "", raw: page, limit: 100, want: page[:100]},
+		{desc: "identity named", encoding: "identity", raw: page, limit: 100, want: page[:100]},
+		{desc: "gzip", encoding: "gzip", raw: gz, limit: 100, want: page[:100]},
+		{desc: "x-gzip, any case", encoding: " X-GZIP ", raw: gz, limit: 100, want: page[:100]},
+		{desc: "deflate (zlib)", encoding: "deflate", raw: encode(t, "deflate", page), limit: 100, want: page[:100]},
+		{desc: "deflate sent raw", encoding: "deflate", raw: encode(t, "raw-deflate", page), limit: 100, want: page[:100]},
+		{desc: "br", encoding: "br", raw: encode(t, "br", page), limit: 100, want: page[:100]},
+		{desc: "zstd", encoding: "zstd", raw: encode(t, "zstd", page), limit: 100, want: page[:100]},
+		{desc: "codings undone from the last", encoding: "gzip, br", raw: encode(t, "br", gz), limit: 100, want: page[:100]},
+		{desc: "a start cut short decodes as far as it goes", encoding: "gzip", raw: gz[:len(gz)/2], limit: len(page), want: nil},
+		{desc: "an unknown coding is judged as sent", encoding: "compress", raw: gz, limit: 10, want: gz[:10]},
+		{desc: "a body that is not what it says is judged as sent", encoding: "gzip", raw: page, limit: 10, want: page[:10]},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			got := decodedPrefix(tc.encoding, tc.raw, tc.limit)
+			switch {
+			case tc.want == nil:
+				if len(got) == 0 || len(got) >= len(page) || !bytes.Equal(got, page[:len(got)]) {
+					t.Errorf("got %d bytes, want a proper prefix of the page", len(got))
+				}
+			case !bytes.Equal(got, tc.want):
+				t.Errorf("got %.40q…, want %.40q…", got, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzDecodedPrefix: any body under any Content-Encoding decodes without
+// a panic to at most the limit.
+func FuzzDecodedPrefix(f *testing.F) {
+	page := []byte("<title>Just a moment...</title>")
+	for _, c := range []string{"gzip", "deflate", "raw-deflate", "br", "zstd"} {
+		name := c
+		if c == "raw-deflate" {
+			name = "deflate"
+		}
+		f.Add(name, encode(f, c, page))
+	}
+	f.Add("gzip, zstd", []byte{0x28, 0xb5, 0x2f, 0xfd})
+	f.Fuzz(func(t *testing.T, encoding string, raw []byte) {
+		if got := decodedPrefix(encoding, raw, 1024); len(got) > 1024 {
+			t.Fatalf("%d bytes decoded, over the limit", len(got))
+		}
+	})
+}
