@@ -158,6 +158,12 @@ func (g *Gateway) forward(ctx context.Context, j *job, l engine.Lease, x *route.
 		if o.class == engine.OK {
 			err = checkSignatures(resp, j.signatures, &o.class)
 		}
+		if err == nil && j.fetch != nil {
+			// The fetch API reads the whole answer within the attempt, so
+			// that a body that breaks off is this route's failure, retried
+			// elsewhere, and the validators can judge it.
+			err = j.fetch.read(o)
+		}
 	}
 	if ctx.Err() != nil {
 		// The attempt was ended, whatever came back: its body is cut.

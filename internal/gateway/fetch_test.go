@@ -1,0 +1,205 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/netip"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/admit"
+	"github.com/switchyard/switchyard/internal/route/routetest"
+)
+
+// captchaFirst answers its first hit with a captcha page, later ones with
+// the page asked for.
+func captchaFirst(n int, w http.ResponseWriter, _ *http.Request) {
+	if n == 1 {
+		io.WriteString(w, "<html>please solve this captcha</html>")
+		return
+	}
+	io.WriteString(w, "<html>the price is 42</html>")
+}
+
+// TestFetchValidators runs fetches through two routes taken in order and
+// checks the answer, every attempt of the trace, and the evidence left.
+func TestFetchValidators(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		tests := []struct {
+			desc       string
+			handler    func(int, http.ResponseWriter, *http.Request)
+			v          Validators
+			wantStatus int
+			wantBody   string
+			wantCode   string // the FetchError's; "" for none
+			wantTrace  []engine.Class
+			wantDetail string // the first attempt's
+		}{
+			{desc: "captcha via the first route, the answer via the second", handler: captchaFirst,
+				v: Validators{MustNotMatch: regexp.MustCompile(`captcha`)}, wantStatus: 200, wantBody: "the price is 42",
+				wantTrace: []engine.Class{engine.ContentInvalid, engine.OK}, wantDetail: "body matches must_not_match"},
+			{desc: "must_match missing", handler: captchaFirst,
+				v: Validators{MustMatch: regexp.MustCompile(`price is \d+`)}, wantStatus: 200, wantBody: "the price is 42",
+				wantTrace: []engine.Class{engine.ContentInvalid, engine.OK}, wantDetail: "body does not match must_match"},
+			{desc: "a 404 accepted is an answer", handler: func(_ int, w http.ResponseWriter, _ *http.Request) { http.NotFound(w, nil) },
+				v: Validators{AcceptStatus: []int{404}}, wantStatus: 404, wantBody: "404",
+				wantTrace: []engine.Class{engine.OK}},
+			{desc: "a 200 not accepted is retried", handler: func(n int, w http.ResponseWriter, _ *http.Request) {
+				if n > 1 {
+					w.WriteHeader(http.StatusCreated)
+				}
+			}, v: Validators{AcceptStatus: []int{201}}, wantStatus: 201,
+				wantTrace: []engine.Class{engine.ContentInvalid, engine.OK}, wantDetail: "status 200 not accepted"},
+			{desc: "required header missing everywhere", handler: func(int, http.ResponseWriter, *http.Request) {},
+				v: Validators{RequireHeader: "X-Price"}, wantStatus: 200, wantCode: "content_invalid",
+				wantTrace: []engine.Class{engine.ContentInvalid, engine.ContentInvalid}, wantDetail: "header X-Price missing"},
+			{desc: "body under the minimum", handler: func(n int, w http.ResponseWriter, _ *http.Request) {
+				io.WriteString(w, strings.Repeat("x", n*10))
+			}, v: Validators{MinBodyBytes: 15}, wantStatus: 200, wantBody: strings.Repeat("x", 20),
+				wantTrace: []engine.Class{engine.ContentInvalid, engine.OK}, wantDetail: "body of 10 bytes, under min_body_bytes 15"},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				site := newTarget(t, tc.handler)
+				a, b := routetest.NewProxy(t, routetest.Behavior{}), routetest.NewProxy(t, routetest.Behavior{})
+				v := newEnv(t, Config{}, proxyLine(a, ""), proxyLine(b, ""))
+				res, err := v.g.Fetch(context.Background(), FetchRequest{URL: site.URL + "/item", Validators: tc.v})
+				var fe *FetchError
+				switch {
+				case tc.wantCode == "" && err != nil:
+					t.Fatalf("Fetch: %v", err)
+				case tc.wantCode != "" && (!errors.As(err, &fe) || fe.Code != tc.wantCode):
+					t.Fatalf("Fetch error %v, want code %s", err, tc.wantCode)
+				}
+				if res.Status != tc.wantStatus || !strings.Contains(string(res.Body), tc.wantBody) {
+					t.Errorf("answer %d %q, want %d with %q", res.Status, res.Body, tc.wantStatus, tc.wantBody)
+				}
+				if len(res.Attempts) != len(tc.wantTrace) {
+					t.Fatalf("trace %+v, want %d attempts", res.Attempts, len(tc.wantTrace))
+				}
+				for i, at := range res.Attempts {
+					if at.Class != tc.wantTrace[i] || at.Running || at.Route != v.id(i) || at.Hedge {
+						t.Errorf("attempt %d: %+v, want %v through %s", i, at, tc.wantTrace[i], v.id(i))
+					}
+					if want := res.RequestID + "." + string(rune('1'+i)); at.ID != want {
+						t.Errorf("attempt %d id %q, want %q", i, at.ID, want)
+					}
+				}
+				if got := res.Attempts[0].Detail; got != tc.wantDetail {
+					t.Errorf("first attempt's detail %q, want %q", got, tc.wantDetail)
+				}
+				if tc.wantTrace[0] == engine.ContentInvalid {
+					if p, ok := v.pair(t, 0, "127.0.0.1"); !ok || p.Health.State != engine.Cooling {
+						t.Errorf("route 0's pair with the site: %+v, want cooling after content_invalid", p)
+					}
+				}
+			})
+		}
+	})
+}
+
+// TestFetchStrict cools both routes' pairs with the site, then fetches
+// strictly (a typed error, the site never reached) and not (the least-bad
+// route is tried).
+func TestFetchStrict(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "captcha") })
+		a, b := routetest.NewProxy(t, routetest.Behavior{}), routetest.NewProxy(t, routetest.Behavior{})
+		v := newEnv(t, Config{}, proxyLine(a, ""), proxyLine(b, ""))
+		bad := Validators{MustNotMatch: regexp.MustCompile("captcha")}
+		for range 2 {
+			if _, err := v.g.Fetch(context.Background(), FetchRequest{URL: site.URL, Validators: bad, MaxAttempts: 1}); err == nil {
+				t.Fatal("a captcha passed the validator")
+			}
+		}
+		hits := site.Hits()
+		_, err := v.g.Fetch(context.Background(), FetchRequest{URL: site.URL, Strict: true})
+		if fe, ok := errors.AsType[*FetchError](err); !ok || fe.Code != "no_eligible_route" {
+			t.Fatalf("strict fetch with every pair cooling: %v, want no_eligible_route", err)
+		}
+		if site.Hits() != hits {
+			t.Errorf("a strict fetch reached the site")
+		}
+		res, err := v.g.Fetch(context.Background(), FetchRequest{URL: site.URL})
+		if err != nil || res.Status != 200 || site.Hits() != hits+1 {
+			t.Errorf("a fetch that is not strict: %v, status %d, hits %d; want the least-bad route tried", err, res.Status, site.Hits()-hits)
+		}
+	})
+}
+
+// TestFetchRefusals checks the fetches refused before any route is
+// leased: each with its code and nothing reaching the site.
+func TestFetchRefusals(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newTarget(t, func(int, http.ResponseWriter, *http.Request) {})
+		p := routetest.NewProxy(t, routetest.Behavior{})
+		// Admission lets 127.0.0.1 through (the site) and no other
+		// internal address.
+		site127 := []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+		v := newEnv(t, Config{Admission: admit.New(site127, nil), RetryBody: 16}, proxyLine(p, "region=eu"))
+		tests := []struct {
+			desc string
+			req  FetchRequest
+			code string
+		}{
+			{"metadata address", FetchRequest{URL: "http://169.254.169.254/latest/"}, "blocked_destination"},
+			{"private network", FetchRequest{URL: "http://10.1.2.3/"}, "blocked_destination"},
+			{"relative url", FetchRequest{URL: "/path"}, "bad_request"},
+			{"ftp url", FetchRequest{URL: "ftp://example.com/"}, "bad_request"},
+			{"credentials in the url", FetchRequest{URL: "http://u:p@example.com/"}, "bad_request"},
+			{"bad method", FetchRequest{Method: "GE T", URL: site.URL}, "bad_request"},
+			{"connect", FetchRequest{Method: "CONNECT", URL: site.URL}, "bad_request"},
+			{"body over retry.max_body_bytes", FetchRequest{Method: "POST", URL: site.URL, Body: make([]byte, 17)}, "body_too_large"},
+			{"bad session", FetchRequest{URL: site.URL, Session: "a b"}, "bad_request"},
+			{"bad target override", FetchRequest{URL: site.URL, Target: "a/b"}, "bad_request"},
+			{"no route with the labels", FetchRequest{URL: site.URL, Labels: engine.Labels{{Key: "region", Value: "us"}}}, "no_matching_route"},
+			{"label against the user's", FetchRequest{URL: site.URL, User: "alice", UserLabels: engine.Labels{{Key: "region", Value: "eu"}},
+				Labels: engine.Labels{{Key: "region", Value: "us"}}}, "label_conflict"},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				res, err := v.g.Fetch(context.Background(), tc.req)
+				if fe, ok := errors.AsType[*FetchError](err); !ok || fe.Code != tc.code {
+					t.Errorf("Fetch: %v, want code %s", err, tc.code)
+				}
+				if len(res.Attempts) != 0 || res.RequestID == "" {
+					t.Errorf("trace %+v, want a request id and no attempt", res)
+				}
+			})
+		}
+		if site.Hits() != 0 {
+			t.Errorf("the site was reached %d times", site.Hits())
+		}
+	})
+}
+
+// TestFetchCaps checks the per-request caps: attempts, and a body longer
+// than MaxFetchBody cut and marked.
+func TestFetchCaps(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newTarget(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+			if n < 3 {
+				w.WriteHeader(http.StatusBadGateway)
+			}
+			io.WriteString(w, "0123456789")
+		})
+		lines := make([]string, 3)
+		for i := range lines {
+			lines[i] = proxyLine(routetest.NewProxy(t, routetest.Behavior{}), "")
+		}
+		v := newEnv(t, Config{MaxFetchBody: 4}, lines...)
+		res, err := v.g.Fetch(context.Background(), FetchRequest{URL: site.URL, MaxAttempts: 1})
+		if fe, ok := errors.AsType[*FetchError](err); !ok || fe.Code != "target_5xx" || len(res.Attempts) != 1 || res.Status != 502 {
+			t.Errorf("one attempt allowed: %v, %+v; want target_5xx after 1 attempt, the 502 passed on", err, res)
+		}
+		res, err = v.g.Fetch(context.Background(), FetchRequest{URL: site.URL, Timeout: 5 * time.Second})
+		if err != nil || len(res.Attempts) != 2 || string(res.Body) != "0123" || !res.Truncated {
+			t.Errorf("fetch: %v, %d attempts, body %q truncated %t; want 2 attempts and the body cut at 4", err, len(res.Attempts), res.Body, res.Truncated)
+		}
+	})
+}
