@@ -356,6 +356,7 @@ type Attempt struct {
 	StartOffsetUs int64                  `protobuf:"varint,7,opt,name=start_offset_us,json=startOffsetUs,proto3" json:"start_offset_us,omitempty"` // from the request's start
 	Hedge         bool                   `protobuf:"varint,8,opt,name=hedge,proto3" json:"hedge,omitempty"`                                        // started beside an attempt still in flight
 	Node          string                 `protobuf:"bytes,9,opt,name=node,proto3" json:"node,omitempty"`                                           // the node that ran it
+	Detail        string                 `protobuf:"bytes,10,opt,name=detail,proto3" json:"detail,omitempty"`                                      // why a validator refused the answer
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -453,6 +454,13 @@ func (x *Attempt) GetNode() string {
 	return ""
 }
 
+func (x *Attempt) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 type Trace struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -514,9 +522,10 @@ type FetchResponse struct {
 	// (fetch.max_response_bytes) and was cut there; fetch it in ranges.
 	BodyTruncated bool   `protobuf:"varint,4,opt,name=body_truncated,json=bodyTruncated,proto3" json:"body_truncated,omitempty"`
 	Trace         *Trace `protobuf:"bytes,5,opt,name=trace,proto3" json:"trace,omitempty"`
-	// error is set when no answer could be passed on: a code such as
-	// no_route, no_eligible_route, paced, request_timeout, or the last
-	// attempt's class; status is then 0.
+	// error is set when the request did not end with a valid answer: a
+	// code such as no_route, no_eligible_route, paced, request_timeout, or
+	// the last attempt's class (content_invalid, target_5xx…); status,
+	// headers and body are then the last answer's, if one came back.
 	Error         *Error `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1073,7 +1082,7 @@ const file_fetch_proto_rawDesc = "" +
 	" \x01(\tR\x06target\x129\n" +
 	"\n" +
 	"validators\x18\v \x01(\v2\x19.switchyard.v1.ValidatorsR\n" +
-	"validators\"\xf3\x01\n" +
+	"validators\"\x8b\x02\n" +
 	"\aAttempt\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x14\n" +
@@ -1085,7 +1094,9 @@ const file_fetch_proto_rawDesc = "" +
 	"\x05bytes\x18\x06 \x01(\x03R\x05bytes\x12&\n" +
 	"\x0fstart_offset_us\x18\a \x01(\x03R\rstartOffsetUs\x12\x14\n" +
 	"\x05hedge\x18\b \x01(\bR\x05hedge\x12\x12\n" +
-	"\x04node\x18\t \x01(\tR\x04node\"Z\n" +
+	"\x04node\x18\t \x01(\tR\x04node\x12\x16\n" +
+	"\x06detail\x18\n" +
+	" \x01(\tR\x06detail\"Z\n" +
 	"\x05Trace\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x122\n" +
