@@ -67,7 +67,7 @@ func TestServeReloadsOnHangup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[routes]\ninline = [\"direct\"]\n")
+	write("[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\napi = \"127.0.0.1:0\"\n[routes]\ninline = [\"direct\"]\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	log := &logtest.Buffer{}
 	hup := make(chan os.Signal, 1)
@@ -115,7 +115,7 @@ func TestServeReloadsOnHangup(t *testing.T) {
 		t.Errorf("routes after a refused reload: %s", got)
 	}
 
-	write("[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[routes]\ninline = [\"direct\", \"http://u:Sekr1tPw@127.0.0.1:1 region=us\"]\n")
+	write("[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\napi = \"127.0.0.1:0\"\n[routes]\ninline = [\"direct\", \"http://u:Sekr1tPw@127.0.0.1:1 region=us\"]\n")
 	hup <- syscall.SIGHUP
 	waitLog(`msg=reloaded`, 1)
 	if got := strings.Join(routes(), " "); got != "direct http://127.0.0.1:1~0bfe935e" {
@@ -133,7 +133,7 @@ func TestServeReloadsOnHangup(t *testing.T) {
 // line, never the secret.
 func TestServeWarnsOfLiteralSecrets(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "switchyard.toml")
-	body := "[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[routes]\ninline = [\"direct\"]\n[admin]\ntoken = \"T0ken-LITERAL\"\n"
+	body := "[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\napi = \"127.0.0.1:0\"\n[routes]\ninline = [\"direct\"]\n[admin]\ntoken = \"T0ken-LITERAL\"\n"
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestServeReloadsThroughTheAPIAndWritesItsPid(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	const listen = "[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n"
+	const listen = "[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\napi = \"127.0.0.1:0\"\n"
 	write(listen + "[routes]\ninline = [\"direct\"]\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	log := &logtest.Buffer{}
