@@ -146,7 +146,7 @@ func TestServeWarnsOfLiteralSecrets(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d:\n%s", code, log)
 	}
-	if want := path + ":7: admin.token is written in the file as is"; !strings.Contains(log.String(), want) {
+	if want := path + ":8: admin.token is written in the file as is"; !strings.Contains(log.String(), want) {
 		t.Errorf("no warning %q in the log:\n%s", want, log)
 	}
 	if strings.Contains(log.String(), "T0ken-LITERAL") {
@@ -197,7 +197,7 @@ func TestServeReloadsThroughTheAPIAndWritesItsPid(t *testing.T) {
 		wantStatus int
 		wantBody   string
 	}{
-		{"a bad file is refused, naming file and line", listen + "[routes]\ninline = [\"direct\", \"http://127.0.0.1:1\"]\n[engine]\nalpha = 9.0\n", "Adm1nT0ken", 422, path + ":7: engine.alpha: must be in (0, 1]"},
+		{"a bad file is refused, naming file and line", listen + "[routes]\ninline = [\"direct\", \"http://127.0.0.1:1\"]\n[engine]\nalpha = 9.0\n", "Adm1nT0ken", 422, path + ":8: engine.alpha: must be in (0, 1]"},
 		{"no token", listen + "[routes]\ninline = [\"direct\", \"http://127.0.0.1:1\"]\n", "", 401, "bearer token"},
 		{"a good file is applied", listen + "[routes]\ninline = [\"direct\", \"http://127.0.0.1:1\"]\n", "Adm1nT0ken", 200, `{"result":"ok"}`},
 	}
