@@ -309,7 +309,7 @@ func Default() Config {
 		Pacing: Pacing{MaxTargets: 10000},
 		Fetch: Fetch{MaxRequestBytes: 4 << 20, MaxResponseBytes: 16 << 20, MaxBatch: 10000, Concurrency: 8, MaxConcurrency: 64,
 			FeedbackTTL: 15 * time.Minute, MaxFeedback: 100000},
-		State:  State{URL: "memory", Prefix: "switchyard", Timeout: 100 * time.Millisecond, Resync: 10 * time.Second},
+		State: State{URL: "memory", Prefix: "switchyard", Timeout: 100 * time.Millisecond, Resync: 10 * time.Second},
 	}
 	c.Engine = engineDefaults()
 	return c

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -53,7 +54,8 @@ var (
 type Options struct {
 	// Node names this gateway in traces and Ping. Default "local".
 	Node string
-	// Version is what Ping answers. Default "(devel)".
+	// Version is what Ping answers. Default the module's version as the
+	// build recorded it, else "(devel)".
 	Version string
 	// Now is the clock of uptime and of the feedback table. Default
 	// time.Now.
@@ -99,6 +101,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Version == "" {
 		o.Version = defaultVersion
+		if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
+			o.Version = info.Main.Version
+		}
 	}
 	if o.Now == nil {
 		o.Now = time.Now
