@@ -30,6 +30,7 @@ import (
 // served on 127.0.0.1 (gRPC and JSON on one port), and a gRPC client.
 type env struct {
 	e      *engine.Engine
+	g      *gateway.Gateway
 	routes []string // route ids in list order
 	api    *Server
 	addr   string // host:port
@@ -47,7 +48,7 @@ type testOptions struct {
 // newEnv starts the API over one route per proxy, taken round-robin in
 // order. Admission lets 127.0.0.1 through (the test sites) and no other
 // internal address.
-func newEnv(t *testing.T, o testOptions, proxies ...*routetest.Proxy) *env {
+func newEnv(t testing.TB, o testOptions, proxies ...*routetest.Proxy) *env {
 	t.Helper()
 	e, err := engine.New(engine.Config{Picker: &engine.RoundRobin{}, Seed: 1, MaxRemovedShare: -1}, nil)
 	if err != nil {
@@ -74,6 +75,7 @@ func newEnv(t *testing.T, o testOptions, proxies ...*routetest.Proxy) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(g.Close)
+	v.g = g
 	if o.api.Now == nil {
 		o.api.Now = func() time.Time {
 			if n := v.now.Load(); n != nil {
