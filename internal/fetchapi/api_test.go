@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -184,6 +186,27 @@ func TestAuth(t *testing.T) {
 	hc, err := healthpb.NewHealthClient(v.conn).Check(ctx(t), &healthpb.HealthCheckRequest{})
 	if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("health check without credentials: %v, %v", hc, err)
+	}
+	// Reflection needs no credentials either, so that tools can list the
+	// services.
+	rs, err := reflectionpb.NewServerReflectionClient(v.conn).ServerReflectionInfo(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	listed, err := rs.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs.CloseSend()
+	var names []string
+	for _, svc := range listed.GetListServicesResponse().GetService() {
+		names = append(names, svc.GetName())
+	}
+	if !slices.Contains(names, "switchyard.v1.Fetcher") || !slices.Contains(names, "grpc.health.v1.Health") {
+		t.Errorf("reflection lists %v", names)
 	}
 	// A node out of reach is UNAVAILABLE, which a wrong token never is.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
