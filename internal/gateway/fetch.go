@@ -108,7 +108,7 @@ type AttemptTrace struct {
 
 // FetchError is why a fetch did not end with a valid answer. Code is one of
 // bad_request, body_too_large, label_conflict, blocked_destination, paced,
-// no_route, no_eligible_route (strict), busy, no_matching_route,
+// canceled, no_route, no_eligible_route (strict), busy, no_matching_route,
 // session_restart_required, request_timeout, local_resources, or the
 // last attempt's class.
 type FetchError struct {
@@ -150,6 +150,7 @@ func (g *Gateway) Fetch(ctx context.Context, req FetchRequest) (*FetchResult, er
 	g.observeRequest(rec.method, answered.class, attempts, hedges)
 	if a := answered.fetched; a != nil && answered.resp != nil {
 		g.noteOrigin(j.target, j.url.Host)
+		stripHop(answered.resp.Header) // as the proxy passes answers on
 		res.Status, res.Header, res.Body, res.Truncated = answered.resp.StatusCode, answered.resp.Header, a.body, a.truncated
 		rec.status = res.Status
 	}
@@ -293,6 +294,8 @@ func fetchAcquireError(err error, rec *record, strict bool) error {
 	}
 	e := &FetchError{Code: "no_route", Message: "no route can carry the request"}
 	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		e.Code, e.Message = "canceled", "the caller gave up while the request waited for its target's pacing or a route"
 	case errors.Is(err, engine.ErrSessionRestartRequired):
 		e.Code, e.Message = "session_restart_required", "the session's route can no longer carry it: start a new session"
 	case errors.Is(err, engine.ErrBusy):

@@ -203,3 +203,52 @@ func TestFetchCaps(t *testing.T) {
 		}
 	})
 }
+
+// TestFetchHedgeTraced fetches until a fetch's first attempt lands on a
+// silent route: the hedge beside it answers, and the trace shows both,
+// the hedge marked and the silent one still running or cut.
+func TestFetchHedgeTraced(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		v, site, silent := silentBehindFast(t, Config{AttemptTimeout: time.Second}, 20)
+		for range 4 {
+			res, err := v.g.Fetch(context.Background(), FetchRequest{URL: site.URL})
+			if silent.Requests() == 0 {
+				continue
+			}
+			if err != nil || len(res.Attempts) != 2 {
+				t.Fatalf("fetch: %v, trace %+v", err, res.Attempts)
+			}
+			first, hedge := res.Attempts[0], res.Attempts[1]
+			if first.Route != v.id(1) || first.Hedge || !(first.Running || first.Class == engine.ProxyTimeout) {
+				t.Errorf("first attempt %+v, want the silent route, running or cut", first)
+			}
+			if hedge.Route != v.id(0) || !hedge.Hedge || hedge.Class != engine.OK || hedge.Start <= 0 {
+				t.Errorf("second attempt %+v, want a hedge on the fast route that answered", hedge)
+			}
+			v.waitOutcome(t, 1, engine.ProxyTimeout)
+			return
+		}
+		t.Fatal("the silent route was never picked first")
+	})
+}
+
+// TestFetchSession keeps a session's fetches on the route its first one
+// bound, where round-robin alone would alternate.
+func TestFetchSession(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newTarget(t, func(int, http.ResponseWriter, *http.Request) {})
+		a, b := routetest.NewProxy(t, routetest.Behavior{}), routetest.NewProxy(t, routetest.Behavior{})
+		v := newEnv(t, Config{}, proxyLine(a, ""), proxyLine(b, ""))
+		var routes []string
+		for range 3 {
+			res, err := v.g.Fetch(context.Background(), FetchRequest{URL: site.URL, Session: "s-1"})
+			if err != nil || len(res.Attempts) != 1 {
+				t.Fatalf("fetch: %v, %+v", err, res.Attempts)
+			}
+			routes = append(routes, res.Attempts[0].Route)
+		}
+		if routes[0] != routes[1] || routes[1] != routes[2] {
+			t.Errorf("a session's fetches went through %v, want one route", routes)
+		}
+	})
+}
