@@ -28,6 +28,12 @@ import (
 // address.
 func gatewayAPI(t *testing.T, n int) string {
 	t.Helper()
+	return gatewayAPIWith(t, n, gateway.Config{})
+}
+
+// gatewayAPIWith is gatewayAPI with cfg, its users and admission set.
+func gatewayAPIWith(t *testing.T, n int, cfg gateway.Config) string {
+	t.Helper()
 	e, err := engine.New(engine.Config{Picker: &engine.RoundRobin{}, Seed: 1, MaxRemovedShare: -1}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -43,10 +49,9 @@ func gatewayAPI(t *testing.T, n int) string {
 		}
 		routes = append(routes, &list[0])
 	}
-	g, err := gateway.New(gateway.Config{
-		Users:     map[string]gateway.User{"alice": {Password: "pw"}},
-		Admission: admit.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, nil),
-	}, e, routes)
+	cfg.Users = map[string]gateway.User{"alice": {Password: "pw"}}
+	cfg.Admission = admit.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, nil)
+	g, err := gateway.New(cfg, e, routes)
 	if err != nil {
 		t.Fatal(err)
 	}
