@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -97,5 +99,34 @@ func TestFetchCommand(t *testing.T) {
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil || out.Status != 200 || out.Body != "hello " || len(out.Attempts) != 1 || out.Attempts[0].Class != "ok" {
 		t.Errorf("--json: %+v, %v\n%s", out, err, stdout.String())
+	}
+}
+
+// TestDownloadCommand downloads a file through the API in pieces, with
+// the progress bar drawn, and refuses a call without -o.
+func TestDownloadCommand(t *testing.T) {
+	content := strings.Repeat("0123456789abcdef", 5000)
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Etag", `"x"`)
+		http.ServeContent(w, r, "", time.Time{}, strings.NewReader(content))
+	}))
+	defer site.Close()
+	api := apiServer(t)
+	path := filepath.Join(t.TempDir(), "file")
+	var stderr bytes.Buffer
+	if code := downloadCmd(context.Background(), []string{"--api", api, site.URL, "-o", path, "--piece", "30000"}, &stderr, true); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	got, err := os.ReadFile(path)
+	if err != nil || string(got) != content {
+		t.Fatalf("the file holds %d bytes, %v; want the %d of the site", len(got), err, len(content))
+	}
+	for _, want := range []string{"100% 0.1 MiB of 0.1 MiB", "0.1 MiB in ranges, 0 piece(s) resumed, 0 restart(s), verified length"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	if code := downloadCmd(context.Background(), []string{"--api", api, site.URL}, &stderr, false); code != 2 {
+		t.Errorf("without -o: exit %d, want 2", code)
 	}
 }
