@@ -48,6 +48,7 @@ type options struct {
 	retries int
 	backoff time.Duration
 	timeout time.Duration // default per-call deadline; 0: the caller's context
+	maxMsg  int           // the largest answer taken
 }
 
 // Option configures a Client.
@@ -68,13 +69,18 @@ func WithRetries(n int, backoff time.Duration) Option {
 	return func(o *options) { o.retries, o.backoff = n, backoff }
 }
 
+// WithMaxResponse sets the largest answer taken, in bytes of its message:
+// at least the gateway's fetch.max_response_bytes and the trace. Default
+// 64 MiB.
+func WithMaxResponse(n int) Option { return func(o *options) { o.maxMsg = n } }
+
 // WithTimeout sets the deadline of every call whose context has none.
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // New returns a client of the gateway whose fetch API listens at addr
 // ("host:port"). It does not connect until the first call.
 func New(addr string, opts ...Option) (*Client, error) {
-	o := options{retries: 2, backoff: 100 * time.Millisecond}
+	o := options{retries: 2, backoff: 100 * time.Millisecond, maxMsg: 64 << 20}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -82,7 +88,9 @@ func New(addr string, opts ...Option) (*Client, error) {
 	if o.tls != nil {
 		creds = credentials.NewTLS(o.tls)
 	}
-	dial := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	// gRPC's own default, 4 MiB, is under what the gateway answers
+	// (fetch.max_response_bytes, 16 MiB by default).
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.maxMsg))}
 	if o.token != "" {
 		dial = append(dial, grpc.WithPerRPCCredentials(bearer{token: o.token, secure: o.tls != nil}))
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,6 +132,19 @@ func TestFetch(t *testing.T) {
 	node, err := c.Ping(ctx)
 	if err != nil || node.ID != "n1" || node.Routes != 2 {
 		t.Errorf("Ping: %+v, %v", node, err)
+	}
+}
+
+// TestLargeAnswer fetches a body over gRPC's default message size: the
+// SDK takes what the gateway may answer.
+func TestLargeAnswer(t *testing.T) {
+	big := strings.Repeat("x", 6<<20)
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, big) }))
+	defer s.Close()
+	c := newClient(t, gatewayAPI(t, 1), WithToken("alice:pw"))
+	resp, err := c.Fetch(testContext(t), s.URL)
+	if err != nil || len(resp.Body) != len(big) || resp.Truncated {
+		t.Fatalf("a 6 MiB answer: %v", err)
 	}
 }
 

@@ -162,15 +162,17 @@ func printTrace(w io.Writer, resp *client.Response) {
 	fmt.Fprintf(w, "%s, %d bytes%s, request %s, %d attempt(s)\n", status, len(resp.Body), cut, resp.Trace.RequestID, len(resp.Trace.Attempts))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for i, a := range resp.Trace.Attempts {
-		kind := ""
+		// The last cell is not padded: the notes that most attempts lack
+		// leave no trailing blanks.
+		var notes []string
 		if a.Hedge {
-			kind = "hedge"
+			notes = append(notes, "hedge")
 		}
-		detail := a.Detail
-		if detail != "" {
-			detail = "(" + detail + ")"
+		if a.Detail != "" {
+			notes = append(notes, "("+a.Detail+")")
 		}
-		fmt.Fprintf(tw, "  #%d\t+%s\t%s\t%s\t%d\t%s\t%dB\t%s\t%s\t%s\n", i+1, round(a.Start), a.Route, a.Class, a.Status, round(a.Latency), a.Bytes, a.Node, kind, detail)
+		fmt.Fprintf(tw, "  #%d\t+%s\t%s\t%s\t%d\t%s\t%dB\t%s\n", i+1, round(a.Start), a.Route, a.Class, a.Status, round(a.Latency), a.Bytes,
+			strings.TrimSpace(a.Node+" "+strings.Join(notes, " ")))
 	}
 	tw.Flush()
 }
