@@ -103,7 +103,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 	log := newLogger(cfg.Log.Format, stderr)
 	warnConfig(log, cfg)
 	if !cfg.LoopbackOnly() && len(cfg.Users) == 0 {
-		log.Warn("the proxy listens beyond loopback without client auth: anyone who reaches it can use your exits (add [[users]] or SWITCHYARD_USERS)", "addr", cfg.Listen.Proxy)
+		log.Warn("the proxy or the fetch API listens beyond loopback without client auth: anyone who reaches it can use your exits (add [[users]] or SWITCHYARD_USERS)", "proxy", cfg.Listen.Proxy, "api", cfg.Listen.API)
 	}
 	var ln server.Listeners
 	if ln.Proxy, err = net.Listen("tcp", cfg.Listen.Proxy); err != nil {

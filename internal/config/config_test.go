@@ -444,6 +444,7 @@ func TestBlockPrivate(t *testing.T) {
 	tests := []struct {
 		desc   string
 		listen string
+		api    string // "" keeps the default, loopback
 		set    *bool
 		want   bool
 	}{
@@ -454,10 +455,15 @@ func TestBlockPrivate(t *testing.T) {
 		{desc: "public address", listen: "0.0.0.0:8080", want: true},
 		{desc: "turned off", listen: ":8080", set: &off, want: false},
 		{desc: "turned on", listen: "127.0.0.1:8080", set: &on, want: true},
+		{desc: "fetch API on all interfaces", listen: "127.0.0.1:8080", api: ":9091", want: true},
+		{desc: "fetch API on all interfaces, turned off", listen: "127.0.0.1:8080", api: ":9091", set: &off, want: false},
 	}
 	for _, tc := range tests {
 		c := Default()
 		c.Listen.Proxy, c.Security.BlockPrivateNetworks = tc.listen, tc.set
+		if tc.api != "" {
+			c.Listen.API = tc.api
+		}
 		if got := c.BlockPrivate(); got != tc.want {
 			t.Errorf("%s: got %v, want %v", tc.desc, got, tc.want)
 		}

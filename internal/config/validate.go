@@ -188,7 +188,7 @@ func (s Security) Prefixes() []netip.Prefix {
 }
 
 // BlockPrivate says whether SSRF admission is on: as configured, else on
-// for a proxy reachable beyond loopback (docs/security.md).
+// for a proxy or fetch API reachable beyond loopback (docs/security.md).
 func (c *Config) BlockPrivate() bool {
 	if b := c.Security.BlockPrivateNetworks; b != nil {
 		return *b
@@ -196,10 +196,16 @@ func (c *Config) BlockPrivate() bool {
 	return !c.LoopbackOnly()
 }
 
-// LoopbackOnly reports whether the proxy listens on a loopback address
-// only, out of other machines' reach.
+// LoopbackOnly reports whether the front doors that carry traffic, the
+// proxy and the fetch API (when on), listen on loopback addresses only,
+// out of other machines' reach.
 func (c *Config) LoopbackOnly() bool {
-	host, _, err := net.SplitHostPort(c.Listen.Proxy)
+	return loopback(c.Listen.Proxy) && (c.Listen.API == "" || loopback(c.Listen.API))
+}
+
+// loopback reports whether addr ("host:port") is on a loopback address.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
 	}
