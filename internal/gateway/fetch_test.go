@@ -2,11 +2,15 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -249,6 +253,62 @@ func TestFetchSession(t *testing.T) {
 		}
 		if routes[0] != routes[1] || routes[1] != routes[2] {
 			t.Errorf("a session's fetches went through %v, want one route", routes)
+		}
+	})
+}
+
+// TestFetchHTTPS fetches an https:// site through an HTTP proxy, a SOCKS5
+// proxy and the direct route: trusted, it answers; untrusted, each
+// attempt is tls_failed for its route×target, never the route's failure,
+// and the request is tried on the other routes.
+func TestFetchHTTPS(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "secure "+r.Header.Get("X-Who"))
+		}))
+		defer site.Close()
+		roots := x509.NewCertPool()
+		roots.AddCert(site.Certificate())
+		lines := []string{
+			proxyLine(routetest.NewProxy(t, routetest.Behavior{}), ""),
+			proxyLine(routetest.NewProxy(t, routetest.Behavior{Kind: routetest.SOCKS5Proxy}), ""),
+			"direct",
+		}
+		tests := []struct {
+			desc      string
+			roots     *x509.CertPool
+			wantCode  string
+			wantTrace []engine.Class
+		}{
+			{"trusted", roots, "", []engine.Class{engine.OK}},
+			{"untrusted", nil, "tls_failed", []engine.Class{engine.TLSFailed, engine.TLSFailed, engine.TLSFailed}},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				v := newEnv(t, Config{TargetTLS: &tls.Config{RootCAs: tc.roots}}, lines...)
+				for i := range 3 { // round-robin: each route first once
+					res, err := v.g.Fetch(context.Background(), FetchRequest{URL: site.URL + "/x", Header: http.Header{"X-Who": {"me"}}})
+					fe, _ := errors.AsType[*FetchError](err)
+					switch {
+					case tc.wantCode == "" && (err != nil || string(res.Body) != "secure me"):
+						t.Errorf("fetch %d: %v, %q", i, err, res.Body)
+					case tc.wantCode != "" && (fe == nil || fe.Code != tc.wantCode):
+						t.Errorf("fetch %d: %v, want %s", i, err, tc.wantCode)
+					}
+					var got []engine.Class
+					for _, a := range res.Attempts {
+						got = append(got, a.Class)
+					}
+					if !slices.Equal(got, tc.wantTrace) {
+						t.Errorf("fetch %d: trace %v, want %v", i, got, tc.wantTrace)
+					}
+				}
+				for i := range lines {
+					if st, _ := v.e.Route(v.id(i)); !st.Health.State.Usable() {
+						t.Errorf("route %d is %v: a site's certificate is not the route's fault", i, st.Health.State)
+					}
+				}
+			})
 		}
 	})
 }

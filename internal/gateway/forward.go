@@ -150,7 +150,13 @@ func idempotent(method string) bool {
 func (g *Gateway) forward(ctx context.Context, j *job, l engine.Lease, x *route.Exit) *outcome {
 	o := &outcome{lease: l}
 	start := g.cfg.Now()
-	resp, err := x.RoundTrip(j.outbound(x.Context(ctx, &o.progress)), &o.progress)
+	var resp *http.Response
+	var err error
+	if j.url.Scheme == "https" { // only fetches: the proxy refuses https:// (use CONNECT)
+		resp, err = g.roundTripTLS(ctx, j.outbound(ctx), x, &o.progress)
+	} else {
+		resp, err = x.RoundTrip(j.outbound(x.Context(ctx, &o.progress)), &o.progress)
+	}
 	o.latency = g.cfg.Now().Sub(start)
 	if err == nil {
 		o.resp, o.reached = resp, true
@@ -175,6 +181,11 @@ func (g *Gateway) forward(ctx context.Context, j *job, l engine.Lease, x *route.
 			o.resp = nil
 		}
 		o.class, o.reached = route.Classify(err, &o.progress)
+		if _, ok := errors.AsType[*tlsError](err); ok {
+			// The site's certificate or handshake, through this route:
+			// nothing of the request went out.
+			o.class, o.reached = engine.TLSFailed, false
+		}
 		if o.blocked = refusal(err); o.blocked != nil {
 			// Admission's verdict, not the route's: no evidence, no retry.
 			o.class, o.reached = engine.Canceled, false

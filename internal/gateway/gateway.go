@@ -75,6 +75,10 @@ type Config struct {
 	// ProxyTLS holds the roots that HTTPS proxies are verified against; nil
 	// means the system's. Tests set it to trust fake proxies.
 	ProxyTLS *tls.Config
+	// TargetTLS holds the roots that sites fetched over https:// by the
+	// fetch API are verified against; nil means the system's. Tests set
+	// it to trust their sites.
+	TargetTLS *tls.Config
 	// Now is the clock for the engine's timeline and the retry budget.
 	// Default time.Now.
 	Now func() time.Time
