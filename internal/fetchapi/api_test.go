@@ -390,3 +390,24 @@ func TestStream(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowBody checks that a JSON body sent too slowly is cut at
+// BodyTimeout rather than holding its handler.
+func TestSlowBody(t *testing.T) {
+	v := newEnv(t, testOptions{api: Options{BodyTimeout: 100 * time.Millisecond}}, routetest.NewProxy(t, routetest.Behavior{}))
+	c, err := net.Dial("tcp", v.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	// The headers promise a body that never comes.
+	if _, err := io.WriteString(c, "POST /v1/fetch HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"url\":"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	b, _ := io.ReadAll(c) // the answer, then the server closes
+	if !strings.Contains(string(b), "400 Bad Request") || time.Since(start) > 5*time.Second {
+		t.Errorf("after %v: %q, want a 400 once the body timed out", time.Since(start), b)
+	}
+}

@@ -63,6 +63,9 @@ type Options struct {
 	// MaxRequestBytes caps one JSON request body and one gRPC message.
 	// Default 4 MiB.
 	MaxRequestBytes int
+	// BodyTimeout bounds reading one JSON request body, so that a client
+	// sending it slowly cannot hold a handler; 0 means none.
+	BodyTimeout time.Duration
 	// MaxBatch caps the requests of one Batch. Default 10000.
 	MaxBatch int
 	// Concurrency is how many requests of one Batch or Stream are carried

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -137,11 +138,22 @@ func (s *Server) httpAuth(w http.ResponseWriter, r *http.Request) (caller, bool)
 	return caller{}, false
 }
 
-// decode reads r's body, at most MaxRequestBytes, into m, answering 400
-// (naming the field protojson could not read) or 413 itself.
+// decode reads r's body, at most MaxRequestBytes and within BodyTimeout,
+// into m, answering 400 (naming the field protojson could not read) or 413
+// itself.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, m proto.Message) bool {
+	rc := http.NewResponseController(w)
+	if d := s.opts.BodyTimeout; d > 0 {
+		rc.SetReadDeadline(time.Now().Add(d))
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxRequestBytes)))
+	if err == nil && s.opts.BodyTimeout > 0 {
+		rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
+		// What is left of the body will not be read: the connection ends
+		// with the answer.
+		w.Header().Set("Connection", "close")
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			fail(w, http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("request body over %d bytes (fetch.max_request_bytes)", s.opts.MaxRequestBytes))
 			return false

@@ -160,7 +160,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 	if ln.API != nil {
 		f := cfg.Fetch
 		s.api = fetchapi.New(s.gateway, e, fetchapi.Options{
-			Node: nodeName(), MaxRequestBytes: f.MaxRequestBytes, MaxBatch: f.MaxBatch, Concurrency: f.Concurrency,
+			Node: nodeName(), MaxRequestBytes: f.MaxRequestBytes, BodyTimeout: cfg.Server.BodyTimeout, MaxBatch: f.MaxBatch, Concurrency: f.Concurrency,
 			MaxConcurrency: f.MaxConcurrency, FeedbackTTL: f.FeedbackTTL, MaxFeedback: f.MaxFeedback, Log: log,
 		})
 	}
