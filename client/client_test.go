@@ -35,6 +35,18 @@ func gatewayAPI(t *testing.T, n int) string {
 // gatewayAPIWith is gatewayAPI with cfg, its users and admission set.
 func gatewayAPIWith(t *testing.T, n int, cfg gateway.Config) string {
 	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveAPI(t, ln, n, cfg)
+	return ln.Addr().String()
+}
+
+// serveAPI serves on ln the fetch API of a gateway over n fake proxies,
+// with cfg as gatewayAPIWith sets it; the server is returned, to cut.
+func serveAPI(t *testing.T, ln net.Listener, n int, cfg gateway.Config) *http.Server {
+	t.Helper()
 	e, err := engine.New(engine.Config{Picker: &engine.RoundRobin{}, Seed: 1, MaxRemovedShare: -1}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -57,10 +69,6 @@ func gatewayAPIWith(t *testing.T, n int, cfg gateway.Config) string {
 		t.Fatal(err)
 	}
 	api := fetchapi.New(g, e, fetchapi.Options{Node: "n1"})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := &http.Server{Handler: api.Handler(), Protocols: fetchapi.Protocols()}
 	go srv.Serve(ln)
 	t.Cleanup(func() {
@@ -68,7 +76,7 @@ func gatewayAPIWith(t *testing.T, n int, cfg gateway.Config) string {
 		srv.Close()
 		g.Close()
 	})
-	return ln.Addr().String()
+	return srv
 }
 
 func newClient(t *testing.T, addr string, opts ...Option) *Client {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -258,4 +259,78 @@ func testContextFor(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// failing is a listener whose node can fail: fail cuts every connection
+// it accepted and refuses (closes at once) the next down ones, as a
+// gateway that died and came back.
+type failing struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []net.Conn // guarded by mu
+	down  int        // guarded by mu
+}
+
+func (f *failing) Accept() (net.Conn, error) {
+	for {
+		c, err := f.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		f.mu.Lock()
+		refuse := f.down > 0
+		if refuse {
+			f.down--
+		} else {
+			f.conns = append(f.conns, c)
+		}
+		f.mu.Unlock()
+		if !refuse {
+			return c, nil
+		}
+		c.Close()
+	}
+}
+
+func (f *failing) fail(down int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.conns {
+		c.Close()
+	}
+	f.conns, f.down = nil, down
+}
+
+// TestDownloadSurvivesTheNode cuts the gateway's connections mid-download
+// and refuses the next one: the download resumes from the last byte
+// written once the node answers again, and the copy is byte-identical.
+func TestDownloadSurvivesTheNode(t *testing.T) {
+	const size = 6 << 20
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Etag", `"v1"`)
+		http.ServeContent(w, r, "", time.Time{}, &body{size: size})
+	}))
+	defer site.Close()
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &failing{Listener: inner}
+	serveAPI(t, ln, 1, gateway.Config{})
+	c := newClient(t, ln.Addr().String(), WithToken("alice:pw"), WithRetries(1, time.Millisecond))
+	var dst writerAt
+	failed := false
+	res, err := c.Download(testContextFor(t, 30*time.Second), site.URL, &dst, PieceSize(1<<20), PieceRetries(30, 10*time.Millisecond),
+		OnProgress(func(written, _ int64) {
+			if written >= 2<<20 && !failed {
+				failed = true
+				ln.fail(1)
+			}
+		}))
+	if err != nil {
+		t.Fatalf("Download: %v (%+v)", err, res)
+	}
+	if sumOf(bytes.NewReader(dst.b)) != sumOf(&body{size: size}) || res.Resumed == 0 || res.Restarted != 0 {
+		t.Errorf("result %+v, %d bytes", res, len(dst.b))
+	}
 }
