@@ -41,7 +41,7 @@ type Fetcher interface {
 // Pool is what the API reports late verdicts to and counts routes of;
 // *engine.Engine is one.
 type Pool interface {
-	Feedback(now time.Time, route, target string, o engine.Outcome) error
+	FeedbackAt(now time.Time, route, target string, gens engine.Generations, o engine.Outcome) error
 	Routes() []engine.RouteStatus
 }
 
@@ -307,7 +307,7 @@ func (s *Server) fetch(ctx context.Context, c caller, req *pb.FetchRequest) *pb.
 	now := s.opts.Now()
 	for _, a := range res.Attempts {
 		if a.Status != 0 { // an answer: a page a caller may judge later
-			s.attempts.add(a.ID, attempt{user: c.user, route: a.Route, target: a.Target, latency: a.Latency}, now)
+			s.attempts.add(a.ID, attempt{user: c.user, route: a.Route, target: a.Target, gens: a.Gens, latency: a.Latency}, now)
 		}
 	}
 	return fetchResponse(res, err, s.opts.Node)
@@ -334,7 +334,7 @@ func (s *Server) feedback(c caller, req *pb.FeedbackRequest) (*pb.FeedbackRespon
 		if class == engine.OK {
 			o.Latency = a.latency
 		}
-		if err := s.pool.Feedback(now, a.route, a.target, o); err != nil {
+		if err := s.pool.FeedbackAt(now, a.route, a.target, a.gens, o); err != nil {
 			return nil, err // the route left the pool since
 		}
 		s.opts.Log.Info("feedback", "attempt", clip(req.GetAttemptId()), "route", a.route, "target", a.target,

@@ -93,9 +93,10 @@ type FetchResult struct {
 
 // AttemptTrace is one attempt of a fetch.
 type AttemptTrace struct {
-	ID      string // the request id and the attempt's number: what Feedback names
-	Route   string // the route id, never credentials
-	Target  string // the target key the attempt was judged against
+	ID      string             // the request id and the attempt's number: what Feedback names
+	Route   string             // the route id, never credentials
+	Target  string             // the target key the attempt was judged against
+	Gens    engine.Generations // of the route's records when leased, for a late verdict (engine.FeedbackAt)
 	Class   engine.Class
 	Running bool // still in flight when the fetch returned (a hedge's loser): Class is not known yet
 	Status  int  // 0 when no answer came back
@@ -348,7 +349,7 @@ func (f *fetchJob) begin(l engine.Lease, now time.Time, hedge bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.trace = append(f.trace, AttemptTrace{
-		ID: f.id + "." + strconv.Itoa(len(f.trace)+1), Route: l.Route, Target: l.Target,
+		ID: f.id + "." + strconv.Itoa(len(f.trace)+1), Route: l.Route, Target: l.Target, Gens: l.Gens,
 		Running: true, Start: now.Sub(f.start), Hedge: hedge,
 	})
 	f.leases = append(f.leases, l.ID)
