@@ -28,7 +28,7 @@ type attempt struct {
 	route   string
 	target  string
 	gens    engine.Generations // a verdict after the records moved on is evidence only
-	latency time.Duration // an ok verdict reports it, as the attempt's own report did
+	latency time.Duration      // an ok verdict reports it, as the attempt's own report did
 	expires time.Time
 	verdict engine.Class // the last verdict given; Canceled for none
 }
