@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/admit"
+	"github.com/switchyard/switchyard/internal/logtest"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
 
@@ -309,6 +312,34 @@ func TestFetchHTTPS(t *testing.T) {
 					}
 				}
 			})
+		}
+	})
+}
+
+// TestFetchLogLine checks a fetch's request log line: as the proxy's, the
+// URL without its query (crawlers put tokens there), the route, class and
+// attempts, the user and the session.
+func TestFetchLogLine(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newTarget(t, func(int, http.ResponseWriter, *http.Request) {})
+		p := routetest.NewProxy(t, routetest.Behavior{})
+		var buf logtest.Buffer
+		v := newEnv(t, Config{Log: slog.New(slog.NewJSONHandler(&buf, nil))}, proxyLine(p, ""))
+		if _, err := v.g.Fetch(context.Background(), FetchRequest{URL: site.URL + "/p?token=s3cret", Session: "s-9", User: "alice"}); err != nil {
+			t.Fatal(err)
+		}
+		var line map[string]any
+		if err := json.Unmarshal([]byte(strings.TrimSpace(buf.String())), &line); err != nil {
+			t.Fatalf("log %q: %v", buf.String(), err)
+		}
+		want := map[string]any{"method": "GET", "url": site.URL + "/p", "status": 200.0, "attempts": 1.0, "route": v.id(0), "class": "ok", "session": "s-9", "user": "alice"}
+		for k, w := range want {
+			if line[k] != w {
+				t.Errorf("log field %s = %v, want %v", k, line[k], w)
+			}
+		}
+		if strings.Contains(buf.String(), "s3cret") {
+			t.Errorf("the query reached the log: %s", buf.String())
 		}
 	})
 }
