@@ -249,6 +249,7 @@ func TestRefusals(t *testing.T) {
 		{"no url", "/v1/fetch", `{}`, 400, "bad_request", "url"},
 		{"not json", "/v1/fetch", `url=x`, 400, "bad_request", "request JSON"},
 		{"request too large", "/v1/fetch", `{"url":"http://a.test/","body":"` + strings.Repeat("A", 2<<10) + `"}`, 413, "request_too_large", "fetch.max_request_bytes"},
+		{"no such endpoint", "/v2/fetch", `{}`, 404, "not_found", "POST /v1/fetch"},
 		{"batch too large", "/v1/batch", `{"requests":[{"url":"http://a.test/"},{"url":"http://a.test/"},{"url":"http://a.test/"}]}`, 413, "batch_too_large", "fetch.max_batch"},
 	}
 	for _, tc := range tests {

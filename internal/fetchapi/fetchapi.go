@@ -156,6 +156,9 @@ func New(f Fetcher, p Pool, opts Options) *Server {
 	s.json.HandleFunc("POST /v1/batch", s.httpBatch)
 	s.json.HandleFunc("POST /v1/feedback", s.httpFeedback)
 	s.json.HandleFunc("GET /v1/ping", s.httpPing)
+	s.json.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		fail(w, http.StatusNotFound, "not_found", "no such endpoint: POST /v1/fetch, /v1/batch, /v1/feedback; GET /v1/ping; gRPC switchyard.v1.Fetcher")
+	})
 	return s
 }
 
