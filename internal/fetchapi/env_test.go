@@ -94,7 +94,14 @@ func newEnv(t testing.TB, o testOptions, proxies ...*routetest.Proxy) *env {
 	go srv.Serve(ln)
 	t.Cleanup(func() {
 		v.api.Close()
-		srv.Close()
+		// Shutdown rather than Close: a connection closed after a refused
+		// body lingers half a second in net/http (closeWriteAndWait), and
+		// must be gone before the leak check.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if srv.Shutdown(ctx) != nil {
+			srv.Close()
+		}
 	})
 	v.conn, err = grpc.NewClient(v.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
