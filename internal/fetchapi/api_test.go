@@ -278,27 +278,40 @@ func TestRefusals(t *testing.T) {
 }
 
 // concurrentSite counts the requests it serves at once, each held until
-// a few more have arrived or a moment passed, so that a bound on
-// concurrency is met rather than dodged by quick answers.
-func concurrentSite(t *testing.T) (*site, *atomic.Int64) {
-	var now, peak atomic.Int64
+// limit are in flight (or a bounded moment passes, for the last few), so
+// that a bound on concurrency is met rather than dodged by quick answers.
+func concurrentSite(t *testing.T, limit int) (*site, *atomic.Int64) {
+	var peak atomic.Int64
+	var mu sync.Mutex
+	inflight, full := 0, make(chan struct{}) // guarded by mu: full closes when limit are in flight
 	s := newSite(t, func(n int, w http.ResponseWriter, _ *http.Request) {
-		c := now.Add(1)
-		defer now.Add(-1)
-		for p := peak.Load(); c > p && !peak.CompareAndSwap(p, c); p = peak.Load() {
+		mu.Lock()
+		inflight++
+		peak.Store(max(peak.Load(), int64(inflight)))
+		wait := full
+		if inflight == limit {
+			close(full)
+			full = make(chan struct{})
 		}
-		time.Sleep(5 * time.Millisecond) // the others' chance to overlap; not a wait for any event
+		mu.Unlock()
+		select {
+		case <-wait:
+		case <-time.After(time.Second):
+		}
+		mu.Lock()
+		inflight--
+		mu.Unlock()
 		fmt.Fprintf(w, "page %d", n)
 	})
 	return s, &peak
 }
 
 // TestBatch carries 20 requests at most 4 at once over gRPC and JSON:
-// every index comes back once, and the site never sees more than 4.
+// every index comes back once, and the site sees 4 at once, never more.
 func TestBatch(t *testing.T) {
 	for _, via := range []string{"grpc", "json"} {
 		t.Run(via, func(t *testing.T) {
-			s, peak := concurrentSite(t)
+			s, peak := concurrentSite(t, 4)
 			v := newEnv(t, testOptions{}, routetest.NewProxy(t, routetest.Behavior{}), routetest.NewProxy(t, routetest.Behavior{}))
 			req := &pb.BatchRequest{Concurrency: 4}
 			for i := range 20 {
@@ -337,8 +350,8 @@ func TestBatch(t *testing.T) {
 			if len(seen) != 20 {
 				t.Errorf("%d distinct results, want 20", len(seen))
 			}
-			if p := peak.Load(); p > 4 {
-				t.Errorf("the site saw %d requests at once, want at most 4", p)
+			if p := peak.Load(); p != 4 {
+				t.Errorf("the site saw %d requests at once, want 4", p)
 			}
 		})
 	}
