@@ -487,7 +487,7 @@ func (s *Stream) Close() { s.cancel() }
 // Verdicts a Feedback gives.
 const (
 	ContentInvalid = "content_invalid" // the page was not what it seemed
-	OK             = "ok"              // retract an earlier verdict
+	Retract        = "ok"              // retract an earlier verdict (one more success)
 )
 
 // Feedback gives a late verdict on an attempt, by the Attempt.ID a trace
