@@ -343,3 +343,24 @@ func TestFetchLogLine(t *testing.T) {
 		}
 	})
 }
+
+// TestFetchHTTPSSilentSite fetches from an https:// site that completes
+// TLS and then never answers: the attempt's timeout is the site's
+// (target_timeout, route×target), not the proxy's, which the handshake
+// showed alive.
+func TestFetchHTTPSSilentSite(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		release := make(chan struct{})
+		site := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release }))
+		defer site.Close()
+		defer close(release)
+		roots := x509.NewCertPool()
+		roots.AddCert(site.Certificate())
+		p := routetest.NewProxy(t, routetest.Behavior{})
+		v := newEnv(t, Config{TargetTLS: &tls.Config{RootCAs: roots}, AttemptTimeout: 300 * time.Millisecond}, proxyLine(p, ""))
+		res, err := v.g.Fetch(context.Background(), FetchRequest{URL: site.URL, MaxAttempts: 1})
+		if fe, ok := errors.AsType[*FetchError](err); !ok || fe.Code != "target_timeout" || len(res.Attempts) != 1 || res.Attempts[0].Class != engine.TargetTimeout {
+			t.Errorf("a silent site after TLS: %v, %+v; want target_timeout", err, res.Attempts)
+		}
+	})
+}
