@@ -64,7 +64,7 @@ func (g *Gateway) roundTripTLS(ctx context.Context, req *http.Request, x *route.
 		return fail(&tlsError{err: err})
 	}
 	p.TargetAnswered() // the site spoke: its silence from here on is its own
-	req.Close = true // the connection serves this request alone
+	req.Close = true   // the connection serves this request alone
 	if err := req.Write(tc); err != nil {
 		return fail(err)
 	}
