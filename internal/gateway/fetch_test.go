@@ -20,6 +20,7 @@ import (
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/admit"
 	"github.com/switchyard/switchyard/internal/logtest"
+	"github.com/switchyard/switchyard/internal/pacing"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
 
@@ -361,6 +362,27 @@ func TestFetchHTTPSSilentSite(t *testing.T) {
 		res, err := v.g.Fetch(context.Background(), FetchRequest{URL: site.URL, MaxAttempts: 1})
 		if fe, ok := errors.AsType[*FetchError](err); !ok || fe.Code != "target_timeout" || len(res.Attempts) != 1 || res.Attempts[0].Class != engine.TargetTimeout {
 			t.Errorf("a silent site after TLS: %v, %+v; want target_timeout", err, res.Attempts)
+		}
+	})
+}
+
+// TestFetchPaced checks that a fetch meets its target's pacing as the
+// proxy's requests do: past the rate it is refused paced, with the wait,
+// and nothing reaches the site.
+func TestFetchPaced(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newTarget(t, func(int, http.ResponseWriter, *http.Request) {})
+		p := routetest.NewProxy(t, routetest.Behavior{})
+		v := newEnv(t, Config{Targets: paceAll(pacing.Limits{Rate: 0.5, Burst: 1})}, proxyLine(p, ""))
+		if _, err := v.g.Fetch(context.Background(), FetchRequest{URL: site.URL}); err != nil {
+			t.Fatalf("the first fetch: %v", err)
+		}
+		res, err := v.g.Fetch(context.Background(), FetchRequest{URL: site.URL})
+		if fe, ok := errors.AsType[*FetchError](err); !ok || fe.Code != "paced" || fe.RetryAfter <= 0 || len(res.Attempts) != 0 {
+			t.Errorf("past the rate: %v, %+v; want paced with a wait and no attempt", err, res.Attempts)
+		}
+		if site.Hits() != 1 {
+			t.Errorf("the site saw %d requests, want 1", site.Hits())
 		}
 	})
 }
