@@ -197,6 +197,15 @@ type Lease struct {
 	// Unbound says the lease's Session is not bound to a route yet
 	// (Request.BindLater): Bind binds it, once the attempt succeeded.
 	Unbound bool
+	// Gens are the generations of the route's records when the lease was
+	// taken, for a verdict on its attempt after its report (FeedbackAt).
+	Gens Generations
+}
+
+// Generations are those of a route's global record and of its pair with
+// a target, as a lease saw them (docs/design/001-generations.md).
+type Generations struct {
+	Route, Pair uint32
 }
 
 // Canceled is the class to report for this attempt when its caller gave
@@ -538,6 +547,7 @@ func (e *Engine) lease(ns int64, r *route, t *target, req *Request, fallback boo
 	l := Lease{
 		ID: rec.ID, Route: r.id, Target: t.name, Session: req.Session,
 		Expires: time.Unix(0, rec.Expires), Fallback: fallback, Incident: incident,
+		Gens: Generations{Route: rec.RouteGen, Pair: rec.PairGen},
 	}
 	l.Deadline, l.HedgeAfter, l.Provisional = e.timing(r, t, req.Timeout)
 	return l, true
@@ -626,6 +636,24 @@ func (e *Engine) Feedback(now time.Time, routeID, targetName string, o Outcome) 
 	}
 	ns := now.UnixNano()
 	e.observe(ns, r, e.target(targetName), Observation{Class: o.Class, Latency: o.Latency, RetryAfter: o.RetryAfter}, nil)
+	e.refresh(r, ns)
+	return nil
+}
+
+// FeedbackAt is Feedback on an attempt of a lease already reported, whose
+// generations were gens (Lease.Gens): as for a late Report, a record that
+// has moved on since takes the verdict as evidence but moves no state
+// (docs/design/001-generations.md), so that a verdict on a page fetched
+// before a cooldown does not push it out again.
+func (e *Engine) FeedbackAt(now time.Time, routeID, targetName string, gens Generations, o Outcome) error {
+	r := e.route(routeID)
+	if r == nil {
+		return ErrUnknownRoute
+	}
+	ns := now.UnixNano()
+	t := e.target(targetName)
+	rec := LeaseRecord{Route: r.slot, Target: t.n, RouteGen: gens.Route, PairGen: gens.Pair, Taken: ns}
+	e.observe(ns, r, t, Observation{Class: o.Class, Latency: o.Latency, RetryAfter: o.RetryAfter}, &rec)
 	e.refresh(r, ns)
 	return nil
 }

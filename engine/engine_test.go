@@ -1061,3 +1061,64 @@ func TestCanceledProbeIsAskedAgain(t *testing.T) {
 // okOutcome is a success as users' traffic reports it: an answer takes
 // time, and a time of 0 would make its route look infinitely fast.
 var okOutcome = Outcome{Class: OK, Latency: 100 * time.Millisecond}
+
+// A late verdict under a lease's generations moves state only while the
+// record is where the lease found it: a verdict on a page fetched before
+// the pair cooled and recovered is evidence only, where one without a
+// lease (Feedback) or under the current generation cools it.
+func TestFeedbackAtHonoursGenerations(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 1)
+	old := mustAcquire(t, e, start, Request{Target: "a.com"})
+	if err := e.Report(start, old, okOutcome); err != nil {
+		t.Fatal(err)
+	}
+	pair := func() Health {
+		t.Helper()
+		st, _ := e.Route("r0")
+		for _, p := range st.Targets {
+			if p.Target == "a.com" {
+				return p.Health
+			}
+		}
+		t.Fatal("no pair r0×a.com")
+		return Health{}
+	}
+	// The pair cools, then recovers through its probes: two generations on.
+	report(t, e, start, "r0", "a.com", Blocked, 1)
+	cooled := pair()
+	now := cooled.UntilTime()
+	e.Sweep(now)
+	for range e.Config().ProbeSuccesses {
+		jobs := e.ProbeJobs(nil)
+		if len(jobs) != 1 {
+			t.Fatalf("probe jobs %+v", jobs)
+		}
+		if err := e.ReportProbe(now, jobs[0], okOutcome); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recovered := pair()
+	if recovered.State != Healthy {
+		t.Fatalf("the pair is %v after its probes, want healthy", recovered.State)
+	}
+	if err := e.FeedbackAt(now, "r0", "a.com", old.Gens, Outcome{Class: ContentInvalid}); err != nil {
+		t.Fatal(err)
+	}
+	if got := pair(); got.State != Healthy || got.Gen != recovered.Gen || got.Samples != recovered.Samples+1 {
+		t.Errorf("a verdict from two generations ago: %v gen %d→%d, %d samples; want healthy, unmoved, recorded", got.State, recovered.Gen, got.Gen, got.Samples)
+	}
+	fresh := mustAcquire(t, e, now, Request{Target: "a.com"})
+	if err := e.Report(now, fresh, okOutcome); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.FeedbackAt(now, "r0", "a.com", fresh.Gens, Outcome{Class: ContentInvalid}); err != nil {
+		t.Fatal(err)
+	}
+	if got := pair(); got.State != Cooling {
+		t.Errorf("a verdict under the current generation: %v, want cooling", got.State)
+	}
+	if err := e.FeedbackAt(now, "nope", "a.com", old.Gens, Outcome{Class: ContentInvalid}); !errors.Is(err, ErrUnknownRoute) {
+		t.Errorf("a verdict on an unknown route: %v", err)
+	}
+}

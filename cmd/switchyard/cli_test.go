@@ -24,6 +24,10 @@ func TestHelpExitsZero(t *testing.T) {
 		{"check-config", func(args []string, out *logtest.Buffer) int { return checkConfig(args, out, out) }},
 		{"demo", func(args []string, out *logtest.Buffer) int { return demoCmd(context.Background(), args, out, out) }},
 		{"bench", func(args []string, out *logtest.Buffer) int { return bench(args, out, out) }},
+		{"fetch", func(args []string, out *logtest.Buffer) int { return fetchCmd(context.Background(), args, out, out) }},
+		{"download", func(args []string, out *logtest.Buffer) int {
+			return downloadCmd(context.Background(), args, out, false)
+		}},
 	}
 	for _, c := range commands {
 		for _, tc := range []struct {

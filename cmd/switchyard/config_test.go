@@ -67,7 +67,7 @@ func TestServeReloadsOnHangup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[routes]\ninline = [\"direct\"]\n")
+	write("[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\napi = \"127.0.0.1:0\"\n[routes]\ninline = [\"direct\"]\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	log := &logtest.Buffer{}
 	hup := make(chan os.Signal, 1)
@@ -115,7 +115,7 @@ func TestServeReloadsOnHangup(t *testing.T) {
 		t.Errorf("routes after a refused reload: %s", got)
 	}
 
-	write("[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[routes]\ninline = [\"direct\", \"http://u:Sekr1tPw@127.0.0.1:1 region=us\"]\n")
+	write("[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\napi = \"127.0.0.1:0\"\n[routes]\ninline = [\"direct\", \"http://u:Sekr1tPw@127.0.0.1:1 region=us\"]\n")
 	hup <- syscall.SIGHUP
 	waitLog(`msg=reloaded`, 1)
 	if got := strings.Join(routes(), " "); got != "direct http://127.0.0.1:1~0bfe935e" {
@@ -133,7 +133,7 @@ func TestServeReloadsOnHangup(t *testing.T) {
 // line, never the secret.
 func TestServeWarnsOfLiteralSecrets(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "switchyard.toml")
-	body := "[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[routes]\ninline = [\"direct\"]\n[admin]\ntoken = \"T0ken-LITERAL\"\n"
+	body := "[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\napi = \"127.0.0.1:0\"\n[routes]\ninline = [\"direct\"]\n[admin]\ntoken = \"T0ken-LITERAL\"\n"
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestServeWarnsOfLiteralSecrets(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d:\n%s", code, log)
 	}
-	if want := path + ":7: admin.token is written in the file as is"; !strings.Contains(log.String(), want) {
+	if want := path + ":8: admin.token is written in the file as is"; !strings.Contains(log.String(), want) {
 		t.Errorf("no warning %q in the log:\n%s", want, log)
 	}
 	if strings.Contains(log.String(), "T0ken-LITERAL") {
@@ -166,7 +166,7 @@ func TestServeReloadsThroughTheAPIAndWritesItsPid(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	const listen = "[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n"
+	const listen = "[listen]\nproxy = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\napi = \"127.0.0.1:0\"\n"
 	write(listen + "[routes]\ninline = [\"direct\"]\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	log := &logtest.Buffer{}
@@ -197,7 +197,7 @@ func TestServeReloadsThroughTheAPIAndWritesItsPid(t *testing.T) {
 		wantStatus int
 		wantBody   string
 	}{
-		{"a bad file is refused, naming file and line", listen + "[routes]\ninline = [\"direct\", \"http://127.0.0.1:1\"]\n[engine]\nalpha = 9.0\n", "Adm1nT0ken", 422, path + ":7: engine.alpha: must be in (0, 1]"},
+		{"a bad file is refused, naming file and line", listen + "[routes]\ninline = [\"direct\", \"http://127.0.0.1:1\"]\n[engine]\nalpha = 9.0\n", "Adm1nT0ken", 422, path + ":8: engine.alpha: must be in (0, 1]"},
 		{"no token", listen + "[routes]\ninline = [\"direct\", \"http://127.0.0.1:1\"]\n", "", 401, "bearer token"},
 		{"a good file is applied", listen + "[routes]\ninline = [\"direct\", \"http://127.0.0.1:1\"]\n", "Adm1nT0ken", 200, `{"result":"ok"}`},
 	}

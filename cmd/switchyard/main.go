@@ -1,6 +1,6 @@
 // Command switchyard is the Switchyard egress gateway: `serve` runs the
-// forward proxy, `demo` a live tour of it, `bench` the simulator that
-// measures its routing.
+// forward proxy and the fetch API, `fetch` calls that API, `demo` a live
+// tour of it, `bench` the simulator that measures its routing.
 package main
 
 import (
@@ -16,6 +16,8 @@ const usage = `usage: switchyard <command> [flags]
 commands:
   serve         run the forward proxy over a proxy list (switchyard serve -h)
   check-config  validate a config file and print it in effect, secrets redacted
+  fetch         fetch a URL through a running gateway's API and print its trace (switchyard fetch -h)
+  download      download a large file through a running gateway's API, resumably (switchyard download -h)
   demo          a live tour: fake proxies, the gateway and light load (switchyard demo -h)
   bench         compare the engine with other policies on simulated pools (switchyard bench -h)
   version       print the module version and VCS revision (also --version)
@@ -41,6 +43,16 @@ func main() {
 		os.Exit(code)
 	case "bench":
 		os.Exit(bench(os.Args[2:], os.Stdout, os.Stderr))
+	case "fetch":
+		ctx, stop := signalContext()
+		code := fetchCmd(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	case "download":
+		ctx, stop := signalContext()
+		code := downloadCmd(ctx, os.Args[2:], os.Stderr, isTerminal(os.Stderr))
+		stop()
+		os.Exit(code)
 	case "version", "--version", "-version":
 		fmt.Println(versionLine(debug.ReadBuildInfo()))
 	case "-h", "--help", "help":

@@ -17,7 +17,7 @@ import (
 	"github.com/switchyard/switchyard/internal/server"
 )
 
-const serveUsage = `usage: switchyard serve [--config FILE] [--listen ADDR] [--proxies FILE] [--admin ADDR]
+const serveUsage = `usage: switchyard serve [--config FILE] [--listen ADDR] [--proxies FILE] [--admin ADDR] [--api ADDR]
                        [--probe-url URL] [--block-private-networks[=false]] [--allow-cidr CIDR,...]
                        [--log-format text|json] [--state memory|redis://HOST:PORT/DB] [--state-prefix P]
                        [--pid-file FILE]
@@ -40,6 +40,7 @@ flags:
 var flagKeys = map[string]string{
 	"listen":                 "listen.proxy",
 	"admin":                  "listen.admin",
+	"api":                    "listen.api",
 	"proxies":                "routes.file",
 	"probe-url":              "probe.url",
 	"block-private-networks": "security.block_private_networks",
@@ -67,6 +68,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 	fs.String("listen", "127.0.0.1:8080", "address of the forward proxy")
 	fs.String("proxies", "", "proxy list file (see proxies.example.txt); required without a config file")
 	fs.String("admin", "127.0.0.1:9090", `address of the admin listener ("" to disable)`)
+	fs.String("api", "127.0.0.1:9091", `address of the fetch API, gRPC and HTTP JSON ("" to disable)`)
 	fs.String("probe-url", "", "http:// page that neutral probes fetch through each route (default: a TCP check of the proxy)")
 	fs.Bool("block-private-networks", false, "refuse loopback, private, link-local, metadata and multicast destinations (default: on unless --listen is a loopback address)")
 	fs.String("allow-cidr", "", "destination ranges exempt from --block-private-networks (comma-separated)")
@@ -101,7 +103,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 	log := newLogger(cfg.Log.Format, stderr)
 	warnConfig(log, cfg)
 	if !cfg.LoopbackOnly() && len(cfg.Users) == 0 {
-		log.Warn("the proxy listens beyond loopback without client auth: anyone who reaches it can use your exits (add [[users]] or SWITCHYARD_USERS)", "addr", cfg.Listen.Proxy)
+		log.Warn("the proxy or the fetch API listens beyond loopback without client auth: anyone who reaches it can use your exits (add [[users]] or SWITCHYARD_USERS)", "proxy", cfg.Listen.Proxy, "api", cfg.Listen.API)
 	}
 	var ln server.Listeners
 	if ln.Proxy, err = net.Listen("tcp", cfg.Listen.Proxy); err != nil {
@@ -115,6 +117,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 			return 1
 		}
 	}
+	if cfg.Listen.API != "" {
+		if ln.API, err = net.Listen("tcp", cfg.Listen.API); err != nil {
+			closeAll(ln)
+			fmt.Fprintln(stderr, "switchyard serve:", err)
+			return 1
+		}
+	}
 	srv, err := server.New(cfg, ln, log)
 	if err != nil {
 		closeAll(ln)
@@ -123,6 +132,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 	}
 	if ln.Admin != nil {
 		log.Info("admin listening", "addr", ln.Admin.Addr().String(), "routes", "/api/routes", "metrics", "/metrics")
+	}
+	if ln.API != nil {
+		log.Info("fetch API listening", "addr", ln.API.Addr().String(), "grpc", "switchyard.v1.Fetcher", "json", "/v1/fetch")
 	}
 	log.Info("forward proxy listening", "addr", ln.Proxy.Addr().String(), "routes", len(cfg.RouteList), "users", len(cfg.Users),
 		"private_networks_blocked", cfg.BlockPrivate(), "state", srv.StateAddr())
@@ -179,6 +191,9 @@ func closeAll(ln server.Listeners) {
 	ln.Proxy.Close()
 	if ln.Admin != nil {
 		ln.Admin.Close()
+	}
+	if ln.API != nil {
+		ln.API.Close()
 	}
 }
 

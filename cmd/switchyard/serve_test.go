@@ -45,7 +45,7 @@ func TestServeEndToEnd(t *testing.T) {
 	log := &logtest.Buffer{}
 	done := make(chan int)
 	go func() {
-		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--proxies", list}, log, nil)
+		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--api", "127.0.0.1:0", "--proxies", list}, log, nil)
 	}()
 	proxyAddr := addrOf(t, log, "forward proxy listening")
 	adminAddr := addrOf(t, log, "admin listening")
@@ -121,7 +121,7 @@ func startServe(t *testing.T) (proxyAddr, adminAddr string, stop context.CancelF
 	log := &logtest.Buffer{}
 	done = make(chan int, 1)
 	go func() {
-		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--proxies", list}, log, nil)
+		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--api", "127.0.0.1:0", "--proxies", list}, log, nil)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -242,7 +242,7 @@ func TestServeWithUsers(t *testing.T) {
 	log := &logtest.Buffer{}
 	done := make(chan int, 1)
 	go func() {
-		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--proxies", list, "--log-format", "json"}, log, nil)
+		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--api", "127.0.0.1:0", "--proxies", list, "--log-format", "json"}, log, nil)
 	}()
 	re := regexp.MustCompile(`"msg":"forward proxy listening","addr":"([^"]+)"`)
 	var proxyAddr string
@@ -333,7 +333,7 @@ func TestServeRejectsBadUsers(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Setenv("SWITCHYARD_USERS", tc.users)
 			log := &logtest.Buffer{}
-			args := append([]string{"--listen", "127.0.0.1:0", "--admin", "", "--proxies", list}, tc.args...)
+			args := append([]string{"--listen", "127.0.0.1:0", "--admin", "", "--api", "", "--proxies", list}, tc.args...)
 			if code := serve(context.Background(), args, log, nil); code != 2 {
 				t.Fatalf("exit %d, want 2:\n%s", code, log)
 			}

@@ -28,6 +28,7 @@ type Config struct {
 	Security Security `toml:"security"`
 	Admin    Admin    `toml:"admin"`
 	Pacing   Pacing   `toml:"pacing"`
+	Fetch    Fetch    `toml:"fetch"`
 	State    State    `toml:"state"`
 	Targets  []Target `toml:"targets"`
 	Users    []User   `toml:"users"`
@@ -46,6 +47,9 @@ type Config struct {
 type Listen struct {
 	Proxy string `toml:"proxy"` // the forward proxy; default 127.0.0.1:8080
 	Admin string `toml:"admin"` // admin API and metrics; default 127.0.0.1:9090, "" for none
+	// API is the fetch API, gRPC and HTTP JSON on one port
+	// (docs/design/009-fetch-api.md); default 127.0.0.1:9091, "" for none.
+	API string `toml:"api"`
 }
 
 // Server bounds the forward proxy's client connections, so that idle,
@@ -204,6 +208,29 @@ type Pacing struct {
 	LearnedMaxWait time.Duration `toml:"learned_max_wait"`
 }
 
+// Fetch bounds the fetch API (docs/design/009-fetch-api.md). Changing it
+// needs a restart.
+type Fetch struct {
+	// MaxRequestBytes caps one JSON request body and one gRPC message.
+	// Default 4 MiB.
+	MaxRequestBytes int `toml:"max_request_bytes"`
+	// MaxResponseBytes is the most of an answer's body a fetch keeps; a
+	// longer one is cut there and marked truncated. Default 16 MiB.
+	MaxResponseBytes int64 `toml:"max_response_bytes"`
+	// MaxBatch caps the requests of one batch. Default 10000.
+	MaxBatch int `toml:"max_batch"`
+	// Concurrency is how many requests of one batch or stream are carried
+	// at once unless a batch asks for fewer; MaxConcurrency caps what a
+	// batch may ask. Defaults 8 and 64.
+	Concurrency    int `toml:"concurrency"`
+	MaxConcurrency int `toml:"max_concurrency"`
+	// FeedbackTTL is how long after a fetch its attempts take a late
+	// verdict, and MaxFeedback how many attempts are remembered for it
+	// (the oldest forgotten first). Defaults 15m and 100000.
+	FeedbackTTL time.Duration `toml:"feedback_ttl"`
+	MaxFeedback int           `toml:"max_feedback"`
+}
+
 // State says where the engine's shared state lives
 // (docs/design/004-redis-store.md).
 type State struct {
@@ -279,12 +306,14 @@ type User struct {
 func Default() Config {
 	budget := engine.DefaultBudget()
 	c := Config{
-		Listen: Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9090"},
+		Listen: Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9090", API: "127.0.0.1:9091"},
 		Server: Server{HeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 1024, MaxClientConns: 10000, MaxIdleUpstreamConns: 1024},
 		Log:    Log{Format: "text"},
 		Retry:  Retry{MaxAttempts: 3, AttemptTimeout: 30 * time.Second, RequestTimeout: 60 * time.Second, BudgetRatio: budget.BudgetRatio, HedgeRatio: budget.HedgeRatio, MaxBodyBytes: 1 << 20},
 		Pacing: Pacing{MaxTargets: 10000},
-		State:  State{URL: "memory", Prefix: "switchyard", Timeout: 100 * time.Millisecond, Resync: 10 * time.Second},
+		Fetch: Fetch{MaxRequestBytes: 4 << 20, MaxResponseBytes: 16 << 20, MaxBatch: 10000, Concurrency: 8, MaxConcurrency: 64,
+			FeedbackTTL: 15 * time.Minute, MaxFeedback: 100000},
+		State: State{URL: "memory", Prefix: "switchyard", Timeout: 100 * time.Millisecond, Resync: 10 * time.Second},
 	}
 	c.Engine = engineDefaults()
 	return c

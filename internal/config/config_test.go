@@ -57,6 +57,12 @@ func TestLoadErrors(t *testing.T) {
 		{"listen address", "[listen]\nproxy = \"8080\"\n", nil, nil, `:4: listen.proxy: "8080": want host:port`},
 		{"listen port", "[listen]\nproxy = \"127.0.0.1:99999\"\n", nil, nil, "listen.proxy: \"127.0.0.1:99999\": bad port"},
 		{"admin on the proxy's address", "[listen]\nproxy = \"127.0.0.1:8080\"\nadmin = \"127.0.0.1:8080\"\n", nil, nil, ":5: listen.admin: must differ from listen.proxy"},
+		{"api on the admin's address", "[listen]\napi = \"127.0.0.1:9090\"\n", nil, nil, ":4: listen.api: must differ from listen.admin"},
+		{"api address", "", []string{"SWITCHYARD_LISTEN_API=9091"}, nil, `listen.api (environment variable SWITCHYARD_LISTEN_API): "9091": want host:port`},
+		{"unknown fetch key", "[fetch]\nmax_batches = 5\n", nil, nil, ":4: fetch.max_batches: unknown key"},
+		{"fetch batch", "[fetch]\nmax_batch = 0\n", nil, nil, ":4: fetch.max_batch: must be positive"},
+		{"fetch ttl", "[fetch]\nfeedback_ttl = \"-1s\"\n", nil, nil, ":4: fetch.feedback_ttl: must be positive"},
+		{"fetch concurrency", "[fetch]\nconcurrency = 65\n", nil, nil, ":4: fetch.concurrency: 65 is over fetch.max_concurrency (64)"},
 		{"header timeout", "[server]\nheader_timeout = \"0s\"\n", nil, nil, ":4: server.header_timeout: must be positive"},
 		{"idle timeout", "[server]\nidle_timeout = \"0s\"\n", nil, nil, ":4: server.idle_timeout: must be positive"},
 		{"body timeout", "[server]\nbody_timeout = \"-1s\"\n", nil, nil, ":4: server.body_timeout: must not be negative"},
@@ -438,6 +444,7 @@ func TestBlockPrivate(t *testing.T) {
 	tests := []struct {
 		desc   string
 		listen string
+		api    string // "" keeps the default, loopback
 		set    *bool
 		want   bool
 	}{
@@ -448,10 +455,15 @@ func TestBlockPrivate(t *testing.T) {
 		{desc: "public address", listen: "0.0.0.0:8080", want: true},
 		{desc: "turned off", listen: ":8080", set: &off, want: false},
 		{desc: "turned on", listen: "127.0.0.1:8080", set: &on, want: true},
+		{desc: "fetch API on all interfaces", listen: "127.0.0.1:8080", api: ":9091", want: true},
+		{desc: "fetch API on all interfaces, turned off", listen: "127.0.0.1:8080", api: ":9091", set: &off, want: false},
 	}
 	for _, tc := range tests {
 		c := Default()
 		c.Listen.Proxy, c.Security.BlockPrivateNetworks = tc.listen, tc.set
+		if tc.api != "" {
+			c.Listen.API = tc.api
+		}
 		if got := c.BlockPrivate(); got != tc.want {
 			t.Errorf("%s: got %v, want %v", tc.desc, got, tc.want)
 		}

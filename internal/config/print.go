@@ -28,7 +28,7 @@ func (c *Config) WriteEffective(w io.Writer) error {
 		return err
 	}
 	if c.Security.BlockPrivateNetworks == nil {
-		fmt.Fprintf(w, "\n# security.block_private_networks unset: in force = %t (on unless listen.proxy is loopback)\n", c.BlockPrivate())
+		fmt.Fprintf(w, "\n# security.block_private_networks unset: in force = %t (on unless listen.proxy and listen.api are loopback)\n", c.BlockPrivate())
 	}
 	fmt.Fprintf(w, "\n# routes: %d\n", len(c.RouteList))
 	for i := range c.RouteList {

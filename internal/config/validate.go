@@ -23,7 +23,7 @@ import (
 func (l *loader) validate() error {
 	for _, check := range []func() error{
 		l.checkListen, l.checkServer, l.checkLog, l.checkEngine, l.checkRetry, l.checkProbe,
-		l.checkSecurity, l.checkAdmin, l.checkPacing, l.checkState, l.checkTargets, l.checkUsers, l.loadRoutes,
+		l.checkSecurity, l.checkAdmin, l.checkPacing, l.checkFetch, l.checkState, l.checkTargets, l.checkUsers, l.loadRoutes,
 	} {
 		if err := check(); err != nil {
 			return err
@@ -36,14 +36,51 @@ func (l *loader) checkListen() error {
 	if err := checkAddr(l.c.Listen.Proxy); err != nil {
 		return l.errAt("listen.proxy", err.Error())
 	}
-	if l.c.Listen.Admin == "" {
+	if l.c.Listen.Admin != "" {
+		if err := checkAddr(l.c.Listen.Admin); err != nil {
+			return l.errAt("listen.admin", err.Error())
+		}
+		if _, port, _ := net.SplitHostPort(l.c.Listen.Admin); port != "0" && l.c.Listen.Admin == l.c.Listen.Proxy {
+			return l.errAt("listen.admin", "must differ from listen.proxy")
+		}
+	}
+	if l.c.Listen.API == "" {
 		return nil
 	}
-	if err := checkAddr(l.c.Listen.Admin); err != nil {
-		return l.errAt("listen.admin", err.Error())
+	if err := checkAddr(l.c.Listen.API); err != nil {
+		return l.errAt("listen.api", err.Error())
 	}
-	if _, port, _ := net.SplitHostPort(l.c.Listen.Admin); port != "0" && l.c.Listen.Admin == l.c.Listen.Proxy {
-		return l.errAt("listen.admin", "must differ from listen.proxy")
+	if _, port, _ := net.SplitHostPort(l.c.Listen.API); port != "0" {
+		switch l.c.Listen.API {
+		case l.c.Listen.Proxy:
+			return l.errAt("listen.api", "must differ from listen.proxy")
+		case l.c.Listen.Admin:
+			return l.errAt("listen.api", "must differ from listen.admin")
+		}
+	}
+	return nil
+}
+
+func (l *loader) checkFetch() error {
+	f := l.c.Fetch
+	for _, c := range []struct {
+		key string
+		ok  bool
+	}{
+		{"fetch.max_request_bytes", f.MaxRequestBytes > 0},
+		{"fetch.max_response_bytes", f.MaxResponseBytes > 0},
+		{"fetch.max_batch", f.MaxBatch > 0},
+		{"fetch.concurrency", f.Concurrency > 0},
+		{"fetch.max_concurrency", f.MaxConcurrency > 0},
+		{"fetch.feedback_ttl", f.FeedbackTTL > 0},
+		{"fetch.max_feedback", f.MaxFeedback > 0},
+	} {
+		if !c.ok {
+			return l.errAt(c.key, "must be positive")
+		}
+	}
+	if f.Concurrency > f.MaxConcurrency {
+		return l.errAt("fetch.concurrency", fmt.Sprintf("%d is over fetch.max_concurrency (%d)", f.Concurrency, f.MaxConcurrency))
 	}
 	return nil
 }
@@ -151,7 +188,7 @@ func (s Security) Prefixes() []netip.Prefix {
 }
 
 // BlockPrivate says whether SSRF admission is on: as configured, else on
-// for a proxy reachable beyond loopback (docs/security.md).
+// for a proxy or fetch API reachable beyond loopback (docs/security.md).
 func (c *Config) BlockPrivate() bool {
 	if b := c.Security.BlockPrivateNetworks; b != nil {
 		return *b
@@ -159,10 +196,16 @@ func (c *Config) BlockPrivate() bool {
 	return !c.LoopbackOnly()
 }
 
-// LoopbackOnly reports whether the proxy listens on a loopback address
-// only, out of other machines' reach.
+// LoopbackOnly reports whether the front doors that carry traffic, the
+// proxy and the fetch API (when on), listen on loopback addresses only,
+// out of other machines' reach.
 func (c *Config) LoopbackOnly() bool {
-	host, _, err := net.SplitHostPort(c.Listen.Proxy)
+	return loopback(c.Listen.Proxy) && (c.Listen.API == "" || loopback(c.Listen.API))
+}
+
+// loopback reports whether addr ("host:port") is on a loopback address.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
 	}

@@ -201,6 +201,12 @@ func (a *accounts) verify(ctx context.Context, h http.Header, remote string) (na
 		return "", nil, errDenied
 	}
 	user, password, _ := strings.Cut(string(raw), ":")
+	return a.login(ctx, user, password, remote)
+}
+
+// login checks the password of user, whose first "-"-separated token is
+// the user name, from the client at remote.
+func (a *accounts) login(ctx context.Context, user, password, remote string) (name string, labels engine.Labels, err error) {
 	name, _, _ = strings.Cut(user, "-")
 	acct, known := a.byName[name]
 	if !known {
@@ -211,6 +217,56 @@ func (a *accounts) verify(ctx context.Context, h http.Header, remote string) (na
 	}
 	return name, acct.labels, nil
 }
+
+// AuthError is why Authenticate refused a client: Reason is "denied"
+// (wrong or missing credentials), "throttled" (the address is over its
+// failures; RetryAfter says when to ask again) or "busy" (too many checks
+// waiting).
+type AuthError struct {
+	Reason     string
+	RetryAfter time.Duration
+}
+
+func (e *AuthError) Error() string {
+	switch e.Reason {
+	case authThrottled:
+		return "too many wrong passwords from this address; retry later"
+	case authBusy:
+		return errBusy.Error() + "; retry later"
+	}
+	return errDenied.Error()
+}
+
+// Authenticate checks a client's credentials against Config.Users as the
+// proxy checks its Proxy-Authorization, throttling and all, for the other
+// front doors (the fetch API): the user name and its labels, or an
+// *AuthError, counted by the Observer. Without users every client passes,
+// as "". remote is the client's "host:port".
+func (g *Gateway) Authenticate(ctx context.Context, user, password, remote string) (name string, labels engine.Labels, err error) {
+	a := g.current.Load().users
+	if a == nil {
+		return "", nil, nil
+	}
+	name, labels, err = a.login(ctx, user, password, remote)
+	if err == nil {
+		return name, labels, nil
+	}
+	e := &AuthError{Reason: authBusy, RetryAfter: time.Second}
+	var th *throttled
+	switch {
+	case errors.Is(err, errDenied):
+		e.Reason, e.RetryAfter = authDenied, 0
+	case errors.As(err, &th):
+		e.Reason, e.RetryAfter = authThrottled, th.retryAfter
+	}
+	if g.cfg.Observer != nil {
+		g.cfg.Observer.ObserveAuthRefusal(e.Reason)
+	}
+	return "", nil, e
+}
+
+// RequiresAuth reports whether clients must authenticate (Config.Users).
+func (g *Gateway) RequiresAuth() bool { return g.current.Load().users != nil }
 
 // check reports, as nil, whether password is acct's (never the dummy's);
 // every check but the cached one is within the client address's failures.

@@ -26,6 +26,7 @@ const maxSession = 128
 type control struct {
 	session string        // sticky session id; "" for none
 	labels  engine.Labels // hard constraints on the route
+	strict  bool          // no least-bad fallback (the fetch API's strict mode)
 }
 
 // parseControl reads the control headers and the proxy username. The

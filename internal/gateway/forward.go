@@ -103,11 +103,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 	// differently for the request line to an HTTP proxy (Punycode) than
 	// for the dial (UTS-46).
 	j.url.Host = hostport
-	hedge := true
-	j.builtin = true
-	if policy != nil {
-		j.signatures, hedge, j.builtin = policy.BlockSignatures, !policy.NoHedge, !policy.NoBuiltinSignatures
-	}
+	hedge := j.judgeBy(policy)
 	// A body streamed once cannot be sent again; a session's bound exit
 	// never changes silently (bound), and a session's first answer binds
 	// it, so a session's request is never hedged.
@@ -151,12 +147,24 @@ func idempotent(method string) bool {
 func (g *Gateway) forward(ctx context.Context, j *job, l engine.Lease, x *route.Exit) *outcome {
 	o := &outcome{lease: l}
 	start := g.cfg.Now()
-	resp, err := x.RoundTrip(j.outbound(x.Context(ctx, &o.progress)), &o.progress)
+	var resp *http.Response
+	var err error
+	if j.url.Scheme == "https" { // only fetches: the proxy refuses https:// (use CONNECT)
+		resp, err = g.roundTripTLS(ctx, j.outbound(ctx), x, &o.progress)
+	} else {
+		resp, err = x.RoundTrip(j.outbound(x.Context(ctx, &o.progress)), &o.progress)
+	}
 	o.latency = g.cfg.Now().Sub(start)
 	if err == nil {
 		o.resp, o.reached = resp, true
 		o.class, o.retryAfter = route.ClassifyStatus(resp.StatusCode, resp.Header, g.cfg.Now())
 		err = j.judge(resp, &o.class)
+		if err == nil && j.fetch != nil {
+			// The fetch API reads the whole answer within the attempt, so
+			// that a body that breaks off is this route's failure, retried
+			// elsewhere, and the validators can judge it.
+			err = j.fetch.read(o)
+		}
 	}
 	if ctx.Err() != nil {
 		// The attempt was ended, whatever came back: its body is cut.
@@ -168,6 +176,11 @@ func (g *Gateway) forward(ctx context.Context, j *job, l engine.Lease, x *route.
 			o.resp = nil
 		}
 		o.class, o.reached = route.Classify(err, &o.progress)
+		if _, ok := errors.AsType[*tlsError](err); ok {
+			// The site's certificate or handshake, through this route:
+			// nothing of the request went out.
+			o.class, o.reached = engine.TLSFailed, false
+		}
 		if o.blocked = refusal(err); o.blocked != nil {
 			// Admission's verdict, not the route's: no evidence, no retry.
 			o.class, o.reached = engine.Canceled, false
@@ -225,6 +238,17 @@ func (j *job) outbound(ctx context.Context) *http.Request {
 		out.Body, out.GetBody, out.ContentLength = nil, nil, 0
 	}
 	return out
+}
+
+// judgeBy takes the signatures of policy, the target's (nil: none), and
+// reports whether its requests may be hedged.
+func (j *job) judgeBy(policy *target.Policy) (hedge bool) {
+	if policy == nil {
+		j.builtin = true
+		return true
+	}
+	j.signatures, j.builtin = policy.BlockSignatures, !policy.NoBuiltinSignatures
+	return !policy.NoHedge
 }
 
 // judge looks for a soft ban in an answer the rule table took for ok, a

@@ -64,6 +64,10 @@ type Config struct {
 	// resend it. Larger bodies stream once and are never retried.
 	// Default 1 MiB.
 	RetryBody int64
+	// MaxFetchBody is the most of an answer's body a fetch of the fetch
+	// API keeps; a longer one is cut there and marked truncated (fetch it
+	// in ranges). Default 16 MiB.
+	MaxFetchBody int64
 	// Budget caps retries and hedges pool-wide, so that a failing pool
 	// cannot turn into a retry storm (docs/design/007-attempts.md). The
 	// zero value means engine.DefaultBudget.
@@ -71,6 +75,10 @@ type Config struct {
 	// ProxyTLS holds the roots that HTTPS proxies are verified against; nil
 	// means the system's. Tests set it to trust fake proxies.
 	ProxyTLS *tls.Config
+	// TargetTLS holds the roots that sites fetched over https:// by the
+	// fetch API are verified against; nil means the system's. Tests set
+	// it to trust their sites.
+	TargetTLS *tls.Config
 	// Now is the clock for the engine's timeline and the retry budget.
 	// Default time.Now.
 	Now func() time.Time
@@ -151,6 +159,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryBody <= 0 {
 		c.RetryBody = defaultRetryBody
+	}
+	if c.MaxFetchBody <= 0 {
+		c.MaxFetchBody = defaultMaxFetchBody
 	}
 	if c.Budget == (engine.BudgetConfig{}) {
 		c.Budget = engine.DefaultBudget()
@@ -473,7 +484,7 @@ func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 func (g *Gateway) acquire(s *settings, ctl control, target string, avoid []string) (engine.Lease, *route.Exit, error) {
 	now := g.cfg.Now()
 	l, err := g.engine.Acquire(now, engine.Request{
-		Target: target, Session: ctl.session, Labels: ctl.labels, Avoid: avoid, Timeout: g.cfg.AttemptTimeout,
+		Target: target, Session: ctl.session, Labels: ctl.labels, Avoid: avoid, Timeout: g.cfg.AttemptTimeout, Strict: ctl.strict,
 		BindLater: true, // a session binds where its first request succeeded (Gateway.bind)
 	})
 	if err != nil {
@@ -491,6 +502,23 @@ func (g *Gateway) acquire(s *settings, ctl control, target string, avoid []strin
 		return engine.Lease{}, nil, fmt.Errorf("route %s has no dialer in this gateway", l.Route)
 	}
 	return l, x, nil
+}
+
+// eligible reports whether l's route is usable for its target by its
+// health alone: what a strict request asks of a lease taken in panic or
+// as the least bad. It reads the route's status, which allocates: only
+// such leases of strict requests pay for it.
+func (g *Gateway) eligible(l engine.Lease) bool {
+	st, ok := g.engine.Route(l.Route)
+	if !ok || !st.Health.State.Usable() {
+		return false
+	}
+	for _, p := range st.Targets {
+		if p.Target == l.Target {
+			return p.Health.State.Usable()
+		}
+	}
+	return true
 }
 
 // report tells the engine how an attempt ended. An unknown lease means the

@@ -64,6 +64,20 @@ type job struct {
 
 	// A CONNECT (tunnel.go).
 	addr string // the authority as admission read it
+
+	// A fetch of the fetch API (fetch.go); zero fields for the forward
+	// proxy's requests, which take Config's.
+	limit   int           // attempts at most; 0: Config.MaxAttempts
+	timeout time.Duration // all attempts together; 0: Config.RequestTimeout
+	fetch   *fetchJob     // reads and validates each answer, and keeps the trace; nil otherwise
+}
+
+// maxAttempts is j's cap on attempts, hedges included.
+func (g *Gateway) maxAttempts(j *job) int {
+	if j.limit > 0 {
+		return j.limit
+	}
+	return g.cfg.MaxAttempts
 }
 
 // try runs one attempt of j through x and classifies it. ctx ends with
@@ -118,6 +132,7 @@ type outcome struct {
 	resp       *http.Response
 	conn       net.Conn
 	progress   route.Progress // how far the attempt got, recorded by the Exit
+	fetched    *fetched       // the answer as a fetch read it (fetch.go); nil otherwise
 	reported   atomic.Bool    // a winner's outcome went to the engine (deliver)
 	// cancel ends the attempt's context; set by the loop, nil for an
 	// outcome of no attempt.
@@ -186,8 +201,9 @@ type event struct {
 
 // run carries j through the pool: at most MaxAttempts attempts, hedges
 // included. It returns the winning outcome, or else the last failure (nil
-// when no route could be leased at all: err then says why), and the
-// attempts and hedges made. The caller answers the client from it and
+// when no route could be leased at all: err then says why; with a last
+// failure, err is why no further route was leased, if that ended it), and
+// the attempts and hedges made. The caller answers the client from it and
 // reports the winner, once what it carried shows how it went: a tunnel's
 // first bytes, an answer's whole body.
 func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outcome, attempts, hedges int, err error) {
@@ -195,18 +211,22 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 	// The request's deadline bounds all its attempts together. Theirs
 	// outlive it (fly): when it passes they are ended as a client's
 	// cancel ends them.
-	ctx, stop := context.WithTimeoutCause(ctx, g.cfg.RequestTimeout, errRequestTimeout)
+	timeout, limit := g.cfg.RequestTimeout, g.maxAttempts(j)
+	if j.timeout > 0 {
+		timeout = j.timeout
+	}
+	ctx, stop := context.WithTimeoutCause(ctx, timeout, errRequestTimeout)
 	defer stop()
 	// Room for all that can come: per attempt an outcome and a deadline,
 	// and one hedge.
-	events := make(chan event, 2*g.cfg.MaxAttempts+1)
+	events := make(chan event, 2*limit+1)
 	var flights []*flight // one per attempt, each on a route of its own
 	defer func() { g.abandon(flights, events, win) }()
 
 	// another says whether a route is left to try, before any budget is
 	// spent on it.
 	another := func() bool { return len(flights) < len(s.exits) }
-	launch := func() error {
+	launch := func(hedge bool) error {
 		// Only the first attempt waits for a paced target: a retry or a
 		// hedge has other attempts to watch meanwhile.
 		wait := time.Duration(0)
@@ -227,10 +247,13 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 		// could follow: a hedge goes beside the first attempt alone, on
 		// another route.
 		hedgeAt := time.Duration(0)
-		if attempts == 0 && j.hedge && g.cfg.MaxAttempts > 1 && len(s.exits) > 1 && l.HedgeAfter > 0 && (l.Deadline == 0 || l.HedgeAfter < l.Deadline) {
+		if attempts == 0 && j.hedge && limit > 1 && len(s.exits) > 1 && l.HedgeAfter > 0 && (l.Deadline == 0 || l.HedgeAfter < l.Deadline) {
 			hedgeAt = l.HedgeAfter
 		}
 		attempts++
+		if j.fetch != nil {
+			j.fetch.begin(l, g.cfg.Now(), hedge)
+		}
 		flights = append(flights, g.fly(ctx, j, l, x, hedgeAt, events))
 		return nil
 	}
@@ -242,7 +265,7 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 		}
 		return n
 	}
-	if err := launch(); err != nil {
+	if err := launch(false); err != nil {
 		return nil, nil, 0, 0, err
 	}
 	for {
@@ -269,7 +292,7 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 		}
 		switch {
 		case ev.hedge:
-			if len(flights) == 1 && awaited() == 1 && another() && g.budget.Hedge(g.cfg.Now()) && launch() == nil {
+			if len(flights) == 1 && awaited() == 1 && another() && g.budget.Hedge(g.cfg.Now()) && launch(true) == nil {
 				hedges++
 			}
 		case ev.silent != nil:
@@ -278,7 +301,7 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 			// runs on to the attempt timeout.
 			f := ev.silent
 			silent := &outcome{lease: f.leased(), class: engine.ProxyTimeout, reached: true}
-			if f.isAwaited() && (awaited() > 1 || another() && g.retry(j, silent, attempts) && launch() == nil) {
+			if f.isAwaited() && (awaited() > 1 || another() && g.retry(j, silent, attempts) && launch(false) == nil) {
 				f.drop(context.DeadlineExceeded)
 			}
 		default:
@@ -297,8 +320,11 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 			}
 			// Neither admission's refusal nor the gateway's own want of
 			// resources would go better on another route.
-			if o.blocked != nil || o.local != "" || !another() || !g.retry(j, o, attempts) || launch() != nil {
+			if o.blocked != nil || o.local != "" || !another() || !g.retry(j, o, attempts) {
 				return nil, last, attempts, hedges, nil
+			}
+			if err := launch(false); err != nil {
+				return nil, last, attempts, hedges, err
 			}
 		}
 	}
@@ -316,7 +342,7 @@ var errRequestTimeout = errors.New("switchyard: request_timeout")
 // route worth it (the rule table, no incident of that class at the target);
 // and the pool-wide budget has room, which it then spends.
 func (g *Gateway) retry(j *job, o *outcome, attempts int) bool {
-	return attempts < g.cfg.MaxAttempts &&
+	return attempts < g.maxAttempts(j) &&
 		j.retryable(o) &&
 		g.engine.Retryable(j.target, o.class) &&
 		g.budget.Retry(g.cfg.Now())
@@ -349,6 +375,9 @@ func (g *Gateway) fly(ctx context.Context, j *job, l engine.Lease, x *route.Exit
 		f.mu.Unlock()
 		if o.class == engine.Canceled && o.blocked == nil && o.bodyErr == nil && o.local == "" {
 			o.class = o.lease.Canceled(g.cfg.Now().Sub(f.start), o.timeout)
+		}
+		if j.fetch != nil {
+			j.fetch.end(o)
 		}
 		// A winner the caller reports itself goes unreported here, unless
 		// the loop no longer wants it.

@@ -20,6 +20,10 @@ import (
 // to come back later.
 const maxPoliteSkips = 8
 
+// maxStrictSkips bounds the routes a strict request passes over because a
+// pick in panic drew one that is not eligible, before it is refused.
+const maxStrictSkips = 8
+
 // noRelease is the release of a request that is not paced.
 func noRelease() {}
 
@@ -28,7 +32,9 @@ func noRelease() {}
 // client has gone), ok is false. Being paced is not a failure: nothing is
 // leased or reported.
 func (g *Gateway) admitPace(w http.ResponseWriter, r *http.Request, rec *record, s *settings, target string) (release func(), ok bool) {
-	// Most targets are not paced: they skip the pacer and its lock.
+	// Most targets are not paced: they skip the pacer and its lock (here
+	// rather than through pace, which costs the forward path an
+	// allocation).
 	if !s.paces || s.targets.Pace(target).IsZero() {
 		return noRelease, true
 	}
@@ -44,16 +50,28 @@ func (g *Gateway) admitPace(w http.ResponseWriter, r *http.Request, rec *record,
 	return release, true
 }
 
+// pace waits for the target's pacing under s's rules: nil, or a
+// *pacing.Error, or ctx's error when the caller gave up waiting.
+func (g *Gateway) pace(ctx context.Context, s *settings, target string) (release func(), err error) {
+	// Most targets are not paced: they skip the pacer and its lock.
+	if !s.paces || s.targets.Pace(target).IsZero() {
+		return noRelease, nil
+	}
+	return g.pacer.Admit(ctx, target)
+}
+
 // lease leases a route for an attempt on target: acquire, then the
 // route×target politeness check. A route at its politeness rate is given
 // back without evidence and another one leased, so pacing never counts
 // against an exit; a session's bound route is never swapped, so it waits
-// or the request is refused. When every route is at the rate the target taught
+// or the request is refused. A strict request passes over a route that a
+// pick in panic drew though it is not eligible. When every route is at the rate the target taught
 // (engine.PacedError), lease waits for the first to be ready, up to wait
 // in all.
 func (g *Gateway) lease(ctx context.Context, s *settings, ctl control, target string, tried []string, wait time.Duration) (engine.Lease, *route.Exit, error) {
 	avoid := slices.Clip(tried) // appending must not write into tried
 	var paced error
+	strictSkips := 0
 	for {
 		l, x, err := g.acquire(s, ctl, target, avoid)
 		if err != nil {
@@ -68,6 +86,17 @@ func (g *Gateway) lease(ctx context.Context, s *settings, ctl control, target st
 				}
 			}
 			return engine.Lease{}, nil, err
+		}
+		if ctl.strict && (l.Fallback || l.Panic) && !g.eligible(l) {
+			// Panic lifts exclusions to spread load, so a pick then may
+			// be a route cooling for the target: a strict request passes
+			// over it, and refuses rather than take the least bad.
+			g.giveBack(l)
+			if strictSkips++; strictSkips > maxStrictSkips {
+				return engine.Lease{}, nil, engine.ErrNoRoute
+			}
+			avoid = append(avoid, l.Route)
+			continue
 		}
 		if !s.paces || s.targets.Pace(target).PairRate == 0 {
 			return l, x, nil

@@ -30,6 +30,11 @@ func (p *Progress) traced(ctx context.Context) context.Context {
 	return httptrace.WithClientTrace(ctx, &p.trace)
 }
 
+// TargetAnswered records that the target itself answered through the
+// exit, as a TLS handshake with it shows (the fetch API speaks TLS with
+// sites through tunnels): silence from then on is the target's.
+func (p *Progress) TargetAnswered() { p.answered.Store(true) }
+
 // Timeout is what an attempt's silence reads as at the layer it reached:
 // the class Classify gives a timeout now (see there).
 func (p *Progress) Timeout() engine.Class {

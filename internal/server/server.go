@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"github.com/switchyard/switchyard/internal/admin"
 	"github.com/switchyard/switchyard/internal/admit"
 	"github.com/switchyard/switchyard/internal/config"
+	"github.com/switchyard/switchyard/internal/fetchapi"
 	"github.com/switchyard/switchyard/internal/gateway"
 	"github.com/switchyard/switchyard/internal/probe"
 	"github.com/switchyard/switchyard/internal/route"
@@ -30,6 +32,7 @@ import (
 type Listeners struct {
 	Proxy net.Listener // the forward proxy; required
 	Admin net.Listener // the admin endpoints; nil for none
+	API   net.Listener // the fetch API, gRPC and JSON; nil for none
 }
 
 // Probes leave through the gateway's exits.
@@ -40,7 +43,8 @@ type Server struct {
 	// immutable after New
 	engine  *engine.Engine
 	gateway *gateway.Gateway
-	admin   *admin.Server // nil without an admin listener
+	admin   *admin.Server    // nil without an admin listener
+	api     *fetchapi.Server // nil without an API listener
 	prober  *probe.Prober
 	metrics *admin.Metrics
 	shared  *redisstore.Store // nil with in-memory state
@@ -125,6 +129,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		ResolveProxyTargets:  cfg.Security.ResolveProxyTargets,
 		Log:                  log,
 		MaxIdleUpstreamConns: cfg.Server.MaxIdleUpstreamConns,
+		MaxFetchBody:         cfg.Fetch.MaxResponseBytes,
 	}
 	if cfg.BlockPrivate() {
 		gcfg.Admission = admit.New(cfg.Security.Prefixes(), cfg.Security.AllowHosts)
@@ -152,7 +157,23 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 	if ln.Admin != nil {
 		s.admin = admin.NewServer(e, routes, metrics, aopts)
 	}
+	if ln.API != nil {
+		f := cfg.Fetch
+		s.api = fetchapi.New(s.gateway, e, fetchapi.Options{
+			Node: nodeName(), MaxRequestBytes: f.MaxRequestBytes, BodyTimeout: cfg.Server.BodyTimeout, MaxBatch: f.MaxBatch, Concurrency: f.Concurrency,
+			MaxConcurrency: f.MaxConcurrency, FeedbackTTL: f.FeedbackTTL, MaxFeedback: f.MaxFeedback, Log: log,
+		})
+	}
 	return s, nil
+}
+
+// nodeName names this gateway in the fetch API's traces: the host's name,
+// until the cluster gives nodes identities of their own.
+func nodeName() string {
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return "local"
 }
 
 // closeShared closes the Redis client of a server that will not run.
@@ -336,6 +357,7 @@ func restartOnly(old, next *config.Config) []string {
 		{"security", old.Security, next.Security},
 		{"admin", old.Admin, next.Admin},
 		{"pacing", old.Pacing, next.Pacing},
+		{"fetch", old.Fetch, next.Fetch},
 		{"state", old.State, next.State},
 	}
 	var changed []string
@@ -365,6 +387,13 @@ func (s *Server) Run(ctx context.Context, grace time.Duration) error {
 		defer s.admin.Close()
 		servers = append(servers, &http.Server{Handler: s.admin.Handler(), ReadHeaderTimeout: limits.HeaderTimeout, IdleTimeout: limits.IdleTimeout})
 		listeners = append(listeners, s.ln.Admin)
+	}
+	if s.api != nil {
+		// Closed after the servers' shutdown: gRPC streams still open
+		// when the grace runs out end there.
+		defer s.api.Close()
+		servers = append(servers, &http.Server{Handler: s.api.Handler(), Protocols: fetchapi.Protocols(), ReadHeaderTimeout: limits.HeaderTimeout, IdleTimeout: limits.IdleTimeout})
+		listeners = append(listeners, s.ln.API)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -1,0 +1,11 @@
+package fetchapi
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package if any goroutine outlives its tests: every
+// server, listener, stream and connection a test starts must be stopped.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
