@@ -55,7 +55,9 @@ func (e *Engine) candidates(c *Candidates, ns int64, t *target, req *Request) er
 	}
 	// Routes waiting for their first check are not judged yet: they count
 	// neither way, unless nothing else is left (a gateway just started).
-	judged := all - c.index.pendingCount()
+	// Withheld ones (half-open, ejected) are judged and count against the
+	// pool, though panic does not draw them.
+	judged := all + c.index.marks(withheld) - c.index.marks(pending)
 	if judged <= 0 {
 		judged = all
 	}

@@ -880,8 +880,11 @@ func (e *Engine) refreshLocked(r *route, ns int64) {
 	cost := e.cost(&h, inflight, ns)
 	base := rc.static * h.slowStart(&e.cfg, ns) * pow(cost, -e.cfg.Sharpness)
 	w, all := base, max(base, minWeight)
+	// Half-open routes are the probe queue's, ejected ones proven dead:
+	// panic and fallback spread load over the others (index.go, withheld).
+	held := h.State == HalfOpen || h.State == Ejected && h.Until != math.MaxInt64
 	switch {
-	case full || h.State == Draining || (h.State == Ejected && h.Until == math.MaxInt64):
+	case full || h.State == Draining || (h.State == Ejected && h.Until == math.MaxInt64), held:
 		w, all = 0, 0
 	case !h.State.Usable(), h.State == Candidate && !e.cfg.UncheckedCandidates:
 		w = 0
@@ -889,11 +892,9 @@ func (e *Engine) refreshLocked(r *route, ns int64) {
 		w *= e.cfg.SuspectWeight
 	}
 	unchecked := h.State == Candidate && !e.cfg.UncheckedCandidates
-	e.pool.set(r.slot, w, all)
-	e.pool.markPending(r.slot, unchecked)
+	e.pool.update(r.slot, w, all, unchecked, held)
 	for _, x := range rc.indexes {
-		x.set(r.slot, w, all)
-		x.markPending(r.slot, unchecked)
+		x.update(r.slot, w, all, unchecked, held)
 	}
 }
 

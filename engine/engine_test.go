@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -386,6 +387,27 @@ func TestPoolGuards(t *testing.T) {
 		}
 		if !seen["r0"] || !seen["r9"] {
 			t.Fatalf("panic did not spread: %v", seen)
+		}
+	})
+	t.Run("panic passes over half-open routes, which still count", func(t *testing.T) {
+		t.Parallel()
+		e := newTestEngine(t, Config{MaxRemovedShare: -1}, 10)
+		for i := range 6 {
+			report(t, e, start, fmt.Sprintf("r%d", i), "", ProxyAuth, 1)
+		}
+		later := start.Add(time.Hour) // every cooldown over: half-open, the probe queue's
+		for range 500 {
+			l := mustAcquire(t, e, later, Request{Target: "a.com"})
+			if !l.Panic {
+				t.Fatalf("lease %+v: 4 eligible routes of 10 judged, want panic", l)
+			}
+			if n, _ := strconv.Atoi(strings.TrimPrefix(l.Route, "r")); n < 6 {
+				t.Fatalf("panic drew %s, %v", l.Route, state(t, e, l.Route))
+			}
+			e.Report(later, l, Outcome{Class: ClientError})
+		}
+		if s := state(t, e, "r0"); s != HalfOpen {
+			t.Fatalf("r0 is %v, want half_open", s)
 		}
 	})
 	t.Run("least-bad fallback and strict mode", func(t *testing.T) {

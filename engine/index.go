@@ -33,10 +33,10 @@ const (
 // Every slot has two weights: its eligible weight, and its fallback weight
 // used when the pool is in panic or fallback mode. Each has its own trees.
 type weightIndex struct {
-	eligible atomic.Int64 // slots with a positive eligible weight
-	all      atomic.Int64 // slots with a positive fallback weight
-	slots    atomic.Int64 // slots set and not removed since: the index's members
-	pending  atomic.Int64 // members marked pending: not yet judged, so not counted for panic
+	eligible atomic.Int64           // slots with a positive eligible weight
+	all      atomic.Int64           // slots with a positive fallback weight
+	slots    atomic.Int64           // slots set and not removed since: the index's members
+	marked   [numMarks]atomic.Int64 // members carrying each mark
 
 	shards [numShards]indexShard
 }
@@ -46,10 +46,10 @@ type indexShard struct {
 	_ [64]byte // keeps neighbouring shards' hot fields off a shared cache line
 
 	mu       sync.Mutex
-	seen     []bool    // guarded by mu; member positions (set, not removed since), len(seen) == eligible.sums.size()
-	pending  []bool    // guarded by mu; positions marked pending, len(pending) == len(seen)
-	eligible shardTree // guarded by mu, except its atomic total
-	all      shardTree // guarded by mu, except its atomic total
+	seen     []bool           // guarded by mu; member positions (set, not removed since), len(seen) == eligible.sums.size()
+	marks    [numMarks][]bool // guarded by mu; positions carrying each mark, each as long as seen
+	eligible shardTree        // guarded by mu, except its atomic total
+	all      shardTree        // guarded by mu, except its atomic total
 }
 
 // shardTree is one sum tree with its drift bookkeeping. The tree's bottom
@@ -79,7 +79,9 @@ func (x *weightIndex) set(slot int32, w, all float64) {
 		s.eligible.grow(i + 1)
 		s.all.grow(i + 1)
 		s.seen = append(s.seen, make([]bool, s.eligible.sums.size()-len(s.seen))...)
-		s.pending = append(s.pending, make([]bool, len(s.seen)-len(s.pending))...)
+		for m := range s.marks {
+			s.marks[m] = append(s.marks[m], make([]bool, len(s.seen)-len(s.marks[m]))...)
+		}
 	}
 	fresh := !s.seen[i]
 	s.seen[i] = true
@@ -112,15 +114,19 @@ func (x *weightIndex) remove(slot int32) {
 		return
 	}
 	s.seen[i] = false
-	wasPending := s.pending[i]
-	s.pending[i] = false
+	var was [numMarks]bool
+	for m := range s.marks {
+		was[m], s.marks[m][i] = s.marks[m][i], false
+	}
 	de := s.eligible.set(i, 0)
 	da := s.all.set(i, 0)
 	s.mu.Unlock()
 
 	x.slots.Add(-1)
-	if wasPending {
-		x.pending.Add(-1)
+	for m, on := range was {
+		if on {
+			x.marked[m].Add(-1)
+		}
 	}
 	if de != 0 {
 		x.eligible.Add(de)
@@ -130,25 +136,46 @@ func (x *weightIndex) remove(slot int32) {
 	}
 }
 
-// markPending marks member slot as pending (a route not yet checked) or
-// not. A pending slot keeps the weights set gives it, but candidates leaves
-// it out of the share of eligible routes that decides panic: a hundred new
-// routes waiting for their first probe are no sign that the pool is
-// failing. Marking a slot that is not a member does nothing.
-func (x *weightIndex) markPending(slot int32, pending bool) {
+// A mark changes how a member counts for the panic threshold (candidates).
+type mark uint8
+
+const (
+	// pending: a route not yet checked. It keeps the weights set gives it,
+	// but counts neither way: a hundred new routes waiting for their first
+	// probe are no sign that the pool is failing.
+	pending mark = iota
+	// withheld: a route that is judged, and bad, but that panic and the
+	// least-bad fallback must not draw either (set gives it no fallback
+	// weight): half-open, its recovery is the probe queue's to try, or
+	// ejected, proven dead beyond the target. It still counts among the
+	// judged routes, or a pool ejecting its routes would never panic.
+	withheld
+	numMarks
+)
+
+// update sets slot's weights (set) and its pending and withheld marks.
+func (x *weightIndex) update(slot int32, w, all float64, isPending, isWithheld bool) {
+	x.set(slot, w, all)
+	x.mark(slot, pending, isPending)
+	x.mark(slot, withheld, isWithheld)
+}
+
+// mark sets or clears mark m on member slot. Marking a slot that is not a
+// member does nothing.
+func (x *weightIndex) mark(slot int32, m mark, on bool) {
 	s := &x.shards[slot%numShards]
 	i := int(slot / numShards)
 	s.mu.Lock()
-	if i >= len(s.seen) || !s.seen[i] || s.pending[i] == pending {
+	if i >= len(s.seen) || !s.seen[i] || s.marks[m][i] == on {
 		s.mu.Unlock()
 		return
 	}
-	s.pending[i] = pending
+	s.marks[m][i] = on
 	s.mu.Unlock()
-	if pending {
-		x.pending.Add(1)
+	if on {
+		x.marked[m].Add(1)
 	} else {
-		x.pending.Add(-1)
+		x.marked[m].Add(-1)
 	}
 }
 
@@ -197,8 +224,8 @@ func (x *weightIndex) counts() (eligible, all, slots int) {
 	return int(x.eligible.Load()), int(x.all.Load()), int(x.slots.Load())
 }
 
-// pendingCount returns the members marked pending.
-func (x *weightIndex) pendingCount() int { return int(x.pending.Load()) }
+// marks returns the members carrying mark m.
+func (x *weightIndex) marks(m mark) int { return int(x.marked[m].Load()) }
 
 // weight returns slot's current weights, (0, 0) for unknown slots.
 func (x *weightIndex) weight(slot int32) (w, all float64) {
