@@ -891,10 +891,11 @@ func (e *Engine) refreshLocked(r *route, ns int64) {
 	case h.State == Suspect:
 		w *= e.cfg.SuspectWeight
 	}
-	unchecked := h.State == Candidate && !e.cfg.UncheckedCandidates
-	e.pool.update(r.slot, w, all, unchecked, held)
+	var marks [numMarks]bool
+	marks[pending], marks[withheld] = h.State == Candidate && !e.cfg.UncheckedCandidates, held
+	e.pool.update(r.slot, w, all, marks)
 	for _, x := range rc.indexes {
-		x.update(r.slot, w, all, unchecked, held)
+		x.update(r.slot, w, all, marks)
 	}
 }
 

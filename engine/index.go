@@ -67,11 +67,15 @@ type shardTree struct {
 
 func newWeightIndex() *weightIndex { return &weightIndex{} }
 
-// set records slot's current weights: w is its weight among eligible routes,
-// all its weight when the pool is in panic or fallback (every route not
-// drained). Both must be >= 0 and finite; NaN, negative and infinite weights
-// count as 0. The index grows as needed for new slots; slot must be >= 0.
-func (x *weightIndex) set(slot int32, w, all float64) {
+// set records slot's current weights, clearing its marks (update).
+func (x *weightIndex) set(slot int32, w, all float64) { x.update(slot, w, all, [numMarks]bool{}) }
+
+// update records slot's current weights and marks, under one lock: w is
+// its weight among eligible routes, all its weight when the pool is in
+// panic or fallback (every route not drained). Both must be >= 0 and
+// finite; NaN, negative and infinite weights count as 0. The index grows
+// as needed for new slots; slot must be >= 0.
+func (x *weightIndex) update(slot int32, w, all float64, marks [numMarks]bool) {
 	s := &x.shards[slot%numShards]
 	i := int(slot / numShards)
 	s.mu.Lock()
@@ -87,6 +91,16 @@ func (x *weightIndex) set(slot int32, w, all float64) {
 	s.seen[i] = true
 	de := s.eligible.set(i, sanitizeWeight(w))
 	da := s.all.set(i, sanitizeWeight(all))
+	var dm [numMarks]int64
+	for m, on := range marks {
+		if s.marks[m][i] != on {
+			s.marks[m][i] = on
+			dm[m] = 1
+			if !on {
+				dm[m] = -1
+			}
+		}
+	}
 	s.mu.Unlock()
 
 	if fresh {
@@ -97,6 +111,11 @@ func (x *weightIndex) set(slot int32, w, all float64) {
 	}
 	if da != 0 {
 		x.all.Add(da)
+	}
+	for m, d := range dm {
+		if d != 0 {
+			x.marked[m].Add(d)
+		}
 	}
 }
 
@@ -140,44 +159,18 @@ func (x *weightIndex) remove(slot int32) {
 type mark uint8
 
 const (
-	// pending: a route not yet checked. It keeps the weights set gives it,
+	// pending: a route not yet checked. It keeps the weights update gives it,
 	// but counts neither way: a hundred new routes waiting for their first
 	// probe are no sign that the pool is failing.
 	pending mark = iota
 	// withheld: a route that is judged, and bad, but that panic and the
-	// least-bad fallback must not draw either (set gives it no fallback
-	// weight): half-open, its recovery is the probe queue's to try, or
+	// least-bad fallback must not draw either (update gives it no
+	// fallback weight): half-open, its recovery is the probe queue's to try, or
 	// ejected, proven dead beyond the target. It still counts among the
 	// judged routes, or a pool ejecting its routes would never panic.
 	withheld
 	numMarks
 )
-
-// update sets slot's weights (set) and its pending and withheld marks.
-func (x *weightIndex) update(slot int32, w, all float64, isPending, isWithheld bool) {
-	x.set(slot, w, all)
-	x.mark(slot, pending, isPending)
-	x.mark(slot, withheld, isWithheld)
-}
-
-// mark sets or clears mark m on member slot. Marking a slot that is not a
-// member does nothing.
-func (x *weightIndex) mark(slot int32, m mark, on bool) {
-	s := &x.shards[slot%numShards]
-	i := int(slot / numShards)
-	s.mu.Lock()
-	if i >= len(s.seen) || !s.seen[i] || s.marks[m][i] == on {
-		s.mu.Unlock()
-		return
-	}
-	s.marks[m][i] = on
-	s.mu.Unlock()
-	if on {
-		x.marked[m].Add(1)
-	} else {
-		x.marked[m].Add(-1)
-	}
-}
 
 // sample draws a slot by weight from the eligible weights (all=false) or the
 // fallback weights (all=true). r is a uniform random uint64 supplied by the

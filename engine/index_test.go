@@ -769,3 +769,23 @@ func BenchmarkIndexSampleSetParallel(b *testing.B) {
 		})
 	}
 }
+
+// TestIndexMarks: update counts each mark once per member, remove and a
+// later update without it take it off, and a non-member is never counted.
+func TestIndexMarks(t *testing.T) {
+	t.Parallel()
+	x := newWeightIndex()
+	both := [numMarks]bool{pending: true, withheld: true}
+	x.update(1, 1, 1, both)
+	x.update(1, 1, 1, both) // again: counted once
+	x.update(2, 1, 1, [numMarks]bool{withheld: true})
+	if p, w := x.marks(pending), x.marks(withheld); p != 1 || w != 2 {
+		t.Fatalf("pending %d, withheld %d; want 1 and 2", p, w)
+	}
+	x.update(1, 1, 1, [numMarks]bool{})
+	x.remove(2)
+	x.remove(3) // not a member
+	if p, w := x.marks(pending), x.marks(withheld); p != 0 || w != 0 {
+		t.Fatalf("after clearing: pending %d, withheld %d; want 0 and 0", p, w)
+	}
+}
