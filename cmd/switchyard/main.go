@@ -20,6 +20,7 @@ commands:
   download      download a large file through a running gateway's API, resumably (switchyard download -h)
   demo          a live tour: fake proxies, the gateway and light load (switchyard demo -h)
   bench         compare the engine with other policies on simulated pools (switchyard bench -h)
+  replay        replay what a gateway recorded (serve --record) under other engine settings (switchyard replay -h)
   version       print the module version and VCS revision (also --version)
 `
 
@@ -43,6 +44,8 @@ func main() {
 		os.Exit(code)
 	case "bench":
 		os.Exit(bench(os.Args[2:], os.Stdout, os.Stderr))
+	case "replay":
+		os.Exit(replayCmd(os.Args[2:], os.Stdout, os.Stderr))
 	case "fetch":
 		ctx, stop := signalContext()
 		code := fetchCmd(ctx, os.Args[2:], os.Stdout, os.Stderr)

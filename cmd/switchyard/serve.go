@@ -14,13 +14,14 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/internal/config"
+	"github.com/switchyard/switchyard/internal/record"
 	"github.com/switchyard/switchyard/internal/server"
 )
 
 const serveUsage = `usage: switchyard serve [--config FILE] [--listen ADDR] [--proxies FILE] [--admin ADDR] [--api ADDR]
                        [--probe-url URL] [--block-private-networks[=false]] [--allow-cidr CIDR,...]
                        [--log-format text|json] [--state memory|redis://HOST:PORT/DB] [--state-prefix P]
-                       [--pid-file FILE]
+                       [--pid-file FILE] [--record FILE]
 
 Runs the forward proxy: point clients at --listen (curl -x http://ADDR …).
 State is kept in memory, or with --state in a Redis shared by every
@@ -31,7 +32,8 @@ references or the environment, never from flags: SWITCHYARD_ADMIN_TOKEN
 enables admin actions (drain, eject, restore), SWITCHYARD_USERS="alice:pw1"
 adds proxy users. SIGHUP, or POST /api/reload on the admin listener with
 the admin token, reloads the file and the proxy list; routes keep their
-state. --pid-file names the process to signal.
+state. --pid-file names the process to signal. --record appends every
+outcome and state change to FILE for switchyard replay.
 
 flags:
 `
@@ -65,6 +67,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 	}
 	path := fs.String("config", "", "TOML config file (see switchyard.example.toml)")
 	pidFile := fs.String("pid-file", "", "write the process id to this file at start, remove it at exit (kill -HUP $(cat FILE) reloads this gateway alone)")
+	recordTo := fs.String("record", "", "append every outcome and state change to this file, as JSON Lines, for switchyard replay (rotated to FILE.1 at 64 MiB)")
 	fs.String("listen", "127.0.0.1:8080", "address of the forward proxy")
 	fs.String("proxies", "", "proxy list file (see proxies.example.txt); required without a config file")
 	fs.String("admin", "127.0.0.1:9090", `address of the admin listener ("" to disable)`)
@@ -147,6 +150,19 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 	})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if *recordTo != "" {
+		rec, err := record.Open(srv.Engine(), *recordTo, 0, log)
+		if err != nil {
+			fmt.Fprintln(stderr, "switchyard serve: --record:", err)
+			cancel()
+			srv.Run(ctx, 0) // stops what New started
+			return 1
+		}
+		recorded := make(chan struct{})
+		go func() { rec.Run(ctx); close(recorded) }()
+		defer func() { cancel(); <-recorded }() // flushed before the process ends
+		log.Info("recording", "file", *recordTo)
+	}
 	go reloadOnHangup(ctx, hangups, srv)
 	if err := srv.Run(ctx, shutdownGrace); err != nil {
 		log.Error("listener failed", "err", err)
