@@ -74,33 +74,44 @@ type Options struct {
 	Log *slog.Logger
 }
 
+// DefaultOptions are the defaults Open gives zero fields, defined here
+// only: the gateway's config starts from them.
+func DefaultOptions() Options {
+	return Options{
+		Prefix: "switchyard", Timeout: 100 * time.Millisecond, Resync: 10 * time.Second, Flush: 50 * time.Millisecond,
+		PairTTL: 30 * time.Minute, RouteTTL: 24 * time.Hour, SessionGrace: time.Minute, IncidentTTL: time.Hour,
+		PaceLive: 3 * time.Second,
+	}
+}
+
 func (o Options) withDefaults() Options {
+	d := DefaultOptions()
 	if o.Prefix == "" {
-		o.Prefix = "switchyard"
+		o.Prefix = d.Prefix
 	}
 	if o.Timeout <= 0 {
-		o.Timeout = 100 * time.Millisecond
+		o.Timeout = d.Timeout
 	}
 	if o.Resync <= 0 {
-		o.Resync = 10 * time.Second
+		o.Resync = d.Resync
 	}
 	if o.Flush <= 0 {
-		o.Flush = 50 * time.Millisecond
+		o.Flush = d.Flush
 	}
 	if o.PairTTL <= 0 {
-		o.PairTTL = 30 * time.Minute
+		o.PairTTL = d.PairTTL
 	}
 	if o.RouteTTL <= 0 {
-		o.RouteTTL = 24 * time.Hour
+		o.RouteTTL = d.RouteTTL
 	}
 	if o.SessionGrace <= 0 {
-		o.SessionGrace = time.Minute
+		o.SessionGrace = d.SessionGrace
 	}
 	if o.IncidentTTL <= 0 {
-		o.IncidentTTL = time.Hour
+		o.IncidentTTL = d.IncidentTTL
 	}
 	if o.PaceLive <= 0 {
-		o.PaceLive = 3 * time.Second
+		o.PaceLive = d.PaceLive
 	}
 	if o.Now == nil {
 		o.Now = time.Now

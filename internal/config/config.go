@@ -9,7 +9,8 @@ package config
 import (
 	"time"
 
-	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/engine/redisstore"
+	"github.com/switchyard/switchyard/internal/gateway"
 	"github.com/switchyard/switchyard/internal/pacing"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/target"
@@ -304,16 +305,18 @@ type User struct {
 // Default is the configuration in force before the file, the environment
 // and flags: every default in one place.
 func Default() Config {
-	budget := engine.DefaultBudget()
+	g, r := gateway.DefaultConfig(), redisstore.DefaultOptions()
 	c := Config{
 		Listen: Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9090", API: "127.0.0.1:9091"},
-		Server: Server{HeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 1024, MaxClientConns: 10000, MaxIdleUpstreamConns: 1024},
-		Log:    Log{Format: "text"},
-		Retry:  Retry{MaxAttempts: 3, AttemptTimeout: 30 * time.Second, RequestTimeout: 60 * time.Second, BudgetRatio: budget.BudgetRatio, HedgeRatio: budget.HedgeRatio, MaxBodyBytes: 1 << 20},
+		Server: Server{HeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 1024, MaxClientConns: 10000,
+			MaxIdleUpstreamConns: g.MaxIdleUpstreamConns},
+		Log: Log{Format: "text"},
+		Retry: Retry{MaxAttempts: g.MaxAttempts, AttemptTimeout: g.AttemptTimeout, RequestTimeout: g.RequestTimeout,
+			BudgetRatio: g.Budget.BudgetRatio, HedgeRatio: g.Budget.HedgeRatio, MaxBodyBytes: g.MaxBodyBytes},
 		Pacing: Pacing{MaxTargets: 10000},
-		Fetch: Fetch{MaxRequestBytes: 4 << 20, MaxResponseBytes: 16 << 20, MaxBatch: 10000, Concurrency: 8, MaxConcurrency: 64,
+		Fetch: Fetch{MaxRequestBytes: 4 << 20, MaxResponseBytes: g.MaxFetchBody, MaxBatch: 10000, Concurrency: 8, MaxConcurrency: 64,
 			FeedbackTTL: 15 * time.Minute, MaxFeedback: 100000},
-		State: State{URL: "memory", Prefix: "switchyard", Timeout: 100 * time.Millisecond, Resync: 10 * time.Second},
+		State: State{URL: "memory", Prefix: r.Prefix, Timeout: r.Timeout, Resync: r.Resync},
 	}
 	c.Engine = engineDefaults()
 	return c

@@ -123,7 +123,7 @@ func TestClientBodyBreakOffIsNoEvidence(t *testing.T) {
 					if via != "direct" {
 						line = proxyLine(routetest.NewProxy(t, routetest.Behavior{}), "")
 					}
-					v := newEnv(t, Config{RetryBody: 16}, line)
+					v := newEnv(t, Config{MaxBodyBytes: 16}, line)
 					// The server's body deadline, as internal/server sets it,
 					// surfaces to the handler as a failing read.
 					slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

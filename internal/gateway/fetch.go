@@ -35,7 +35,7 @@ type FetchRequest struct {
 	Method string // "" means GET
 	URL    string // absolute http:// or https://
 	Header http.Header
-	Body   []byte // at most Config.RetryBody: every attempt sends it again
+	Body   []byte // at most Config.MaxBodyBytes: every attempt sends it again
 	// Timeout bounds all attempts together; 0 or more than
 	// Config.RequestTimeout means Config.RequestTimeout.
 	Timeout time.Duration
@@ -117,9 +117,6 @@ type FetchError struct {
 
 func (e *FetchError) Error() string { return "switchyard: " + e.Code + ": " + e.Message }
 
-// defaultMaxFetchBody is Config.MaxFetchBody's default.
-const defaultMaxFetchBody = 16 << 20
-
 // Fetch carries req through the attempt loop and returns its answer and
 // trace. The error, a *FetchError, says why there is no valid answer; the
 // result, never nil, holds the trace and any answer that came back.
@@ -198,8 +195,8 @@ func (g *Gateway) fetchJob(ctx context.Context, s *settings, req *FetchRequest, 
 		return bad("url: credentials in the URL are not sent; use an Authorization header")
 	}
 	rec.url = u.Scheme + "://" + u.Host + u.EscapedPath()
-	if int64(len(req.Body)) > g.cfg.RetryBody {
-		return nil, nil, &FetchError{Code: "body_too_large", Message: fmt.Sprintf("body of %d bytes: at most %d (retry.max_body_bytes), so that a retry can send it again", len(req.Body), g.cfg.RetryBody)}
+	if int64(len(req.Body)) > g.cfg.MaxBodyBytes {
+		return nil, nil, &FetchError{Code: "body_too_large", Message: fmt.Sprintf("body of %d bytes: at most %d (retry.max_body_bytes), so that a retry can send it again", len(req.Body), g.cfg.MaxBodyBytes)}
 	}
 	if err := checkSession(req.Session); err != nil {
 		return bad(err.Error())

@@ -149,7 +149,7 @@ func TestFetchRefusals(t *testing.T) {
 		// Admission lets 127.0.0.1 through (the site) and no other
 		// internal address.
 		site127 := []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
-		v := newEnv(t, Config{Admission: admit.New(site127, nil), RetryBody: 16}, proxyLine(p, "region=eu"))
+		v := newEnv(t, Config{Admission: admit.New(site127, nil), MaxBodyBytes: 16}, proxyLine(p, "region=eu"))
 		tests := []struct {
 			desc string
 			req  FetchRequest

@@ -24,7 +24,7 @@ const signatureWindow = 16 << 10
 
 // reqBody is the request body as each attempt sends it.
 type reqBody struct {
-	buf    []byte        // the whole body, when it fit in Config.RetryBody
+	buf    []byte        // the whole body, when it fit in Config.MaxBodyBytes
 	stream *clientStream // otherwise what was read so far, then the rest: one attempt only
 }
 
@@ -61,19 +61,19 @@ func (c *clientStream) Read(p []byte) (int, error) {
 // noBody is the body of a request without one: read-only, shared.
 var noBody = &reqBody{}
 
-// readBody buffers r's body up to RetryBody, so that a retry can resend it.
+// readBody buffers r's body up to MaxBodyBytes, so that a retry can resend it.
 func (g *Gateway) readBody(r *http.Request) (*reqBody, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return noBody, nil
 	}
-	if r.ContentLength > g.cfg.RetryBody {
+	if r.ContentLength > g.cfg.MaxBodyBytes {
 		return &reqBody{stream: &clientStream{r: r.Body}}, nil
 	}
-	buf, err := io.ReadAll(io.LimitReader(r.Body, g.cfg.RetryBody+1))
+	buf, err := io.ReadAll(io.LimitReader(r.Body, g.cfg.MaxBodyBytes+1))
 	if err != nil {
 		return nil, err
 	}
-	if int64(len(buf)) > g.cfg.RetryBody {
+	if int64(len(buf)) > g.cfg.MaxBodyBytes {
 		return &reqBody{stream: &clientStream{r: io.MultiReader(bytes.NewReader(buf), r.Body)}}, nil
 	}
 	return &reqBody{buf: buf}, nil

@@ -60,10 +60,10 @@ type Config struct {
 	// SOCKS5 routes keep transports of their own. Default 1024
 	// (route.DefaultMaxIdle).
 	MaxIdleUpstreamConns int
-	// RetryBody is the largest request body buffered so that a retry can
+	// MaxBodyBytes is the largest request body buffered so that a retry can
 	// resend it. Larger bodies stream once and are never retried.
 	// Default 1 MiB.
-	RetryBody int64
+	MaxBodyBytes int64
 	// MaxFetchBody is the most of an answer's body a fetch of the fetch
 	// API keeps; a longer one is cut there and marked truncated (fetch it
 	// in ranges). Default 16 MiB.
@@ -139,32 +139,42 @@ type Observer interface {
 	ObserveLocalError(reason string)
 }
 
-// Defaults applied by New to zero fields.
-const (
-	defaultMaxAttempts    = 3
-	defaultAttemptTimeout = 30 * time.Second
-	defaultRequestTimeout = 60 * time.Second
-	defaultRetryBody      = 1 << 20
-)
+// DefaultConfig is what New gives zero fields, the one place these
+// defaults are defined: config.Default starts from it.
+func DefaultConfig() Config {
+	return Config{
+		MaxAttempts:          3,
+		AttemptTimeout:       30 * time.Second,
+		RequestTimeout:       60 * time.Second,
+		MaxBodyBytes:         1 << 20,
+		MaxFetchBody:         16 << 20,
+		MaxIdleUpstreamConns: route.DefaultMaxIdle,
+		Budget:               engine.DefaultBudget(),
+	}
+}
 
 func (c Config) withDefaults() Config {
+	d := DefaultConfig()
 	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = defaultMaxAttempts
+		c.MaxAttempts = d.MaxAttempts
 	}
 	if c.AttemptTimeout <= 0 {
-		c.AttemptTimeout = defaultAttemptTimeout
+		c.AttemptTimeout = d.AttemptTimeout
 	}
 	if c.RequestTimeout <= 0 {
-		c.RequestTimeout = defaultRequestTimeout
+		c.RequestTimeout = d.RequestTimeout
 	}
-	if c.RetryBody <= 0 {
-		c.RetryBody = defaultRetryBody
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = d.MaxBodyBytes
 	}
 	if c.MaxFetchBody <= 0 {
-		c.MaxFetchBody = defaultMaxFetchBody
+		c.MaxFetchBody = d.MaxFetchBody
+	}
+	if c.MaxIdleUpstreamConns <= 0 {
+		c.MaxIdleUpstreamConns = d.MaxIdleUpstreamConns
 	}
 	if c.Budget == (engine.BudgetConfig{}) {
-		c.Budget = engine.DefaultBudget()
+		c.Budget = d.Budget
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -119,7 +119,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		MaxAttempts:          cfg.Retry.MaxAttempts,
 		AttemptTimeout:       cfg.Retry.AttemptTimeout,
 		RequestTimeout:       cfg.Retry.RequestTimeout,
-		RetryBody:            cfg.Retry.MaxBodyBytes,
+		MaxBodyBytes:         cfg.Retry.MaxBodyBytes,
 		Budget:               engine.BudgetConfig{BudgetRatio: cfg.Retry.BudgetRatio, HedgeRatio: cfg.Retry.HedgeRatio},
 		Observer:             metrics,
 		Users:                users,
