@@ -843,9 +843,16 @@ func targetName(t *target) string {
 }
 
 // checkCrossTarget ejects r when its pairs failed recovery on EjectTargets
-// distinct targets: the exit, not one site, is the problem. Runs only when a
-// pair probe fails, so scanning r's pairs is off the hot path.
+// distinct targets and the route itself shows failure (a route-scope
+// failure since its last success, or a failed neutral probe): the exit, not
+// the sites, is the problem. Removal is scoped first (docs/design/006-model.md):
+// an exit that several sites ban but that works keeps serving the rest, its
+// pairs cooled. Runs only when a pair probe fails, so scanning r's pairs is
+// off the hot path.
 func (e *Engine) checkCrossTarget(ns int64, r *route, cause Class) {
+	if g, _ := e.store.Read(Key{Route: r.slot}); g.ConsecFail == 0 && g.FailedRecoveries == 0 {
+		return
+	}
 	failing := 0
 	e.store.Pairs(r.slot, func(_ int32, h Health) {
 		if h.FailedRecoveries > 0 && !h.State.Usable() {

@@ -852,10 +852,33 @@ func TestPickers(t *testing.T) {
 	}
 }
 
+// TestCrossTargetEjection: failed recoveries at EjectTargets sites eject a
+// route that fails by itself too, never one whose only trouble is the
+// sites' (an IP several sites ban keeps serving the others).
 func TestCrossTargetEjection(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		desc   string
+		global bool // the route had a route-scope failure
+		want   State
+	}{
+		{"failing itself too", true, Ejected},
+		{"only the sites' verdicts", false, Candidate},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			crossTargetEjection(t, tc.global, tc.want)
+		})
+	}
+}
+
+func crossTargetEjection(t *testing.T, global bool, last State) {
 	e := newTestEngine(t, Config{MaxRemovedShare: -1}, 20)
 	now := start
+	if global {
+		report(t, e, now, "r0", "", ProxyTimeout, 1)
+	}
+	first := state(t, e, "r0")
 	targets := []string{"a.com", "b.com", "c.com"}
 	for n, target := range targets {
 		report(t, e, now, "r0", target, Blocked, 1)
@@ -876,9 +899,9 @@ func TestCrossTargetEjection(t *testing.T) {
 			t.Fatalf("jobs %+v, want a probe of r0×%s", jobs, target)
 		}
 		e.ReportProbe(now, jobs[i], Outcome{Class: Blocked})
-		want := Candidate
+		want := first
 		if n == len(targets)-1 {
-			want = Ejected // failed recoveries on EjectTargets distinct targets
+			want = last // failed recoveries on EjectTargets distinct targets
 		}
 		if s := state(t, e, "r0"); s != want {
 			t.Fatalf("after %d failed target recoveries: %v, want %v", n+1, s, want)

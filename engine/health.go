@@ -19,7 +19,7 @@ type Health struct {
 
 	Level            uint8 // cooldown backoff level: grows per cooling, decays after a calm CooldownCap
 	FailedRecoveries uint8 // failed half-open probes in a row
-	Ejections        uint8 // ejections so far: each one doubles the next
+	Ejections        uint8 // ejections so far: each one doubles the next; forgotten after a calm EjectCap
 	ProbeOK          uint8 // successful probes in this half-open period
 	SlowStart        bool  // entered Healthy from a recovery: ramp weight from Since
 }
@@ -224,9 +224,7 @@ func coolAfter(rule Rule, c *Config) int {
 // its upper half so cooled exits do not wake in lockstep and no cooldown
 // collapses to zero (full jitter can re-probe a dead exit at once).
 func (h *Health) cool(rule Rule, o Observation, c *Config, now int64, reason string, ch *Change) {
-	if h.State == Healthy && now-h.Since > int64(c.CooldownCap) {
-		h.Level = 0 // calm for a whole cap: forget old backoff
-	}
+	h.forget(c, now)
 	d := cooldown(rule.Cooldown, h.Level, o.Jitter, c.CooldownCap)
 	if o.RetryAfter > 0 {
 		d = min(o.RetryAfter, c.RetryAfterCap)
@@ -262,7 +260,25 @@ func (h *Health) recover(cause Class, now int64, reason string, ch *Change) {
 	h.SlowStart = true
 }
 
+// forget drops the backoff of a record healthy for long: the cooldown
+// level after a calm CooldownCap, the ejection count after a calm EjectCap
+// (seed 000: an exit that has served well for an hour starts again from
+// the shortest ejection). Called as trouble starts, before the level or
+// count grows.
+func (h *Health) forget(c *Config, now int64) {
+	if h.State != Healthy {
+		return
+	}
+	if now-h.Since > int64(c.CooldownCap) {
+		h.Level = 0
+	}
+	if now-h.Since > int64(c.EjectCap) {
+		h.Ejections = 0
+	}
+}
+
 func (h *Health) eject(c *Config, cause Class, now int64, reason string, ch *Change) {
+	h.forget(c, now)
 	d := c.EjectCap
 	if h.Ejections < 40 && c.EjectTime<<h.Ejections < c.EjectCap {
 		d = c.EjectTime << h.Ejections

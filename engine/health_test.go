@@ -256,6 +256,23 @@ func TestProbesRestoreOrRecool(t *testing.T) {
 	if e.State != Ejected || e.Until-now != int64(c.EjectTime) {
 		t.Fatalf("state %v for %v, want ejected for %v", e.State, time.Duration(e.Until-now), c.EjectTime)
 	}
+	// Each ejection doubles the next, until the record has been healthy for
+	// a whole EjectCap: then the next is the shortest again.
+	e.wake(&c, ScopeRoute, e.Until)
+	probe(&e, ProxyTimeout, e.Until)
+	probe(&e, ProxyTimeout, e.Until) // ... failing recoveries until ejected again
+	for e.State != Ejected {
+		e.wake(&c, ScopeRoute, e.Until)
+		probe(&e, ProxyTimeout, e.Until)
+	}
+	if d := time.Duration(e.Until - e.Since); d != 2*c.EjectTime {
+		t.Fatalf("second ejection for %v, want %v", d, 2*c.EjectTime)
+	}
+	healed := Health{State: Healthy, Since: now, Ejections: 5}
+	healed.eject(&c, ProxyTimeout, now+int64(c.EjectCap)+1, "test", &Change{})
+	if d := time.Duration(healed.Until - healed.Since); d != c.EjectTime {
+		t.Fatalf("ejection after a calm EjectCap for %v, want %v", d, c.EjectTime)
+	}
 	// Pairs never eject: that takes cross-target evidence.
 	p := Health{State: HalfOpen, FailedRecoveries: 10}
 	p.observe(Observation{Class: Blocked, Probe: true}, ScopeTarget, &c, now)

@@ -172,8 +172,10 @@ var scenarios = []struct {
 		engine.Config{MaxRemovedShare: -1, Rules: longBans()}, routes(4), noIncidentAlone},
 	{"EjectAfter failed recoveries eject a route",
 		engine.Config{MaxRemovedShare: -1}, routes(4), ejectAfterFailedProbes},
-	{"failed recoveries on EjectTargets targets eject a route",
+	{"failed recoveries on EjectTargets targets eject a route failing by itself",
 		engine.Config{MaxRemovedShare: -1}, routes(20), ejectAcrossTargets},
+	{"failed recoveries on EjectTargets targets alone eject nothing",
+		engine.Config{MaxRemovedShare: -1}, routes(20), sitesAloneEjectNothing},
 }
 
 // rig is one scenario: an engine over a fresh store, and the scenario's
@@ -785,19 +787,43 @@ func ejectAfterFailedProbes(r *rig) {
 // targets: the exit, not one site, is the problem.
 func ejectAcrossTargets(r *rig) {
 	cfg := r.e.Config()
-	for i := range cfg.EjectTargets {
+	r.attempt("r0", "t0.example", fail(engine.ProxyTimeout)) // the exit fails by itself too
+	failBlockedRecoveries(r, cfg.EjectTargets)
+	if h := r.wantState("r0", engine.Ejected); h.UntilTime().Sub(r.now) != cfg.EjectTime {
+		r.t.Fatalf("ejected until %v, want %v from now", h.UntilTime(), cfg.EjectTime)
+	}
+}
+
+// sitesAloneEjectNothing: failed recoveries on EjectTargets targets leave a
+// route that works by itself in place, its pairs cooled: removal is scoped
+// first.
+func sitesAloneEjectNothing(r *rig) {
+	failBlockedRecoveries(r, r.e.Config().EjectTargets)
+	r.wantState("r0", engine.Candidate)
+}
+
+// failBlockedRecoveries has r0 banned on n targets, one after another,
+// each pair's recovery probe banned again; r0's own state stays what it
+// was until the last.
+func failBlockedRecoveries(r *rig, n int) {
+	before := r.health("r0").State
+	for i := range n {
 		target := fmt.Sprintf("t%d.example", i)
 		r.attempt("r0", target, fail(engine.Blocked))
 		r.now = endOf(r.wantPair("r0", target, engine.Cooling))
 		r.sweep()
-		r.probe(r.nextProbe("r0", target), fail(engine.Blocked))
-		r.wantPair("r0", target, engine.Cooling)
-		if i < cfg.EjectTargets-1 {
-			r.wantState("r0", engine.Candidate)
+		// The pairs banned before may be half-open again: only this
+		// target's probe is answered.
+		jobs := r.e.ProbeJobs(nil)
+		j := slices.IndexFunc(jobs, func(j engine.ProbeJob) bool { return j.Route == "r0" && j.Target == target })
+		if j < 0 {
+			r.t.Fatalf("probe jobs %+v, want one of r0 against %q", jobs, target)
 		}
-	}
-	if h := r.wantState("r0", engine.Ejected); h.UntilTime().Sub(r.now) != cfg.EjectTime {
-		r.t.Fatalf("ejected until %v, want %v from now", h.UntilTime(), cfg.EjectTime)
+		r.probe(jobs[j], fail(engine.Blocked))
+		r.wantPair("r0", target, engine.Cooling)
+		if i < n-1 {
+			r.wantState("r0", before)
+		}
 	}
 }
 
