@@ -540,9 +540,9 @@ func TestUnknownPaths(t *testing.T) {
 		path       string
 		wantStatus int
 	}{
-		{"root", http.MethodGet, "/", http.StatusNotFound},
+		{"beside the dashboard", http.MethodGet, "/index.html", http.StatusNotFound},
 		{"unknown api", http.MethodGet, "/api/nodes", http.StatusNotFound},
-		{"single route", http.MethodGet, "/api/routes/" + url.PathEscape(bob), http.StatusNotFound},
+		{"unknown route", http.MethodGet, "/api/routes/" + url.PathEscape("http://alice-Kx7:s3cr3t-Pa55@10.0.0.1:8080"), http.StatusNotFound},
 		{"trailing segment", http.MethodPost, actionPath(bob, "drain") + "/now", http.StatusNotFound},
 		{"POST to a read endpoint", http.MethodPost, "/api/routes", http.StatusMethodNotAllowed},
 		{"DELETE metrics", http.MethodDelete, "/metrics", http.StatusMethodNotAllowed},
