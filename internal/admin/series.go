@@ -18,13 +18,15 @@ type latencyHistogram struct {
 	counts [latencyBuckets]atomic.Uint64
 }
 
-func (h *latencyHistogram) observe(d time.Duration) {
+func (h *latencyHistogram) observe(d time.Duration) { h.counts[bucketOf(d)].Add(1) }
+
+// bucketOf is the bucket of latency d.
+func bucketOf(d time.Duration) int {
 	ms := float64(d) / float64(time.Millisecond)
-	i := 0
-	if ms > 1 {
-		i = min(int(math.Ceil(4*math.Log2(ms))), latencyBuckets-1)
+	if ms <= 1 {
+		return 0
 	}
-	h.counts[i].Add(1)
+	return min(int(math.Ceil(4*math.Log2(ms))), latencyBuckets-1)
 }
 
 // bucketMS is the upper bound of bucket i, in milliseconds.

@@ -589,6 +589,13 @@ func TestNoCredentialsInAnyResponse(t *testing.T) {
 		{http.MethodPost, actionPath(alice, "eject"), "Bearer " + token},
 		{http.MethodGet, "/api/routes", ""}, // again, with alice ejected
 		{http.MethodGet, "/api/events", ""},
+		{http.MethodGet, "/api/routes/" + url.PathEscape(alice), ""},
+		{http.MethodGet, "/api/routes/" + url.PathEscape(typedWithPassword), ""},
+		{http.MethodGet, "/api/dash/overview", ""},
+		{http.MethodGet, "/api/dash/routes", ""},
+		{http.MethodGet, "/api/dash/heatmap", ""},
+		{http.MethodGet, "/api/dash/targets", ""},
+		{http.MethodGet, "/api/events?route=" + url.QueryEscape(typedWithPassword), ""},
 	}
 	for _, r := range requests {
 		status, h, body := f.do(t, r.method, r.path, r.auth)
