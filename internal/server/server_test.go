@@ -84,6 +84,46 @@ func TestRunServesUntilItsContextEnds(t *testing.T) {
 	})
 }
 
+// TestShutdownEndsEventStreams: a dashboard's event stream never goes
+// idle, so a graceful shutdown would wait out its whole grace for it; the
+// admin ends the streams as shutdown starts.
+func TestShutdownEndsEventStreams(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		proxy, adm := listen(t), listen(t)
+		s, err := New(config.WithRoutes(direct(t)), Listeners{Proxy: proxy, Admin: adm}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		const grace = time.Minute
+		go func() { done <- s.Run(ctx, grace) }()
+		resp, err := http.Get("http://" + adm.Addr().String() + "/api/events/stream")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if _, err := resp.Body.Read(make([]byte, 1)); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Run still waiting %v after its context ended, with a stream open (grace %v)", time.Since(start), grace)
+		}
+		// The stream ended with the server.
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			t.Logf("stream: %v", err)
+		}
+	})
+}
+
 func TestRunReportsAFailedListener(t *testing.T) {
 	t.Parallel()
 	proxy := listen(t)
