@@ -122,7 +122,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 		return 2
 	}
 	if ln.Admin != nil {
-		log.Info("admin listening", "addr", ln.Admin.Addr().String(), "routes", "/api/routes", "metrics", "/metrics")
+		log.Info("admin listening", "addr", ln.Admin.Addr().String(), "dashboard", "/", "routes", "/api/routes", "metrics", "/metrics")
 	}
 	log.Info("forward proxy listening", "addr", ln.Proxy.Addr().String(), "routes", len(cfg.RouteList), "users", len(cfg.Users),
 		"private_networks_blocked", cfg.BlockPrivate(), "state", srv.StateAddr())

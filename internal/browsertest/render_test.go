@@ -2,6 +2,8 @@ package browsertest
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -67,6 +69,18 @@ func TestDashboardRenders10kRoutes(t *testing.T) {
 		srv.Close()
 	})
 	b := newBrowser(t) // closed first: cleanups run last in, first out
+	for _, path := range []string{"/api/dash/routes", "/api/dash/heatmap", "/api/routes"} {
+		resp, err := http.Get(hs.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
+		}
+		t.Logf("GET %s: %d KiB", path, n>>10)
+	}
 
 	start := time.Now()
 	b.run(t, 30*time.Second, chromedp.Navigate(hs.URL+"/#routes"))

@@ -179,13 +179,14 @@ function chart(canvas, lines, colors, fixedMax) {
     let started = false;
     l.forEach((v, j) => {
       if (Number.isNaN(v)) { started = false; return; }
-      const x = l.length < 2 ? w : (j / (l.length - 1)) * w, y = h - 2 - (v / maxV) * (h - 6);
+      // The top 14 px are the scale's label.
+      const x = l.length < 2 ? w : (j / (l.length - 1)) * w, y = h - 2 - (v / maxV) * (h - 16);
       if (started) g.lineTo(x, y); else { g.moveTo(x, y); started = true; }
     });
     g.stroke();
   });
   g.fillStyle = cssVar('--muted'); g.font = '10px system-ui';
-  g.fillText(fmt(maxV, 2), 2, 10);
+  g.fillText('max ' + fmt(maxV, 2), 2, 10);
 }
 
 pages.overview = {
@@ -718,6 +719,9 @@ function start() {
   document.addEventListener('visibilitychange', refresh);
   route();
   setInterval(refresh, POLL_MS);
+  // Whether the gateway has a token at all, for the header, whatever the
+  // first page.
+  get('/api/dash/overview').then((o) => { auth.readOnly = o.read_only; showAuth(); }).catch(() => { /* the header stays */ });
   // The group-by choices are the routes' label keys, read once.
   get('/api/dash/routes').then((d) => {
     const li = d.columns.indexOf('labels');
