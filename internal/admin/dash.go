@@ -2,6 +2,7 @@ package admin
 
 import (
 	"cmp"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -166,7 +167,7 @@ func (s *Server) dashHeatmap(w http.ResponseWriter, r *http.Request) {
 	for i, r := range rows {
 		out[i] = []any{r.id, r.group, r.state, string(r.cells)}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"states": states(), "group": group, "targets": targets, "rows": out})
+	writeJSON(w, http.StatusOK, map[string]any{"states": states(), "targets": targets, "rows": out})
 }
 
 // targetRow is one target of /api/dash/targets.
@@ -262,8 +263,8 @@ func (s *Server) dashTargets(w http.ResponseWriter, _ *http.Request) {
 // buckets), over which the overview shows its use.
 const budgetWindow = 10 * time.Second
 
-// dashOverview is GET /api/dash/overview: the pool by state, open
-// incidents, shared state, the retry and hedge budgets' use and the
+// dashOverview is GET /api/dash/overview: the pool by state, the routes'
+// label keys, open incidents, shared state, the retry and hedge budgets' use and the
 // series of the last minutes, as rows of
 // [unix ms, seconds, requests, ok, attempts, retries, hedges, p50 ms, p95 ms].
 func (s *Server) dashOverview(w http.ResponseWriter, _ *http.Request) {
@@ -272,8 +273,12 @@ func (s *Server) dashOverview(w http.ResponseWriter, _ *http.Request) {
 	for _, name := range states() {
 		pool[name] = 0
 	}
+	keys := make(map[string]bool)
 	for i := range snap {
 		pool[snap[i].Health.State.String()]++
+		for _, l := range snap[i].Labels {
+			keys[l.Key] = true
+		}
 	}
 	incidents := make([]incidentJSON, 0)
 	for _, in := range s.engine.Incidents() {
@@ -310,12 +315,13 @@ func (s *Server) dashOverview(w http.ResponseWriter, _ *http.Request) {
 		hedgeUse = round3(float64(hedges) / hedgeCap)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
-		"routes":    len(snap),
-		"pool":      pool,
-		"incidents": incidents,
-		"state":     state,
-		"read_only": !s.hasToken,
-		"try":       s.proxy != nil,
+		"routes":     len(snap),
+		"pool":       pool,
+		"label_keys": slices.Sorted(maps.Keys(keys)), // what the heatmap may group by
+		"incidents":  incidents,
+		"state":      state,
+		"read_only":  !s.hasToken,
+		"try":        s.proxy != nil,
 		"budget": map[string]any{
 			"retry_ratio": s.budget.BudgetRatio, "hedge_ratio": s.budget.HedgeRatio,
 			"requests": requests, "retries": retries, "hedges": hedges,

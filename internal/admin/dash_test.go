@@ -337,8 +337,9 @@ func TestDashOverview(t *testing.T) {
 			RetryUse                  float64 `json:"retry_use"`
 			HedgeUse                  float64 `json:"hedge_use"`
 		} `json:"budget"`
-		Series   [][]float64 `json:"series"`
-		ReadOnly bool        `json:"read_only"`
+		Series    [][]float64 `json:"series"`
+		ReadOnly  bool        `json:"read_only"`
+		LabelKeys []string    `json:"label_keys"`
 	}
 	f.getJSON(t, "/api/dash/overview", &got)
 	if got.Routes != 4 || got.Pool["cooling"] != 1 || got.Pool["candidate"] != 2 || got.Pool["healthy"] != 1 || got.Pool["draining"] != 0 {
@@ -346,6 +347,9 @@ func TestDashOverview(t *testing.T) {
 	}
 	if got.State.Kind != "redis" || got.State.Addr != "127.0.0.1:6379" || got.State.Degraded != "redis out of reach" || got.ReadOnly {
 		t.Errorf("state %+v, read-only %v", got.State, got.ReadOnly)
+	}
+	if fmt.Sprint(got.LabelKeys) != "[region tier]" {
+		t.Errorf("label keys %v", got.LabelKeys)
 	}
 	if fmt.Sprint(got.Incidents) != "[{down.example target_5xx}]" {
 		t.Errorf("incidents %v", got.Incidents)

@@ -606,7 +606,8 @@ pages.targets = {
 
 // --- events (live, paused while the reader scrolls) ----------------------
 
-const evs = { list: [], pending: 0, paused: false, manual: false, drawn: false };
+// source is the stream's state: 'up' or 'down' (reconnecting).
+const evs = { list: [], pending: 0, paused: false, manual: false, drawn: false, source: '' };
 
 function evMatch(e) {
   const r = $('ev-route').value.trim(), t = $('ev-target').value.trim(), k = $('ev-kind').value;
@@ -669,7 +670,10 @@ function setupEvents() {
   src.addEventListener('state', take);
   src.addEventListener('incident', take);
   src.addEventListener('dropped', (m) => status(m.data + ' events were dropped: this tab fell behind'));
-  src.addEventListener('open', () => { evs.source = 'up'; showLive(); });
+  src.addEventListener('open', () => {
+    if (evs.source === 'down') evs.drawn = false; // what was missed meanwhile is fetched again
+    evs.source = 'up'; showLive();
+  });
   src.addEventListener('error', () => { evs.source = 'down'; showLive(); });
 }
 
@@ -719,16 +723,12 @@ function start() {
   document.addEventListener('visibilitychange', refresh);
   route();
   setInterval(refresh, POLL_MS);
-  // Whether the gateway has a token at all, for the header, whatever the
-  // first page.
-  get('/api/dash/overview').then((o) => { auth.readOnly = o.read_only; showAuth(); }).catch(() => { /* the header stays */ });
-  // The group-by choices are the routes' label keys, read once.
-  get('/api/dash/routes').then((d) => {
-    const li = d.columns.indexOf('labels');
-    const keys = new Set();
-    for (const r of d.rows) for (const kv of r[li].split(' ')) if (kv) keys.add(kv.split('=')[0]);
-    for (const k of [...keys].sort()) $('hm-group').append(el('option', {}, k));
-  }).catch(() => { /* grouping stays off */ });
+  // Read once, whatever the first page: whether the gateway has a token
+  // at all, for the header, and the label keys the heatmap may group by.
+  get('/api/dash/overview').then((o) => {
+    auth.readOnly = o.read_only; showAuth();
+    for (const k of o.label_keys) $('hm-group').append(el('option', {}, k));
+  }).catch(() => { /* the header stays; grouping stays off */ });
 }
 
 start();
