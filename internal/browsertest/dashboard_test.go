@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/config"
@@ -124,6 +126,19 @@ func (g *gateway) load(rate int, labels string, urls ...string) (stop func()) {
 	}
 }
 
+// colorScheme emulates prefers-color-scheme: "dark", "light", or "" for
+// the system's.
+func colorScheme(scheme string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		params := emulation.SetEmulatedMediaParams{}
+		if scheme != "" {
+			params.Features = []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}
+		}
+		_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, params)
+		return err
+	})
+}
+
 func (g *gateway) state(t *testing.T, id string) engine.State {
 	t.Helper()
 	st, ok := g.srv.Engine().Route(id)
@@ -137,6 +152,7 @@ func (g *gateway) state(t *testing.T, id string) engine.State {
 // as a user would: the overview, a route failing, the event stream, an
 // operator action with and without the token, and a tried request.
 func TestDashboard(t *testing.T) {
+	chromiumPath(t) // skip before building anything
 	g := startGateway(t, []fake{
 		{id: "m1", labels: "pool=main provider=acme"},
 		{id: "m2", labels: "pool=main provider=acme"},
@@ -167,6 +183,10 @@ func TestDashboard(t *testing.T) {
 		b.run(t, 5*time.Second, js(`location.hash = '#overview'`))
 		b.until(t, 10*time.Second, `document.getElementById('ch-rps').width > 0`)
 		b.screenshot(t, "overview")
+		b.run(t, 5*time.Second, colorScheme("dark"))
+		b.until(t, 5*time.Second, `getComputedStyle(document.body).backgroundColor !== 'rgb(251, 251, 250)'`)
+		b.screenshot(t, "overview-dark")
+		b.run(t, 5*time.Second, colorScheme(""))
 	})
 
 	t.Run("a failing route turns cooling in the table and the heatmap", func(t *testing.T) {
@@ -190,6 +210,14 @@ func TestDashboard(t *testing.T) {
 			document.getElementById('hm-tip').textContent.startsWith('victim × localhost: cooling') && window.notReloaded`)
 		b.screenshot(t, "heatmap")
 		b.run(t, 5*time.Second, chromedp.MouseClickXY(at[0], at[1]))
+		b.until(t, 10*time.Second, `[...document.querySelectorAll('#hm-events li')].some((li) => li.textContent.includes('→ cooling'))`)
+
+		// The same from the keyboard: focus the map, move to the cell,
+		// hear it described, open its events.
+		b.run(t, 5*time.Second, js(`document.getElementById('hm-events').replaceChildren()`),
+			chromedp.Focus(chromedp.CSS(`#hm-canvas`)), chromedp.KeyEvent(kb.ArrowDown))
+		b.until(t, 10*time.Second, `document.getElementById('hm-cell').textContent.startsWith('victim × localhost: ')`)
+		b.run(t, 5*time.Second, chromedp.KeyEvent(kb.Enter))
 		b.until(t, 10*time.Second, `[...document.querySelectorAll('#hm-events li')].some((li) => li.textContent.includes('→ cooling'))`)
 	})
 

@@ -29,6 +29,7 @@ const (
 // heatmap over 10,000 routes and 50 targets with evidence, served by the
 // admin over a real engine; no traffic is needed, so none is sent.
 func TestDashboardRenders10kRoutes(t *testing.T) {
+	chromiumPath(t) // skip before building anything
 	const routes, targets = 10_000, 50
 	var list strings.Builder
 	for i := range routes {
