@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -429,5 +430,58 @@ func TestEventFilters(t *testing.T) {
 				t.Errorf("got %v\nwant %v", got, want)
 			}
 		})
+	}
+}
+
+func TestAcceptsGzip(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		header string
+		want   bool
+	}{
+		{"", false},
+		{"gzip", true},
+		{"gzip, deflate, br, zstd", true},
+		{"br;q=1.0, GZIP;q=0.5", true},
+		{"gzip;q=0", false},
+		{"gzip; q=0.000", false},
+		{"gzip;q=bad", false},
+		{"deflate, *", false},
+		{"xgzip", false},
+	}
+	for _, tc := range tests {
+		if got := acceptsGzip(tc.header); got != tc.want {
+			t.Errorf("acceptsGzip(%q) = %v, want %v", tc.header, got, tc.want)
+		}
+	}
+}
+
+func TestDashGzip(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	_, _, plain := f.do(t, http.MethodGet, "/api/dash/routes", "")
+	req, err := http.NewRequest(http.MethodGet, f.hs.URL+"/api/dash/routes", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept-Encoding", "gzip") // set by hand: the transport leaves the body compressed
+	resp, err := f.hs.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get("Content-Encoding") != "gzip" || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("headers %v", resp.Header)
+	}
+	zr, err := gzip.NewReader(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(plain) {
+		t.Errorf("gzipped %s, plain %s", got, plain)
 	}
 }
