@@ -236,7 +236,7 @@ func TestDashboard(t *testing.T) {
 			chromedp.WaitVisible(chromedp.CSS(`#rd-facts .badge`)),
 			chromedp.Click(chromedp.CSS(`[data-action="drain"]`)),
 			chromedp.WaitVisible(chromedp.CSS(`#token-dialog`)),
-			chromedp.Click(chromedp.CSS(`#token-dialog button[value="cancel"]`)))
+			chromedp.Click(chromedp.CSS(`#token-cancel`)))
 		b.until(t, 5*time.Second, note+` === 'not sent: no token given'`)
 		b.run(t, 10*time.Second,
 			chromedp.Click(chromedp.CSS(`[data-action="drain"]`)),
@@ -250,8 +250,7 @@ func TestDashboard(t *testing.T) {
 		b.run(t, 10*time.Second,
 			chromedp.Click(chromedp.CSS(`[data-action="drain"]`)),
 			chromedp.WaitVisible(chromedp.CSS(`#token-dialog`)),
-			chromedp.SendKeys(chromedp.CSS(`#token-input`), adminToken),
-			chromedp.Click(chromedp.CSS(`#token-ok`)))
+			chromedp.SendKeys(chromedp.CSS(`#token-input`), adminToken+kb.Enter)) // Enter uses the token
 		b.until(t, 10*time.Second, note+` === 'drain: done' && document.querySelector('#rd-facts .badge.draining') !== null`)
 		if s := g.state(t, "m1"); s != engine.Draining {
 			t.Fatalf("m1 is %v after the drain", s)

@@ -714,6 +714,8 @@ function start() {
   $('tg-filter').addEventListener('input', drawTargets);
   $('token-button').addEventListener('click', () => askToken());
   $('token-forget').addEventListener('click', () => auth.set(''));
+  // Cancel is no submit button, so that Enter in the field uses the token.
+  $('token-cancel').addEventListener('click', () => $('token-dialog').close('cancel'));
   for (const b of document.querySelectorAll('[data-action]')) b.addEventListener('click', () => act(b.dataset.action));
   setupHeatmap();
   setupEvents();
