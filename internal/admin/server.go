@@ -115,7 +115,8 @@ type Server struct {
 	routes atomic.Pointer[map[string]*route.Route] // by id, the addresses to show; replaced whole by SetRoutes
 
 	// The sampler goroutine fills series every sampleEvery until stop
-	// closes; it closes sampled as it exits.
+	// closes; it closes sampled as it exits. series and streams are safe
+	// for concurrent use.
 	series      *Series
 	sampleEvery time.Duration
 	stop        chan struct{}
@@ -202,8 +203,9 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 	s.mux.Handle("/api/dash/heatmap", readOnly(gzipped(http.HandlerFunc(s.dashHeatmap))))
 	s.mux.Handle("/api/dash/targets", readOnly(gzipped(http.HandlerFunc(s.dashTargets))))
 	s.mux.HandleFunc("/api/try", s.try)
-	s.mux.Handle("/{$}", readOnly(dashboard()))
-	s.mux.Handle("/ui/", readOnly(dashboard()))
+	ui := readOnly(dashboard())
+	s.mux.Handle("/{$}", ui)
+	s.mux.Handle("/ui/", ui)
 	// Route ids hold "/" (http://host:port), so clients path-escape
 	// them (url.PathEscape); the mux matches and unescapes each segment.
 	s.mux.HandleFunc("/api/routes/{id}/{action}", s.act)

@@ -4,6 +4,7 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"strings"
 )
 
 // The dashboard's assets: plain HTML, CSS and JavaScript, embedded so the
@@ -28,11 +29,14 @@ func dashboard() http.Handler {
 		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; base-uri 'none'; frame-ancestors 'none'; form-action 'none'")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
-		if r.URL.Path == "/" {
+		switch {
+		case r.URL.Path == "/":
 			h.Set("Cache-Control", "no-cache")
 			http.ServeFileFS(w, r, sub, "index.html")
-			return
+		case strings.HasSuffix(r.URL.Path, "/"):
+			writeError(w, http.StatusNotFound, "no such endpoint") // no directory listings
+		default:
+			files.ServeHTTP(w, r)
 		}
-		files.ServeHTTP(w, r)
 	})
 }
