@@ -227,6 +227,22 @@ func TestDashboard(t *testing.T) {
 			li.textContent.includes('→ cooling') && li.textContent.includes('proxy_connect_failed') &&
 			li.querySelector('.reason') !== null && li.textContent.includes('[rules ')) && window.notReloaded`)
 		b.screenshot(t, "events")
+
+		// Scrolled down to read, the list holds still and counts what
+		// arrives; back at the top it shows it.
+		b.run(t, 5*time.Second, js(`{ const l = document.getElementById('ev-list'); l.style.height = '80px'; l.scrollTop = 40; }`))
+		b.until(t, 5*time.Second, `document.getElementById('ev-live').textContent.startsWith('paused')`)
+		if err := g.srv.Engine().Drain(time.Now(), "m2"); err != nil {
+			t.Fatal(err)
+		}
+		// Other routes' changes may arrive too: the count is at least 1.
+		drained := `[...document.querySelectorAll('#ev-list li[data-route="m2"]')].some((li) => li.textContent.includes('→ draining'))`
+		// The event came (the page holds it) but is not shown.
+		b.until(t, 10*time.Second, `evs.list.some((e) => e.route === 'm2' && e.to === 'draining') &&
+			/^paused: [1-9]/.test(document.getElementById('ev-live').textContent) && !`+drained)
+		b.run(t, 5*time.Second, js(`document.getElementById('ev-list').scrollTop = 0`))
+		b.until(t, 5*time.Second, `document.getElementById('ev-live').textContent === 'live' && `+drained)
+		b.run(t, 5*time.Second, js(`document.getElementById('ev-list').style.height = ''`))
 	})
 
 	t.Run("drain needs the token", func(t *testing.T) {
