@@ -219,6 +219,11 @@ func TestDashboard(t *testing.T) {
 		b.until(t, 10*time.Second, `document.getElementById('hm-cell').textContent.startsWith('victim × localhost: ')`)
 		b.run(t, 5*time.Second, chromedp.KeyEvent(kb.Enter))
 		b.until(t, 10*time.Second, `[...document.querySelectorAll('#hm-events li')].some((li) => li.textContent.includes('→ cooling'))`)
+
+		// A row's name opens its route's page.
+		b.run(t, 5*time.Second, chromedp.MouseClickXY(at[0]-eval[float64](t, b, `hm.labelW`)+20, at[1]))
+		b.until(t, 10*time.Second, `location.hash === '#route/victim' && document.getElementById('rd-id').textContent === 'victim' &&
+			document.querySelector('#rd-facts .badge') !== null`)
 	})
 
 	t.Run("the state change arrives on the stream with its reason", func(t *testing.T) {

@@ -367,7 +367,7 @@ pages.route = {
       ['Cause', r.cause || '–'], ['Cooldown until', r.cooldown_until ? timeOf(r.cooldown_until) : '–'],
     ]);
     $('rd-targets').replaceChildren(...r.targets.map((t) => el('tr', { 'data-target': t.target },
-      el('td', {}, t.target), el('td', {}, badge(t.state)), el('td', { className: 'num' }, fmt(t.score, 3)),
+      el('td', {}, el('a', { href: '#events', onclick: () => { $('ev-route').value = id; $('ev-target').value = t.target; } }, t.target)), el('td', {}, badge(t.state)), el('td', { className: 'num' }, fmt(t.score, 3)),
       el('td', { className: 'num' }, fmt(t.samples, 0)), el('td', {}, t.cause || ''), el('td', {}, t.cooldown_until ? timeOf(t.cooldown_until) : ''))));
     $('rd-events').replaceChildren(...(r.events.length ? r.events.map(eventItem) : [el('li', {}, 'no events kept for this route')]));
   },
@@ -475,6 +475,14 @@ function drawHeatmap() {
   g.restore();
 }
 
+// rowAt is the row whose label is under the pointer, or -1.
+function rowAt(ev) {
+  const rect = $('hm-canvas').getBoundingClientRect();
+  const x = ev.clientX - rect.left, y = ev.clientY - rect.top;
+  const r = Math.floor((y - hm.headH + $('hm-scroll').scrollTop) / hm.cell);
+  return x < hm.labelW && y >= hm.headH && r < hm.rows.length ? r : -1;
+}
+
 function cellAt(ev) {
   const cv = $('hm-canvas'), sc = $('hm-scroll');
   const rect = cv.getBoundingClientRect();
@@ -556,6 +564,8 @@ function setupHeatmap() {
   });
   cv.addEventListener('mouseleave', () => { tip.hidden = true; last = ''; hm.tipPos = null; });
   cv.addEventListener('click', (ev) => {
+    const row = rowAt(ev);
+    if (row >= 0) { location.hash = routeHref(hm.rows[row][0]); return; } // a label opens its route
     const pos = cellAt(ev);
     if (!pos) return;
     hm.cur = pos; drawHeatmap();
@@ -592,7 +602,7 @@ function drawTargets() {
   const v = q ? targetRows.filter((t) => t.target.toLowerCase().includes(q)) : targetRows;
   $('tg-count').textContent = plural(v.length, 'target');
   $('tg-body').replaceChildren(...v.slice(0, 1000).map((t) => el('tr', { 'data-target': t.target },
-    el('td', {}, el('a', { href: '#events', onclick: () => { $('ev-target').value = t.target; } }, t.target)),
+    el('td', {}, el('a', { href: '#events', onclick: () => { $('ev-route').value = ''; $('ev-target').value = t.target; } }, t.target)),
     el('td', { className: 'num' }, fmt(t.good, 0)), el('td', { className: 'num' }, fmt(t.cooling, 0)),
     el('td', { className: 'num' }, fmt(t.banned, 0)), el('td', { className: 'num' }, fmt(t.samples, 0)),
     el('td', {}, t.tolerance ? fmt(t.tolerance, 1) + ' / window / exit' + (t.paced ? ', ' + t.paced + ' routes at ' + fmt(t.paced_rate, 2) + ' req/s' : '') : '–'),
