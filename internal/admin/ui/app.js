@@ -672,6 +672,14 @@ function setupEvents() {
     if (!evs.paused) { list.scrollTop = 0; drawEvents(); } else showLive();
   });
   for (const id of ['ev-route', 'ev-target', 'ev-kind']) $(id).addEventListener('input', drawEvents);
+  connectStream();
+}
+
+// connectStream opens the event stream. The browser reconnects by itself
+// after a dropped connection, but gives up on an answer other than 200
+// (a gateway shutting down, or at its cap of streams): then a new one is
+// opened a few seconds later.
+function connectStream() {
   const src = new EventSource('/api/events/stream');
   const take = (m) => {
     try { addEvent(JSON.parse(m.data)); } catch { return; }
@@ -684,7 +692,10 @@ function setupEvents() {
     if (evs.source === 'down') evs.drawn = false; // what was missed meanwhile is fetched again
     evs.source = 'up'; showLive();
   });
-  src.addEventListener('error', () => { evs.source = 'down'; showLive(); });
+  src.addEventListener('error', () => {
+    evs.source = 'down'; showLive();
+    if (src.readyState === EventSource.CLOSED) setTimeout(connectStream, 5000);
+  });
 }
 
 // --- try a request ------------------------------------------------------
