@@ -205,7 +205,10 @@ pages.overview = {
     $('ov-success').textContent = req > 0 ? fmt(100 * sum(3) / req, 1) + ' %' : '–';
     $('ov-apr').textContent = req > 0 ? fmt(sum(4) / req, 2) : '–';
     const lp = pts.length ? pts[pts.length - 1] : null;
-    $('ov-latency').textContent = lp && lp[4] > 0 ? fmtMS(lp[7]) + ' / ' + fmtMS(lp[8]) : '–';
+    // Quantiles are their bucket's upper bound; the first bucket holds all
+    // under a millisecond.
+    const q = (ms) => (ms <= 1 ? '≤ 1 ms' : fmtMS(ms));
+    $('ov-latency').textContent = lp && lp[4] > 0 ? q(lp[7]) + ' / ' + q(lp[8]) : '–';
     const accent = cssVar('--accent'), warn = cssVar('--s-cooling');
     chart($('ch-rps'), [pts.map((p) => p[1] > 0 ? p[2] / p[1] : NaN)], [accent]);
     chart($('ch-success'), [pts.map((p) => p[2] > 0 ? p[3] / p[2] : NaN)], [cssVar('--s-healthy')], 1);
