@@ -92,6 +92,7 @@ async function post(path, body) {
     method: 'POST',
     headers: { 'Authorization': 'Bearer ' + auth.token, 'Content-Type': 'application/json' },
     body: body === undefined ? undefined : JSON.stringify(body),
+    signal: AbortSignal.timeout(40000), // a tried request has 30 s
   });
   if (r.status === 401) {
     auth.set(''); // a wrong token is forgotten, so the next try asks again
@@ -106,7 +107,8 @@ async function post(path, body) {
 }
 
 async function get(path) {
-  const r = await fetch(path, { headers: { 'Accept': 'application/json' } });
+  // Bounded, so that one stuck answer cannot stop the polling for good.
+  const r = await fetch(path, { headers: { 'Accept': 'application/json' }, signal: AbortSignal.timeout(15000) });
   if (!r.ok) {
     let msg = r.status + ' ' + r.statusText;
     try { msg = (await r.json()).error || msg; } catch { /* no JSON body */ }
