@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -214,4 +217,86 @@ func TestStreamBuffersAreBounded(t *testing.T) {
 	if len(picky.events) != 0 || picky.takeDropped() != 0 {
 		t.Error("a client filtering another target got events")
 	}
+}
+
+// gatedWriter is a client connection that takes each write only when the
+// test lets it: a reader slower than the events.
+type gatedWriter struct {
+	header http.Header
+	gate   chan struct{} // one receive per write
+	wrote  chan string   // what each write carried
+}
+
+func (g *gatedWriter) Header() http.Header { return g.header }
+func (g *gatedWriter) WriteHeader(int)     {}
+func (g *gatedWriter) Flush()              {}
+func (g *gatedWriter) Write(b []byte) (int, error) {
+	<-g.gate
+	g.wrote <- string(b)
+	return len(b), nil
+}
+
+func TestSlowStreamIsToldWhatItMissed(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	w := &gatedWriter{header: make(http.Header), gate: make(chan struct{}), wrote: make(chan string, 4)}
+	ctx, cancel := context.WithCancel(context.Background())
+	req := httptestRequest(ctx, "/api/events/stream")
+	done := make(chan struct{})
+	go func() { defer close(done); f.srv.Handler().ServeHTTP(w, req) }()
+	w.gate <- struct{}{} // the greeting
+	<-w.wrote
+	waitStreams(t, f, 1)
+	// Event 0 is taken, and its write held while many more are published.
+	f.srv.streams.publish(engine.Event{Kind: engine.EventState, Route: bob, Reason: "0"})
+	var st *stream
+	f.srv.streams.mu.Lock()
+	for s := range f.srv.streams.subs {
+		st = s
+	}
+	f.srv.streams.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(st.events) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the handler never took event 0")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	const published = 3 * streamBuffer
+	for i := 1; i <= published; i++ {
+		f.srv.streams.publish(engine.Event{Kind: engine.EventState, Route: bob, Reason: strconv.Itoa(i)})
+	}
+	w.gate <- struct{}{}
+	first := <-w.wrote
+	w.gate <- struct{}{}
+	second := <-w.wrote
+	cancel()
+	close(w.gate) // later writes pass, and are read until the handler returns
+	for ended := false; !ended; {
+		select {
+		case <-w.wrote:
+		case <-done:
+			ended = true
+		}
+	}
+	// The buffer kept the newest streamBuffer of the flood. The notices of
+	// the rest (one or two: the handler may count mid-flood) come before
+	// the oldest kept and add up to what was lost.
+	text := first + second
+	oldestKept := strings.Index(text, `"reason":"`+strconv.Itoa(published-streamBuffer+1)+`"`)
+	var lost int
+	for _, m := range regexp.MustCompile(`event: dropped\ndata: (\d+)\n\n`).FindAllStringSubmatchIndex(text, -1) {
+		n, _ := strconv.Atoi(text[m[2]:m[3]])
+		lost += n
+		if m[0] > oldestKept {
+			t.Errorf("a notice after the oldest event kept: %q", text)
+		}
+	}
+	if !strings.Contains(first, `"reason":"0"`) || oldestKept < len(first) || lost != published-streamBuffer {
+		t.Errorf("writes %q then %q: want event 0, then the oldest kept, told of %d lost (told %d)", first, second, published-streamBuffer, lost)
+	}
+}
+
+func httptestRequest(ctx context.Context, path string) *http.Request {
+	return httptest.NewRequest(http.MethodGet, path, nil).WithContext(ctx)
 }
