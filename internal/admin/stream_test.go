@@ -241,7 +241,7 @@ func TestSlowStreamIsToldWhatItMissed(t *testing.T) {
 	f := newFixture(t, Options{})
 	w := &gatedWriter{header: make(http.Header), gate: make(chan struct{}), wrote: make(chan string, 4)}
 	ctx, cancel := context.WithCancel(context.Background())
-	req := httptestRequest(ctx, "/api/events/stream")
+	req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/api/events/stream", nil)
 	done := make(chan struct{})
 	go func() { defer close(done); f.srv.Handler().ServeHTTP(w, req) }()
 	w.gate <- struct{}{} // the greeting
@@ -295,8 +295,4 @@ func TestSlowStreamIsToldWhatItMissed(t *testing.T) {
 	if !strings.Contains(first, `"reason":"0"`) || oldestKept < len(first) || lost != published-streamBuffer {
 		t.Errorf("writes %q then %q: want event 0, then the oldest kept, told of %d lost (told %d)", first, second, published-streamBuffer, lost)
 	}
-}
-
-func httptestRequest(ctx context.Context, path string) *http.Request {
-	return httptest.NewRequest(http.MethodGet, path, nil).WithContext(ctx)
 }
