@@ -134,7 +134,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 		return 2
 	}
 	if ln.Admin != nil {
-		log.Info("admin listening", "addr", ln.Admin.Addr().String(), "routes", "/api/routes", "metrics", "/metrics")
+		log.Info("admin listening", "addr", ln.Admin.Addr().String(), "dashboard", "/", "routes", "/api/routes", "metrics", "/metrics")
 	}
 	if ln.API != nil {
 		log.Info("fetch API listening", "addr", ln.API.Addr().String(), "grpc", "switchyard.v1.Fetcher", "json", "/v1/fetch")

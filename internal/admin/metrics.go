@@ -34,6 +34,14 @@ type Metrics struct {
 	auth           *proxyAuth
 
 	perRoute sync.Map // route id → *routeCounts, for /api/routes
+
+	// The dashboard's totals (series.go), read by its sampler: plain
+	// atomics, since reading a Prometheus vector per sample costs a
+	// lookup per label value.
+	requestsTotal, requestsOK atomic.Uint64
+	attemptsTotal             atomic.Uint64
+	retriesTotal, hedgesTotal atomic.Uint64
+	latency                   latencyHistogram
 }
 
 // routeCounts are one route's attempts since start, and how many were OK.
@@ -165,11 +173,17 @@ func (m *Metrics) WatchRestart(pending func() []string) {
 // retries and hedges are the attempts it made after the first.
 func (m *Metrics) ObserveRequest(method string, class engine.Class, retries, hedges int) {
 	m.requests.WithLabelValues(methodLabel(method), class.String()).Inc()
+	m.requestsTotal.Add(1)
+	if class == engine.OK {
+		m.requestsOK.Add(1)
+	}
 	if retries > 0 {
 		m.retries.Add(float64(retries))
+		m.retriesTotal.Add(uint64(retries))
 	}
 	if hedges > 0 {
 		m.hedges.Add(float64(hedges))
+		m.hedgesTotal.Add(uint64(hedges))
 	}
 }
 
@@ -179,6 +193,8 @@ func (m *Metrics) ObserveAttempt(route string, class engine.Class, latency time.
 	m.auth.observe(route, class, "attempt")
 	m.attempts.WithLabelValues(route, class.String()).Inc()
 	m.attemptSeconds.WithLabelValues(class.String()).Observe(latency.Seconds())
+	m.attemptsTotal.Add(1)
+	m.latency.observe(latency)
 	v, ok := m.perRoute.Load(route)
 	if !ok {
 		v, _ = m.perRoute.LoadOrStore(route, new(routeCounts))

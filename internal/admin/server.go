@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,6 +60,25 @@ type Options struct {
 	// POST /api/reload calls it for holders of Token and answers with its
 	// result; nil answers 404.
 	Reload func() error
+
+	// The dashboard's (docs/design/010-dashboard.md).
+
+	// Proxy is the forward proxy, for the dashboard's "try a request"
+	// (POST /api/try, token holders only); nil answers 404.
+	Proxy http.Handler
+	// StateAddr is the shared state's Redis address, never its password;
+	// "" for state in memory.
+	StateAddr string
+	// Budget is the retry and hedge budget in force, whose use the
+	// overview shows.
+	Budget engine.BudgetConfig
+	// SampleEvery is how often the overview's series samples the
+	// counters; zero or less means 1s. SeriesPoints is how many samples
+	// it keeps; zero or less means 300 (5 minutes at 1s).
+	SampleEvery  time.Duration
+	SeriesPoints int
+	// Now is the clock of the dashboard's views; nil means time.Now.
+	Now func() time.Time
 }
 
 // subscriptionBuffer is the engine subscription's capacity: it absorbs
@@ -79,6 +99,11 @@ type Server struct {
 	reload   func() error
 	log      *slog.Logger
 	mux      *http.ServeMux
+	now      func() time.Time
+	proxy    http.Handler // nil: no "try a request"
+	budget   engine.BudgetConfig
+	// stateAddr is the Redis address of shared state, "" in memory.
+	stateAddr string
 
 	// The collector goroutine reads sub and fills events until Close
 	// closes sub; it closes done as it exits. Both are safe for concurrent
@@ -88,6 +113,20 @@ type Server struct {
 	events *recentEvents
 
 	routes atomic.Pointer[map[string]*route.Route] // by id, the addresses to show; replaced whole by SetRoutes
+
+	// The sampler goroutine fills series every sampleEvery until stop
+	// closes; it closes sampled as it exits. series and streams are safe
+	// for concurrent use.
+	series      *Series
+	sampleEvery time.Duration
+	stop        chan struct{}
+	sampled     chan struct{}
+	closeOnce   sync.Once
+	streams     *streams
+
+	snapMu sync.Mutex
+	snap   []engine.RouteStatus // guarded by snapMu; nil: take a fresh one
+	snapAt time.Time            // guarded by snapMu; when snap was taken
 }
 
 // SetRoutes replaces the routes whose addresses the API shows, after a
@@ -110,6 +149,18 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
+	if opts.SampleEvery <= 0 {
+		opts.SampleEvery = time.Second
+	}
+	if opts.SeriesPoints <= 0 {
+		opts.SeriesPoints = 300
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Budget == (engine.BudgetConfig{}) {
+		opts.Budget = engine.DefaultBudget() // as the gateway reads a zero one
+	}
 	s := &Server{
 		engine:   e,
 		metrics:  m,
@@ -123,6 +174,16 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 		sub:      e.Subscribe(subscriptionBuffer, engine.EventState, engine.EventIncident),
 		done:     make(chan struct{}),
 		events:   newRecentEvents(opts.Events),
+
+		now:         opts.Now,
+		proxy:       opts.Proxy,
+		budget:      opts.Budget,
+		stateAddr:   opts.StateAddr,
+		series:      NewSeries(opts.SeriesPoints),
+		sampleEvery: opts.SampleEvery,
+		stop:        make(chan struct{}),
+		sampled:     make(chan struct{}),
+		streams:     newStreams(),
 	}
 	// Hashing first makes both sides of the comparison the same length,
 	// so neither the comparison's time nor its result leaks the length.
@@ -135,6 +196,16 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 	s.mux.Handle("/api/targets", readOnly(http.HandlerFunc(s.targets)))
 	s.mux.Handle("/api/targets/{target}/pace", readOnly(http.HandlerFunc(s.targetPace)))
 	s.mux.Handle("/api/events", readOnly(http.HandlerFunc(s.listEvents)))
+	s.mux.Handle("/api/events/stream", readOnly(http.HandlerFunc(s.eventStream)))
+	s.mux.Handle("/api/routes/{id}", readOnly(http.HandlerFunc(s.routeDetail)))
+	s.mux.Handle("/api/dash/overview", readOnly(gzipped(http.HandlerFunc(s.dashOverview))))
+	s.mux.Handle("/api/dash/routes", readOnly(gzipped(http.HandlerFunc(s.dashRoutes))))
+	s.mux.Handle("/api/dash/heatmap", readOnly(gzipped(http.HandlerFunc(s.dashHeatmap))))
+	s.mux.Handle("/api/dash/targets", readOnly(gzipped(http.HandlerFunc(s.dashTargets))))
+	s.mux.HandleFunc("/api/try", s.try)
+	ui := readOnly(dashboard())
+	s.mux.Handle("/{$}", ui)
+	s.mux.Handle("/ui/", ui)
 	// Route ids hold "/" (http://host:port), so clients path-escape
 	// them (url.PathEscape); the mux matches and unescapes each segment.
 	s.mux.HandleFunc("/api/routes/{id}/{action}", s.act)
@@ -150,17 +221,43 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 		writeError(w, http.StatusNotFound, "no such endpoint")
 	})
 	go s.collect()
+	go s.sample()
 	return s
 }
 
 // Handler returns the admin endpoints' handler.
 func (s *Server) Handler() http.Handler { return s.mux }
 
-// Close stops the event collector and waits for it to exit. It is
-// idempotent.
+// Close ends the event streams, stops the event collector and the
+// sampler and waits for them to exit. It is idempotent.
 func (s *Server) Close() {
+	s.streams.end()
 	s.sub.Close()
 	<-s.done
+	s.closeOnce.Do(func() { close(s.stop) })
+	<-s.sampled
+}
+
+// EndStreams ends the event streams open (GET /api/events/stream), which
+// would otherwise hold a graceful shutdown of the admin listener until its
+// grace ran out; later ones are refused. Give it to the listener's
+// http.Server.RegisterOnShutdown.
+func (s *Server) EndStreams() { s.streams.end() }
+
+// sample fills the overview's series from the counters until Close.
+func (s *Server) sample() {
+	defer close(s.sampled)
+	tick := time.NewTicker(s.sampleEvery)
+	defer tick.Stop()
+	s.series.Sample(s.now(), s.metrics.totals())
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+			s.series.Sample(s.now(), s.metrics.totals())
+		}
+	}
 }
 
 // collect keeps the engine's state and incident events for /api/events
@@ -175,6 +272,7 @@ func (s *Server) collect() {
 			return
 		}
 		s.events.add(ev)
+		s.streams.publish(ev)
 	}
 }
 
@@ -359,6 +457,8 @@ func (s *Server) targetPace(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// listEvents is GET /api/events: the newest events kept, up to limit,
+// those of one route, target or kind when the query names them.
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 	limit := s.events.capacity()
 	if q := r.URL.Query().Get("limit"); q != "" {
@@ -369,10 +469,19 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	events := s.events.newest(limit)
-	out := make([]apiEvent, len(events))
-	for i, e := range events {
-		out[i] = apiEvent(e)
+	f, ok := parseEventFilter(r)
+	if !ok {
+		writeError(w, http.StatusBadRequest, "kind must be state or incident")
+		return
+	}
+	out := make([]apiEvent, 0)
+	for _, e := range s.events.newest(s.events.capacity()) {
+		if len(out) == limit {
+			break
+		}
+		if f.match(&e) {
+			out = append(out, apiEvent(e))
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -414,6 +523,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
+	s.forgetSnapshot()
 	s.log.LogAttrs(r.Context(), slog.LevelInfo, "admin action", attrs...)
 	w.WriteHeader(http.StatusNoContent)
 }

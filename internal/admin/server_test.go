@@ -540,9 +540,10 @@ func TestUnknownPaths(t *testing.T) {
 		path       string
 		wantStatus int
 	}{
-		{"root", http.MethodGet, "/", http.StatusNotFound},
+		{"beside the dashboard", http.MethodGet, "/index.html", http.StatusNotFound},
+		{"the dashboard's folder", http.MethodGet, "/ui/", http.StatusNotFound},
 		{"unknown api", http.MethodGet, "/api/nodes", http.StatusNotFound},
-		{"single route", http.MethodGet, "/api/routes/" + url.PathEscape(bob), http.StatusNotFound},
+		{"unknown route", http.MethodGet, "/api/routes/" + url.PathEscape("http://alice-Kx7:s3cr3t-Pa55@10.0.0.1:8080"), http.StatusNotFound},
 		{"trailing segment", http.MethodPost, actionPath(bob, "drain") + "/now", http.StatusNotFound},
 		{"POST to a read endpoint", http.MethodPost, "/api/routes", http.StatusMethodNotAllowed},
 		{"DELETE metrics", http.MethodDelete, "/metrics", http.StatusMethodNotAllowed},
@@ -589,6 +590,13 @@ func TestNoCredentialsInAnyResponse(t *testing.T) {
 		{http.MethodPost, actionPath(alice, "eject"), "Bearer " + token},
 		{http.MethodGet, "/api/routes", ""}, // again, with alice ejected
 		{http.MethodGet, "/api/events", ""},
+		{http.MethodGet, "/api/routes/" + url.PathEscape(alice), ""},
+		{http.MethodGet, "/api/routes/" + url.PathEscape(typedWithPassword), ""},
+		{http.MethodGet, "/api/dash/overview", ""},
+		{http.MethodGet, "/api/dash/routes", ""},
+		{http.MethodGet, "/api/dash/heatmap", ""},
+		{http.MethodGet, "/api/dash/targets", ""},
+		{http.MethodGet, "/api/events?route=" + url.QueryEscape(typedWithPassword), ""},
 	}
 	for _, r := range requests {
 		status, h, body := f.do(t, r.method, r.path, r.auth)

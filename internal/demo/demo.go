@@ -139,12 +139,13 @@ a fake site on 127.0.0.1:%s, and ~15 requests/s through the gateway to http://lo
 
   forward proxy  %s
   try it         curl -x http://%s http://127.0.0.1:%s/
+  dashboard      http://%s/
   routes         curl http://%s/api/routes
   events         curl http://%s/api/events
   metrics        curl http://%s/metrics
 
 Watch "auth-407" cool at once, "refused" turn suspect and then cool, and "blocker" cool for localhost only. Ctrl-C stops.
-`, BlockedHost, sitePort, sitePort, sitePort, proxyAddr, proxyAddr, sitePort, adminAddr, adminAddr, adminAddr)
+`, BlockedHost, sitePort, sitePort, sitePort, proxyAddr, proxyAddr, sitePort, adminAddr, adminAddr, adminAddr, adminAddr)
 
 	err = srv.Run(ctx, shutdownGrace)
 	cancel()

@@ -146,8 +146,12 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		Admit: s.gateway.Admit, Observer: metrics,
 	})
 	s.metrics = metrics
-	aopts := admin.Options{Token: cfg.Admin.Token.Value(), Pprof: cfg.Admin.Pprof, RestartRequired: s.restartRequired, Reload: s.ReloadFromSource, Log: log}
+	aopts := admin.Options{
+		Token: cfg.Admin.Token.Value(), Pprof: cfg.Admin.Pprof, RestartRequired: s.restartRequired, Reload: s.ReloadFromSource, Log: log,
+		Proxy: s.gateway, Budget: gcfg.Budget,
+	}
 	if s.shared != nil {
+		aopts.StateAddr = s.shared.Addr()
 		aopts.Degraded = s.shared.Healthy
 		metrics.WatchState(func() admin.StateStats {
 			st := s.shared.Stats()
@@ -385,7 +389,11 @@ func (s *Server) Run(ctx context.Context, grace time.Duration) error {
 	listeners := []net.Listener{s.clients}
 	if s.admin != nil {
 		defer s.admin.Close()
-		servers = append(servers, &http.Server{Handler: s.admin.Handler(), ReadHeaderTimeout: limits.HeaderTimeout, IdleTimeout: limits.IdleTimeout})
+		adm := &http.Server{Handler: s.admin.Handler(), ReadHeaderTimeout: limits.HeaderTimeout, IdleTimeout: limits.IdleTimeout}
+		// The dashboard's event streams never go idle: ended at once, so
+		// that shutdown does not wait out its grace for them.
+		adm.RegisterOnShutdown(s.admin.EndStreams)
+		servers = append(servers, adm)
 		listeners = append(listeners, s.ln.Admin)
 	}
 	if s.api != nil {

@@ -2,11 +2,14 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,6 +83,94 @@ func TestRunServesUntilItsContextEnds(t *testing.T) {
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("Run did not return")
+		}
+	})
+}
+
+// TestShutdownEndsEventStreams: a dashboard's event stream never goes
+// idle, so a graceful shutdown would wait out its whole grace for it; the
+// admin ends the streams as shutdown starts.
+func TestShutdownEndsEventStreams(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		proxy, adm := listen(t), listen(t)
+		s, err := New(config.WithRoutes(direct(t)), Listeners{Proxy: proxy, Admin: adm}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		const grace = time.Minute
+		go func() { done <- s.Run(ctx, grace) }()
+		resp, err := http.Get("http://" + adm.Addr().String() + "/api/events/stream")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if _, err := resp.Body.Read(make([]byte, 1)); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Run still waiting %v after its context ended, with a stream open (grace %v)", time.Since(start), grace)
+		}
+		// The stream ended with the server.
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			t.Logf("stream: %v", err)
+		}
+	})
+}
+
+// TestTryMeetsAdmission: the dashboard's "try a request" goes the way a
+// client's request goes, SSRF admission first (docs/security.md).
+func TestTryMeetsAdmission(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		var reached atomic.Int32
+		site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { reached.Add(1) }))
+		defer site.Close()
+		block := true
+		cfg := config.WithRoutes(direct(t))
+		cfg.Security.BlockPrivateNetworks = &block
+		cfg.Admin.Token = config.LiteralSecret("tok-try")
+		proxy, adm := listen(t), listen(t)
+		s, err := New(cfg, Listeners{Proxy: proxy, Admin: adm}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx, time.Second) }()
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}()
+		req, err := http.NewRequest(http.MethodPost, "http://"+adm.Addr().String()+"/api/try", strings.NewReader(`{"url":"`+site.URL+`/"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer tok-try")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var got struct {
+			Status int    `json:"status"`
+			Error  string `json:"error"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK || got.Status != http.StatusForbidden || got.Error != "blocked_destination" || reached.Load() != 0 {
+			t.Errorf("try of a loopback site: %d %+v, the site reached %d times; want the gateway's 403 blocked_destination", resp.StatusCode, got, reached.Load())
 		}
 	})
 }

@@ -1,0 +1,131 @@
+package browsertest
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/admin"
+	"github.com/switchyard/switchyard/internal/route"
+)
+
+// Budgets of the 10,000-route views, measured in the page (README,
+// Dashboard): generous beside what a laptop takes, so that a loaded CI
+// machine passes while a view that stopped being windowed (a DOM row per
+// route, a canvas drawing every cell) fails.
+const (
+	budgetFirstRender = 5 * time.Second        // navigation to the table or heatmap drawn
+	budgetFrame       = 100 * time.Millisecond // one redraw after a scroll or a sort
+)
+
+// TestDashboardRenders10kRoutes measures the routes table and the
+// heatmap over 10,000 routes and 50 targets with evidence, served by the
+// admin over a real engine; no traffic is needed, so none is sent.
+func TestDashboardRenders10kRoutes(t *testing.T) {
+	chromiumPath(t) // skip before building anything
+	const routes, targets = 10_000, 50
+	var list strings.Builder
+	for i := range routes {
+		// Never dialled: the addresses only name the routes.
+		fmt.Fprintf(&list, "http://127.0.0.1:%d id=r%05d provider=p%02d region=%s\n", 20000+i, i, i%20, []string{"us", "eu", "ap"}[i%3])
+	}
+	parsed, err := route.ParseList("10k", []byte(list.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(engine.Config{Seed: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	rs := make([]*route.Route, len(parsed))
+	for i := range parsed {
+		rs[i] = &parsed[i]
+		if err := e.AddRoute(now, parsed[i].Spec()); err != nil {
+			t.Fatal(err)
+		}
+		// Evidence against five targets each, so the heatmap has 50
+		// busy columns: pairs exist once there is negative evidence.
+		for k := range 5 {
+			target := fmt.Sprintf("site%02d.example", (i+k*7)%targets)
+			if err := e.Feedback(now, parsed[i].ID, target, engine.Outcome{Class: engine.Blocked}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	srv := admin.NewServer(e, rs, admin.NewMetrics(e, nil), admin.Options{})
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		// The page's event stream never ends by itself, and Close waits
+		// for every request.
+		srv.EndStreams()
+		hs.Close()
+		srv.Close()
+	})
+	b := newBrowser(t) // closed first: cleanups run last in, first out
+	for _, path := range []string{"/api/dash/routes", "/api/dash/heatmap", "/api/routes"} {
+		var sizes []int64
+		for _, encoding := range []string{"identity", "gzip"} {
+			req, err := http.NewRequest(http.MethodGet, hs.URL+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Accept-Encoding", encoding) // by hand: the transport leaves gzip undone
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
+			}
+			sizes = append(sizes, n)
+		}
+		t.Logf("GET %s: %d KiB, %d KiB as sent to a browser", path, sizes[0]>>10, sizes[1]>>10)
+	}
+	start := time.Now()
+	b.run(t, 30*time.Second, chromedp.Navigate(hs.URL+"/#routes"))
+	b.until(t, budgetFirstRender+5*time.Second, `document.getElementById('rt-count').dataset.count === '10000' &&
+		document.querySelectorAll('#rt-body tr[data-route]').length > 0`)
+	table := time.Since(start)
+	if n := eval[int](t, b, `document.querySelectorAll('#rt-body tr').length`); n > 200 {
+		t.Errorf("%d rows in the DOM for 10,000 routes: the table is not windowed", n)
+	}
+	// A sort and a scroll to the middle, each timed inside the page.
+	sortMS := eval[float64](t, b, `(() => { const t0 = performance.now(); sortBy('score'); return performance.now() - t0; })()`)
+	scrollMS := eval[float64](t, b, `(() => { const sc = document.getElementById('rt-scroll'); const t0 = performance.now();
+		sc.scrollTop = sc.scrollHeight / 2; drawRows(); return performance.now() - t0; })()`)
+	b.screenshot(t, "routes-10k")
+
+	start = time.Now()
+	b.run(t, 10*time.Second, js(`location.hash = '#heatmap'`))
+	b.until(t, budgetFirstRender+5*time.Second, `document.getElementById('hm-count').textContent === '10,000 routes × 50 targets'`)
+	heatmap := time.Since(start)
+	frameMS := eval[float64](t, b, `(() => { const sc = document.getElementById('hm-scroll'); let worst = 0;
+		for (let i = 1; i <= 20; i++) { sc.scrollTop = i * sc.scrollHeight / 21; const t0 = performance.now(); drawHeatmap();
+			worst = Math.max(worst, performance.now() - t0); } return worst; })()`)
+	// Grouped by provider, as the README shows it.
+	b.run(t, 10*time.Second, js(`{ const g = document.getElementById('hm-group'); g.value = 'provider'; g.dispatchEvent(new Event('change'));
+		document.getElementById('hm-scroll').scrollTop = 0; }`))
+	b.until(t, 10*time.Second, `hm.data.rows[0][1] === 'p00' && hm.data.rows[hm.data.rows.length - 1][1] === 'p19'`)
+	b.screenshot(t, "heatmap-10k")
+
+	t.Logf("10,000 routes: table drawn %v after navigation, sort %.1f ms, scroll %.1f ms; heatmap of 50 targets drawn %v after switching to it, worst of 20 scrolled frames %.1f ms",
+		table.Round(time.Millisecond), sortMS, scrollMS, heatmap.Round(time.Millisecond), frameMS)
+	if table > budgetFirstRender || heatmap > budgetFirstRender {
+		t.Errorf("table %v, heatmap %v: over the budget of %v", table, heatmap, budgetFirstRender)
+	}
+	for name, ms := range map[string]float64{"sort": sortMS, "scroll": scrollMS, "heatmap frame": frameMS} {
+		if ms > float64(budgetFrame/time.Millisecond) {
+			t.Errorf("%s took %.1f ms: over the budget of %v", name, ms, budgetFrame)
+		}
+	}
+}
