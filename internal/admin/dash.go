@@ -322,7 +322,7 @@ func (s *Server) dashOverview(w http.ResponseWriter, _ *http.Request) {
 		"incidents":  incidents,
 		"state":      state,
 		"read_only":  !s.hasToken,
-		"try":        s.proxy != nil,
+		"try":        s.fetcher != nil,
 		"budget": map[string]any{
 			"retry_ratio": s.budget.BudgetRatio, "hedge_ratio": s.budget.HedgeRatio,
 			"requests": requests, "retries": retries, "hedges": hedges,

@@ -2,7 +2,9 @@ package admin
 
 import (
 	"compress/gzip"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/gateway"
 	"github.com/switchyard/switchyard/internal/logtest"
 )
 
@@ -42,32 +45,48 @@ func (f *fixture) post(t *testing.T, path, auth, body string) (int, []byte) {
 
 // fakeProxy is the forward proxy as /api/try meets it: it keeps the
 // request it was handed and answers as the gateway does.
-type fakeProxy struct {
-	mu  sync.Mutex
-	got *http.Request // guarded by mu
+// fakeFetcher stands for the gateway's attempt loop: it keeps the request
+// it was handed and answers with a two-attempt trace, the first refused by
+// a validator.
+type fakeFetcher struct {
+	mu   sync.Mutex
+	got  *gateway.FetchRequest // guarded by mu
+	user string                // guarded by mu: whom Authenticate was asked about
 }
 
-func (p *fakeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p.mu.Lock()
-	p.got = r
-	p.mu.Unlock()
-	w.Header().Set("X-Switchyard-Route", bob)
-	w.Header().Set("X-Switchyard-Attempts", "2")
-	w.Header().Set("Content-Type", "text/plain")
-	w.WriteHeader(http.StatusTeapot)
-	_, _ = io.WriteString(w, "hello")
+func (f *fakeFetcher) Authenticate(_ context.Context, user, password, _ string) (string, engine.Labels, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.user = user + ":" + password
+	if user == "mallory" {
+		return "", nil, errors.New("wrong password")
+	}
+	return user, engine.Labels{{Key: "tier", Value: "cheap"}}, nil
 }
 
-func (p *fakeProxy) request() *http.Request {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.got
+func (f *fakeFetcher) Fetch(_ context.Context, req gateway.FetchRequest) (*gateway.FetchResult, error) {
+	f.mu.Lock()
+	f.got = &req
+	f.mu.Unlock()
+	return &gateway.FetchResult{
+		Status: http.StatusTeapot, Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte("hello"), RequestID: "req1",
+		Attempts: []gateway.AttemptTrace{
+			{Route: alice, Class: engine.ContentInvalid, Status: 200, Latency: 3 * time.Millisecond, Detail: "body matches must_not_match"},
+			{Route: bob, Class: engine.OK, Status: 418, Latency: 2 * time.Millisecond, Start: 4 * time.Millisecond, Hedge: true},
+		},
+	}, nil
+}
+
+func (f *fakeFetcher) request() (*gateway.FetchRequest, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.got, f.user
 }
 
 func TestTry(t *testing.T) {
 	t.Parallel()
 	bearer := "Bearer " + token
-	good := `{"url":"http://shop.example/p?q=1","session":"s1","labels":"region=eu","user":"u","password":"pw"}`
+	good := `{"url":"http://shop.example/p?q=1","session":"s1","labels":"region=eu","must_not_match":"captcha","user":"u","password":"pw"}`
 	tests := []struct {
 		desc       string
 		token      string // configured
@@ -76,21 +95,24 @@ func TestTry(t *testing.T) {
 		wantStatus int
 	}{
 		{"sent", token, bearer, good, http.StatusOK},
+		{"https, through a tunnel", token, bearer, `{"url":"https://shop.example/"}`, http.StatusOK},
 		{"read-only gateway", "", bearer, good, http.StatusForbidden},
 		{"no token", token, "", good, http.StatusUnauthorized},
 		{"wrong token", token, "Bearer tok-124", good, http.StatusUnauthorized},
 		{"not JSON", token, bearer, `url=x`, http.StatusBadRequest},
-		{"https goes through CONNECT", token, bearer, `{"url":"https://shop.example/"}`, http.StatusBadRequest},
 		{"credentials in the URL", token, bearer, `{"url":"http://alice-Kx7:s3cr3t-Pa55@shop.example/"}`, http.StatusBadRequest},
 		{"relative URL", token, bearer, `{"url":"/p"}`, http.StatusBadRequest},
 		{"a method with a body", token, bearer, `{"url":"http://shop.example/","method":"POST"}`, http.StatusBadRequest},
+		{"bad labels", token, bearer, `{"url":"http://shop.example/","labels":"region"}`, http.StatusBadRequest},
+		{"bad regexp", token, bearer, `{"url":"http://shop.example/","must_not_match":"("}`, http.StatusBadRequest},
+		{"a gateway user refused", token, bearer, `{"url":"http://shop.example/","user":"mallory","password":"x"}`, http.StatusForbidden},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
-			p := &fakeProxy{}
+			fetcher := &fakeFetcher{}
 			var logs logtest.Buffer
-			f := newFixture(t, Options{Token: tc.token, Proxy: p, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+			f := newFixture(t, Options{Token: tc.token, Fetcher: fetcher, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 			status, body := f.post(t, "/api/try", tc.auth, tc.body)
 			if status != tc.wantStatus {
 				t.Fatalf("status %d, want %d: %s", status, tc.wantStatus, body)
@@ -100,30 +122,31 @@ func TestTry(t *testing.T) {
 					t.Errorf("the answer or the log shows %q: %s %s", secret, body, logs.String())
 				}
 			}
-			r := p.request()
+			r, user := fetcher.request()
 			if status != http.StatusOK {
 				if r != nil {
-					t.Error("a refused try reached the proxy")
+					t.Error("a refused try was fetched")
 				}
 				return
 			}
-			if r.Method != http.MethodGet || r.URL.String() != "http://shop.example/p?q=1" || r.RequestURI != r.URL.String() || r.Host != "shop.example" ||
-				r.Header.Get("X-Switchyard-Session") != "s1" || r.Header.Get("X-Switchyard-Labels") != "region=eu" {
-				t.Errorf("the proxy was handed %s %s (URI %q, host %q) %v", r.Method, r.URL, r.RequestURI, r.Host, r.Header)
+			if tc.desc != "sent" {
+				return
 			}
-			if user, pass, ok := (&http.Request{Header: http.Header{"Authorization": r.Header["Proxy-Authorization"]}}).BasicAuth(); !ok || user != "u" || pass != "pw" {
-				t.Errorf("Proxy-Authorization %q", r.Header.Get("Proxy-Authorization"))
+			if r.Method != http.MethodGet || r.URL != "http://shop.example/p?q=1" || r.Session != "s1" || r.Labels.String() != "region=eu" ||
+				r.Validators.MustNotMatch == nil || r.User != "u" || r.UserLabels.String() != "tier=cheap" || user != "u:pw" {
+				t.Errorf("the gateway was handed %+v (user %q)", r, user)
 			}
 			var got tryResult
 			if err := json.Unmarshal(body, &got); err != nil {
 				t.Fatal(err)
 			}
-			if got.Status != http.StatusTeapot || got.Route != bob || got.Attempts != "2" || got.Bytes != 5 || got.ContentType != "text/plain" || got.LatencyMS < 0 {
+			if got.Status != http.StatusTeapot || got.Bytes != 5 || got.ContentType != "text/plain" || got.RequestID != "req1" || len(got.Attempts) != 2 ||
+				got.Attempts[0].Class != "content_invalid" || got.Attempts[0].Detail == "" || got.Attempts[1].Route != bob || !got.Attempts[1].Hedge || got.Attempts[1].StartMS != 4 {
 				t.Errorf("result %+v", got)
 			}
 		})
 	}
-	t.Run("no proxy", func(t *testing.T) {
+	t.Run("no gateway to try", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, Options{Token: token})
 		if status, _ := f.post(t, "/api/try", bearer, good); status != http.StatusNotFound {
@@ -161,7 +184,7 @@ func TestDashboardReadOnly(t *testing.T) {
 func TestTokenNeverEchoed(t *testing.T) {
 	t.Parallel()
 	var logs logtest.Buffer
-	f := newFixture(t, Options{Token: token, Proxy: &fakeProxy{}, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	f := newFixture(t, Options{Token: token, Fetcher: &fakeFetcher{}, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	paths := []string{"/", "/ui/app.js", "/api/dash/overview", "/api/dash/routes", "/api/dash/heatmap", "/api/dash/targets", "/api/routes/" + url.PathEscape(bob),
 		"/api/routes/" + url.PathEscape("http://alice-Kx7:s3cr3t-Pa55@10.0.0.1:8080")}
 	for _, auth := range []string{"", "Bearer " + token, "Bearer tok-124"} {

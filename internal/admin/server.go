@@ -63,9 +63,9 @@ type Options struct {
 
 	// The dashboard's (docs/design/010-dashboard.md).
 
-	// Proxy is the forward proxy, for the dashboard's "try a request"
-	// (POST /api/try, token holders only); nil answers 404.
-	Proxy http.Handler
+	// Fetcher runs the dashboard's "try a request" (POST /api/try, token
+	// holders only) through the gateway's attempt loop; nil answers 404.
+	Fetcher Fetcher
 	// StateAddr is the shared state's Redis address, never its password;
 	// "" for state in memory.
 	StateAddr string
@@ -100,7 +100,7 @@ type Server struct {
 	log      *slog.Logger
 	mux      *http.ServeMux
 	now      func() time.Time
-	proxy    http.Handler // nil: no "try a request"
+	fetcher  Fetcher // nil: no "try a request"
 	budget   engine.BudgetConfig
 	// stateAddr is the Redis address of shared state, "" in memory.
 	stateAddr string
@@ -176,7 +176,7 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 		events:   newRecentEvents(opts.Events),
 
 		now:         opts.Now,
-		proxy:       opts.Proxy,
+		fetcher:     opts.Fetcher,
 		budget:      opts.Budget,
 		stateAddr:   opts.StateAddr,
 		series:      NewSeries(opts.SeriesPoints),

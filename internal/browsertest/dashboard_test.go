@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -296,6 +297,11 @@ func TestDashboard(t *testing.T) {
 		sent := g.proxies["t1"].Requests() + g.proxies["t2"].Requests() - before
 		if shown["Status"] != "200" || (shown["Route"] != "t1" && shown["Route"] != "t2") || shown["Attempts"] != strconv.Itoa(sent) {
 			t.Errorf("the trace shows %v; the try routes' proxies received %d requests", shown, sent)
+		}
+		rows := eval[[][]string](t, b, `[...document.querySelectorAll('#try-attempts tr')].map((tr) => [...tr.cells].map((td) => td.textContent))`)
+		won := slices.IndexFunc(rows, func(r []string) bool { return len(r) == 7 && r[3] == "ok" && r[2] == shown["Route"] })
+		if len(rows) != sent || won < 0 {
+			t.Errorf("the attempts table shows %v; the try routes' proxies received %d requests, the answer by %s", rows, sent, shown["Route"])
 		}
 	})
 }

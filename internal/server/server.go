@@ -148,7 +148,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 	s.metrics = metrics
 	aopts := admin.Options{
 		Token: cfg.Admin.Token.Value(), Pprof: cfg.Admin.Pprof, RestartRequired: s.restartRequired, Reload: s.ReloadFromSource, Log: log,
-		Proxy: s.gateway, Budget: gcfg.Budget,
+		Fetcher: s.gateway, Budget: gcfg.Budget,
 	}
 	if s.shared != nil {
 		aopts.StateAddr = s.shared.Addr()

@@ -714,14 +714,22 @@ function setupTry() {
     const body = Object.fromEntries(f.entries());
     const out = $('try-result');
     facts(out, [['Sending', body.method + ' ' + body.url]]);
+    $('try-trace').hidden = true;
     $('try-submit').disabled = true;
     try {
       const r = await post('/api/try', body);
       if (r === null) { facts(out, [['Not sent', 'no admin token given']]); return; }
+      const won = r.attempts.find((a) => a.class === 'ok');
       facts(out, [
-        ['Status', String(r.status)], ['Route', r.route || '–'], ['Attempts', r.attempts || '–'],
-        ['Error', r.error || '–'], ['Latency', fmtMS(r.latency_ms)], ['Body', fmt(r.bytes, 0) + ' bytes' + (r.content_type ? ' (' + r.content_type + ')' : '')],
+        ['Status', r.status ? String(r.status) : 'no answer'], ['Route', won ? won.route : '–'], ['Attempts', String(r.attempts.length)],
+        ['Error', r.error ? r.error + (r.detail ? ': ' + r.detail : '') : '–'], ['Latency', fmtMS(r.latency_ms)],
+        ['Body', fmt(r.bytes, 0) + ' bytes' + (r.content_type ? ' (' + r.content_type + ')' : '')], ['Request', r.request_id],
       ]);
+      $('try-attempts').replaceChildren(...r.attempts.map((a, i) => el('tr', {},
+        el('td', {}, String(i + 1)), el('td', {}, '+' + fmtMS(a.start_ms)), el('td', {}, a.route),
+        el('td', {}, a.class), el('td', {}, a.status ? String(a.status) : '–'), el('td', {}, fmtMS(a.latency_ms)),
+        el('td', {}, [a.hedge ? 'hedge' : '', a.detail || ''].filter(Boolean).join('; ')))));
+      $('try-trace').hidden = r.attempts.length === 0;
     } catch (e) {
       facts(out, [['Refused', e.message]]);
     } finally {
