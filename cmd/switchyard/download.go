@@ -49,22 +49,9 @@ func downloadCmd(ctx context.Context, args []string, stderr io.Writer, terminal 
 		fs.Usage()
 		return 2
 	}
-	fetch := []client.CallOption{client.Session(*session)}
-	for _, h := range headers {
-		name, value, ok := strings.Cut(h, ":")
-		if !ok {
-			fmt.Fprintf(stderr, "switchyard download: -H %q: want 'Name: value'\n", h)
-			return 2
-		}
-		fetch = append(fetch, client.Header(strings.TrimSpace(name), strings.TrimSpace(value)))
-	}
-	for _, l := range labels {
-		k, v, ok := strings.Cut(l, "=")
-		if !ok {
-			fmt.Fprintf(stderr, "switchyard download: --label %q: want key=value\n", l)
-			return 2
-		}
-		fetch = append(fetch, client.Label(k, v))
+	fetch, ok := headerAndLabelOptions([]client.CallOption{client.Session(*session)}, "download", headers, labels, stderr)
+	if !ok {
+		return 2
 	}
 	var copts []client.Option
 	if token := os.Getenv("SWITCHYARD_API_TOKEN"); token != "" {

@@ -74,21 +74,9 @@ func fetchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if *data != "" {
 		opts = append(opts, client.Body([]byte(*data)))
 	}
-	for _, h := range headers {
-		name, value, ok := strings.Cut(h, ":")
-		if !ok {
-			fmt.Fprintf(stderr, "switchyard fetch: -H %q: want 'Name: value'\n", h)
-			return 2
-		}
-		opts = append(opts, client.Header(strings.TrimSpace(name), strings.TrimSpace(value)))
-	}
-	for _, l := range labels {
-		k, v, ok := strings.Cut(l, "=")
-		if !ok {
-			fmt.Fprintf(stderr, "switchyard fetch: --label %q: want key=value\n", l)
-			return 2
-		}
-		opts = append(opts, client.Label(k, v))
+	opts, ok := headerAndLabelOptions(opts, "fetch", headers, labels, stderr)
+	if !ok {
+		return 2
 	}
 	if *expect != "" {
 		for s := range strings.SplitSeq(*expect, ",") {
@@ -239,4 +227,27 @@ func printJSON(w io.Writer, resp *client.Response, err error) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(out)
+}
+
+// headerAndLabelOptions appends to opts the -H 'Name: value' headers and
+// --label key=value constraints of command cmd; ok is false, the mistake
+// told on stderr, when one is malformed.
+func headerAndLabelOptions(opts []client.CallOption, cmd string, headers, labels []string, stderr io.Writer) ([]client.CallOption, bool) {
+	for _, h := range headers {
+		name, value, ok := strings.Cut(h, ":")
+		if !ok {
+			fmt.Fprintf(stderr, "switchyard %s: -H %q: want 'Name: value'\n", cmd, h)
+			return nil, false
+		}
+		opts = append(opts, client.Header(strings.TrimSpace(name), strings.TrimSpace(value)))
+	}
+	for _, l := range labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok {
+			fmt.Fprintf(stderr, "switchyard %s: --label %q: want key=value\n", cmd, l)
+			return nil, false
+		}
+		opts = append(opts, client.Label(k, v))
+	}
+	return opts, true
 }
