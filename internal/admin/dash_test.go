@@ -344,9 +344,9 @@ func TestDashOverview(t *testing.T) {
 		if i == 0 {
 			class = engine.Blocked
 		}
-		f.m.ObserveRequest(http.MethodGet, class, min(i, 1), 0)
+		f.m.ObserveRequest(http.MethodGet, class, min(i, 1), 0, 100*time.Millisecond)
 	}
-	f.m.ObserveRequest(http.MethodGet, engine.OK, 1, 1)
+	f.m.ObserveRequest(http.MethodGet, engine.OK, 1, 1, 100*time.Millisecond)
 	f.m.ObserveAttempt(bob, engine.OK, 100*time.Millisecond)
 	f.srv.series.Sample(now, f.m.totals())
 	var got struct {

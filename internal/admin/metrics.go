@@ -41,7 +41,7 @@ type Metrics struct {
 	requestsTotal, requestsOK atomic.Uint64
 	attemptsTotal             atomic.Uint64
 	retriesTotal, hedgesTotal atomic.Uint64
-	latency                   latencyHistogram
+	latency                   latencyHistogram // of requests, to their answers relayed
 }
 
 // routeCounts are one route's attempts since start, and how many were OK.
@@ -170,9 +170,12 @@ func (m *Metrics) WatchRestart(pending func() []string) {
 }
 
 // ObserveRequest counts a finished request: class is its final outcome;
-// retries and hedges are the attempts it made after the first.
-func (m *Metrics) ObserveRequest(method string, class engine.Class, retries, hedges int) {
+// retries and hedges are the attempts it made after the first; latency
+// its time from arrival to its answer relayed, which the overview's
+// percentiles read.
+func (m *Metrics) ObserveRequest(method string, class engine.Class, retries, hedges int, latency time.Duration) {
 	m.requests.WithLabelValues(methodLabel(method), class.String()).Inc()
+	m.latency.observe(latency)
 	m.requestsTotal.Add(1)
 	if class == engine.OK {
 		m.requestsOK.Add(1)
@@ -194,7 +197,6 @@ func (m *Metrics) ObserveAttempt(route string, class engine.Class, latency time.
 	m.attempts.WithLabelValues(route, class.String()).Inc()
 	m.attemptSeconds.WithLabelValues(class.String()).Observe(latency.Seconds())
 	m.attemptsTotal.Add(1)
-	m.latency.observe(latency)
 	v, ok := m.perRoute.Load(route)
 	if !ok {
 		v, _ = m.perRoute.LoadOrStore(route, new(routeCounts))

@@ -122,8 +122,8 @@ func TestMetrics(t *testing.T) {
 		{
 			desc: "requests, attempts, retries and hedges",
 			setup: func(_ *testing.T, f *fixture) {
-				f.m.ObserveRequest(http.MethodGet, engine.OK, 2, 1)
-				f.m.ObserveRequest("BREW", engine.Blocked, 0, 0)
+				f.m.ObserveRequest(http.MethodGet, engine.OK, 2, 1, time.Millisecond)
+				f.m.ObserveRequest("BREW", engine.Blocked, 0, 0, time.Millisecond)
 				f.m.ObserveAttempt(alice, engine.ProxyTimeout, 1500*time.Millisecond)
 				f.m.ObserveAttempt(bob, engine.OK, 200*time.Millisecond)
 				f.m.ObserveAttempt(bob, engine.OK, 300*time.Millisecond)

@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// latencyBuckets are log-spaced attempt latency buckets: bucket i holds
+// latencyBuckets are log-spaced request latency buckets: bucket i holds
 // latencies up to 2^(i/4) ms (about 19% apart), from 1 ms to 65 s, so a
 // quantile read from them is within one bucket's width of the truth.
 const latencyBuckets = 65
 
-// latencyHistogram counts attempt latencies since start, for the
+// latencyHistogram counts request latencies since start, for the
 // dashboard's quantiles; Observe is an atomic add, for the hot path.
 type latencyHistogram struct {
 	counts [latencyBuckets]atomic.Uint64
@@ -38,7 +38,7 @@ type Totals struct {
 	Requests, OK    uint64 // requests that got a route, and of which ended ok
 	Attempts        uint64
 	Retries, Hedges uint64
-	latency         [latencyBuckets]uint64 // attempts per latency bucket
+	latency         [latencyBuckets]uint64 // requests per latency bucket
 }
 
 // totals reads m's counters.
@@ -54,7 +54,7 @@ func (m *Metrics) totals() Totals {
 }
 
 // Point is one interval of a Series: the counts between two samples and
-// the attempt latency quantiles in it (0 when no attempt ended).
+// the request latency quantiles in it (0 when no request ended).
 type Point struct {
 	Time     time.Time // end of the interval
 	Seconds  float64   // its length

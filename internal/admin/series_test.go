@@ -63,7 +63,7 @@ func TestSeriesLatencyQuantiles(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		desc     string
-		latency  []time.Duration // attempts observed in the interval
+		latency  []time.Duration // requests observed in the interval
 		p50, p95 float64         // ms, a bucket's upper bound
 	}{
 		{"none", nil, 0, 0},

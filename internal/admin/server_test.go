@@ -569,7 +569,7 @@ func TestUnknownPaths(t *testing.T) {
 func TestNoCredentialsInAnyResponse(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, Options{Token: token, Ready: func() error { return errors.New("warming up") }})
-	f.m.ObserveRequest(http.MethodGet, engine.OK, 1, 0)
+	f.m.ObserveRequest(http.MethodGet, engine.OK, 1, 0, time.Millisecond)
 	f.m.ObserveAttempt(alice, engine.ProxyTimeout, time.Second)
 	typedWithPassword := "http://alice-Kx7:s3cr3t-Pa55@10.0.0.1:8080"
 	typedWithUser := "http://alice-Kx7@10.0.0.1:8080"

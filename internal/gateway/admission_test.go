@@ -154,7 +154,7 @@ func TestAdmissionAtConnect(t *testing.T) {
 					t.Error("the target was connected to")
 				}
 				rec := httptest.NewRecorder()
-				v.g.answer(rec, "GET", o, 1, 0)
+				v.g.answer(rec, "GET", time.Now(), o, 1, 0)
 				if rec.Code != http.StatusForbidden || rec.Header().Get(headerError) != "blocked_destination" {
 					t.Errorf("answered %d %q, want 403 blocked_destination", rec.Code, rec.Header().Get(headerError))
 				}

@@ -142,7 +142,7 @@ func (g *Gateway) Fetch(ctx context.Context, req FetchRequest) (*FetchResult, er
 	}
 	defer answered.discard()
 	rec.route, rec.class, rec.attempts, rec.hedges = answered.lease.Route, answered.class, attempts, hedges
-	g.observeRequest(rec.method, answered.class, attempts, hedges)
+	g.observeRequest(rec.method, answered.class, attempts, hedges, start)
 	if a := answered.fetched; a != nil && answered.resp != nil {
 		g.noteOrigin(j.target, j.url.Host)
 		stripHop(answered.resp.Header) // as the proxy passes answers on

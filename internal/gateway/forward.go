@@ -339,7 +339,7 @@ func (g *Gateway) reportWin(win *outcome, c engine.Class) {
 // must then be cut (http.ErrAbortHandler), or it would take a truncated
 // answer for a whole one.
 func (g *Gateway) respond(w http.ResponseWriter, rec *record, o *outcome, attempts, hedges int) (broken bool) {
-	broken = g.answer(w, rec.method, o, attempts, hedges)
+	broken = g.answer(w, rec.method, rec.start, o, attempts, hedges)
 	rec.route, rec.class, rec.attempts, rec.hedges = o.lease.Route, o.class, attempts, hedges
 	return broken
 }
@@ -349,9 +349,9 @@ func (g *Gateway) respond(w http.ResponseWriter, rec *record, o *outcome, attemp
 // about the route's credentials, not the client's, and never reaches here
 // as an answer: route.Exit.RoundTrip). A body that broke off turns the
 // outcome into target_reset and is reported as broken.
-func (g *Gateway) answer(w http.ResponseWriter, method string, o *outcome, attempts, hedges int) (broken bool) {
+func (g *Gateway) answer(w http.ResponseWriter, method string, start time.Time, o *outcome, attempts, hedges int) (broken bool) {
 	defer o.done()
-	defer func() { g.observeRequest(method, o.class, attempts, hedges) }()
+	defer func() { g.observeRequest(method, o.class, attempts, hedges, start) }()
 	h := w.Header()
 	h.Set(headerRoute, o.lease.Route)
 	h.Set(headerAttempts, strconv.Itoa(attempts))

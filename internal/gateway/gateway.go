@@ -129,7 +129,10 @@ type Config struct {
 // Observer receives what the gateway did; admin.Metrics implements it.
 type Observer interface {
 	ObserveAttempt(route string, class engine.Class, latency time.Duration)
-	ObserveRequest(method string, class engine.Class, retries, hedges int)
+	// ObserveRequest counts a finished request: its final class, the
+	// attempts after the first, and its latency, from its arrival to its
+	// answer relayed (for a tunnel, to the tunnel up).
+	ObserveRequest(method string, class engine.Class, retries, hedges int, latency time.Duration)
 	// ObserveAuthRefusal is told of each client refused at
 	// authentication: "denied" (407), "throttled" (429) or "busy" (503).
 	ObserveAuthRefusal(reason string)
@@ -595,9 +598,9 @@ func (g *Gateway) NeutralAuthority() string {
 // observeRequest tells the Observer how a request that got a route ended:
 // of its attempts after the first, hedges were started beside one in
 // flight, the others after a failure or a deadline.
-func (g *Gateway) observeRequest(method string, class engine.Class, attempts, hedges int) {
+func (g *Gateway) observeRequest(method string, class engine.Class, attempts, hedges int, start time.Time) {
 	if g.cfg.Observer != nil {
-		g.cfg.Observer.ObserveRequest(method, class, attempts-1-hedges, hedges)
+		g.cfg.Observer.ObserveRequest(method, class, attempts-1-hedges, hedges, g.cfg.Now().Sub(start))
 	}
 }
 

@@ -16,7 +16,8 @@ import (
 type recorder struct {
 	mu       sync.Mutex
 	attempts []engine.Class
-	requests []int // retries per request
+	requests []int           // retries per request
+	took     []time.Duration // latency per request
 	hedges   int
 	refused  []string
 	local    []string
@@ -63,10 +64,11 @@ func (r *recorder) ObserveAttempt(_ string, c engine.Class, _ time.Duration) {
 	r.noteLocked()
 }
 
-func (r *recorder) ObserveRequest(_ string, _ engine.Class, retries, hedges int) {
+func (r *recorder) ObserveRequest(_ string, _ engine.Class, retries, hedges int, latency time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.requests = append(r.requests, retries)
+	r.took = append(r.took, latency)
 	r.hedges += hedges
 	r.noteLocked()
 }
@@ -132,6 +134,9 @@ func TestObserverSeesAttemptsAndRequests(t *testing.T) {
 		}
 		if len(rec.requests) != 1 || rec.requests[0] != 1 {
 			t.Errorf("requests %v, want one with one retry", rec.requests)
+		}
+		if len(rec.took) != 1 || rec.took[0] <= 0 {
+			t.Errorf("request latencies %v, want one, positive", rec.took)
 		}
 	})
 }

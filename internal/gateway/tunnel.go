@@ -46,7 +46,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settin
 			g.noteOrigin(target, host) // for probes, until an absolute-form request names the origin
 		}
 		rec.route, rec.class, rec.attempts, rec.hedges = win.lease.Route, engine.OK, attempts, hedges
-		g.observeRequest(r.Method, engine.OK, attempts, hedges)
+		g.observeRequest(r.Method, engine.OK, attempts, hedges, rec.start)
 		g.tunnel(w, r, rec, win, attempts)
 	case last != nil:
 		g.respond(w, rec, last, attempts, hedges)
