@@ -20,7 +20,8 @@ import (
 //
 // A route is failing from an attempt or probe answered proxy_auth until
 // one through it succeeds; the other classes prove nothing of its
-// credentials either way.
+// credentials either way, nor does a probe that only opened a TCP
+// connection to the proxy (the prober does not report those).
 type proxyAuth struct {
 	log *slog.Logger // immutable
 

@@ -126,9 +126,12 @@ func (p *Prober) Drain(ctx context.Context, dst []engine.ProbeJob) []engine.Prob
 		p.wg.Add(1)
 		go func() {
 			defer func() { <-p.sem; p.wg.Done() }()
-			o := p.probe(ctx, job)
+			o, tcpOnly := p.probe(ctx, job)
 			p.e.ReportProbe(p.cfg.Now(), job, o)
-			if p.cfg.Observer != nil && o.Class != engine.Canceled {
+			// A TCP check proves nothing of the route's credentials: told to
+			// the Observer, its OK would clear a 407 alarm users' traffic
+			// had just raised.
+			if p.cfg.Observer != nil && o.Class != engine.Canceled && !tcpOnly {
 				p.cfg.Observer.ObserveProbe(job.Route, o.Class)
 			}
 		}()
@@ -141,11 +144,12 @@ func (p *Prober) Wait() { p.wg.Wait() }
 
 // probe runs one job: a route alone (a neutral check of the exit) or the
 // route against its target (the target's page through the route). A job
-// for a route no longer carried ends without evidence.
-func (p *Prober) probe(ctx context.Context, job engine.ProbeJob) engine.Outcome {
+// for a route no longer carried ends without evidence. tcpOnly says the
+// probe was the Exit's TCP check, which does not pass the credentials.
+func (p *Prober) probe(ctx context.Context, job engine.ProbeJob) (o engine.Outcome, tcpOnly bool) {
 	x := p.exits.Exit(job.Route)
 	if x == nil {
-		return engine.Outcome{Class: engine.Canceled}
+		return engine.Outcome{Class: engine.Canceled}, false
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
@@ -156,11 +160,11 @@ func (p *Prober) probe(ctx context.Context, job engine.ProbeJob) engine.Outcome 
 	case job.Target == "" && p.cfg.NeutralURL != "":
 		class, wait = p.fetch(ctx, x, p.cfg.NeutralURL)
 	case job.Target == "":
-		class = p.neutral(ctx, x)
+		class, tcpOnly = p.neutral(ctx, x)
 	default:
 		class, wait = p.fetch(ctx, x, p.cfg.TargetURL(job.Target))
 	}
-	return engine.Outcome{Class: class, Latency: p.cfg.Now().Sub(start), RetryAfter: wait}
+	return engine.Outcome{Class: class, Latency: p.cfg.Now().Sub(start), RetryAfter: wait}, tcpOnly
 }
 
 // neutral checks the exit alone: a proxy route by a CONNECT through it to
@@ -170,7 +174,7 @@ func (p *Prober) probe(ctx context.Context, job engine.ProbeJob) engine.Outcome 
 // bad password. A tunnel the proxy refuses or cannot build (PhaseTunnel)
 // is the route passing: the proxy took the credentials, and the site
 // named is not what a neutral probe judges.
-func (p *Prober) neutral(ctx context.Context, x *route.Exit) engine.Class {
+func (p *Prober) neutral(ctx context.Context, x *route.Exit) (class engine.Class, tcpOnly bool) {
 	authority := ""
 	if p.cfg.NeutralAuthority != nil && x.Route().Scheme != route.Direct {
 		authority = p.cfg.NeutralAuthority()
@@ -182,23 +186,23 @@ func (p *Prober) neutral(ctx context.Context, x *route.Exit) engine.Class {
 		}
 	}
 	if authority == "" {
-		class, _ := route.Classify(x.Check(ctx), new(route.Progress))
-		return class
+		class, _ = route.Classify(x.Check(ctx), new(route.Progress))
+		return class, true
 	}
 	var progress route.Progress
 	conn, err := x.DialTarget(ctx, authority, &progress)
 	if err == nil {
 		conn.Close()
-		return engine.OK
+		return engine.OK, false
 	}
 	if e, ok := errors.AsType[*route.Error](err); ok && e.Phase == route.PhaseTunnel {
-		return engine.OK
+		return engine.OK, false
 	}
 	if errors.As(err, new(*admit.Error)) {
-		return engine.Canceled
+		return engine.Canceled, false
 	}
-	class, _ := route.Classify(err, &progress)
-	return class
+	class, _ = route.Classify(err, &progress)
+	return class, false
 }
 
 // fetch GETs page through x as users' traffic goes (an absolute-form
