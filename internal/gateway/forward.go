@@ -18,7 +18,7 @@ import (
 	"github.com/switchyard/switchyard/internal/target"
 )
 
-// signatureWindow is how much of a 2xx body is searched for block
+// signatureWindow is how much of an answer's body is searched for block
 // signatures: captcha and ban pages say so early.
 const signatureWindow = 16 << 10
 
@@ -257,15 +257,20 @@ func (j *job) judgeBy(policy *target.Policy) (hedge bool) {
 // the target's own) makes class ContentInvalid, evidence against the route
 // at the target, whatever the status says (a Cloudflare challenge's 503 is
 // not the site down, AWS WAF's 405 is not the client's mistake). Headers
-// are checked first; then the start of a text or HTML body, decoded, is
-// searched, and the bytes read are put back in front of the body.
+// are checked first, on all three; then, for a 2xx or 5xx, the start of a
+// text or HTML body, decoded, is searched (target.Signature.On5xx says
+// which built-in marks count on a 5xx), and the bytes read are put back in
+// front of the body.
 func (j *job) judge(resp *http.Response, class *engine.Class) error {
 	if *class != engine.OK && *class != engine.Target5xx && *class != engine.ClientError {
 		return nil
 	}
-	if _, ok := target.MatchBuiltin(resp.Header, nil); ok && j.builtin {
+	if _, ok := target.MatchBuiltin(resp.StatusCode, resp.Header, nil); ok && j.builtin {
 		*class = engine.ContentInvalid
 		return nil
+	}
+	if *class == engine.ClientError {
+		return nil // a 4xx's page is the site's error page: only a vendor's header marks it
 	}
 	mt := mediaType(resp.Header)
 	// The built-in marks are of HTML pages: an event stream or a plain
@@ -283,7 +288,7 @@ func (j *job) judge(resp *http.Response, class *engine.Class) error {
 		io.Closer
 	}{io.MultiReader(bytes.NewReader(raw), resp.Body), resp.Body}
 	head := decodedPrefix(resp.Header.Get("Content-Encoding"), raw, signatureWindow)
-	if _, ok := target.MatchBuiltin(nil, head); ok && builtin {
+	if _, ok := target.MatchBuiltin(resp.StatusCode, nil, head); ok && builtin {
 		*class = engine.ContentInvalid
 		return nil
 	}

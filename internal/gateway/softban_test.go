@@ -68,6 +68,10 @@ func TestSoftBans(t *testing.T) {
 			{desc: "a target's own signature, gzipped", handler: first(200, "", "gzip", "<p>verify you are human</p>"),
 				policy:       target.Policy{BlockSignatures: []string{"verify you are human"}},
 				wantAttempts: 2, wantBody: "<p>the page", wantFirst: engine.ContentInvalid},
+			{desc: "a vendor's error page on a 503 is the site's error", handler: first(503, "", "", "<p>Request unsuccessful. Incapsula incident ID: 1</p>"),
+				wantAttempts: 2, wantBody: "<p>the page", wantFirst: engine.Target5xx},
+			{desc: "a 404 page is the site's, whatever it says", handler: first(404, "", "", challenge),
+				wantAttempts: 1, wantBody: "<html>", wantFirst: engine.ClientError},
 			{desc: "a page with a reCAPTCHA form is a page", handler: first(200, "", "gzip", `<form><div class="g-recaptcha" data-sitekey="k"></div></form>`),
 				wantAttempts: 1, wantFirst: engine.OK},
 			{desc: "built-in signatures turned off", handler: first(200, "", "", challenge),
@@ -92,7 +96,11 @@ func TestSoftBans(t *testing.T) {
 				if got := resp.Header.Get(headerAttempts); got != fmt.Sprint(tc.wantAttempts) {
 					t.Errorf("attempts %q, want %d", got, tc.wantAttempts)
 				}
-				if got, want := resp.Header.Get(headerClass), engine.OK.String(); tc.wantBody != "" && got != want {
+				want := tc.wantFirst.String() // the first answer is passed on, or the second, the page
+				if tc.wantAttempts == 2 {
+					want = engine.OK.String()
+				}
+				if got := resp.Header.Get(headerClass); got != want {
 					t.Errorf("class header %q, want %q", got, want)
 				}
 				if !strings.HasPrefix(string(body), tc.wantBody) {

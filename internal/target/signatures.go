@@ -17,11 +17,15 @@ type Signature struct {
 	Header string // a header that must carry Value (canonical form); "" for a body mark
 	Value  string // lower case, contained in the header's value
 	Body   string // found in the body's decoded start
+	// On5xx makes a body mark count on a 5xx answer too, for a vendor
+	// that sends its challenge with a 503; else a body mark counts on 2xx
+	// answers only, where an error page of the vendor's is no ban.
+	On5xx  bool
 	Source string // where the mark is documented
 }
 
 // Match reports whether an answer with header h and decoded body start
-// body carries s.
+// body carries s (Applies says on which statuses).
 func (s Signature) Match(h http.Header, body []byte) bool {
 	if s.Header != "" {
 		for _, v := range h.Values(s.Header) {
@@ -39,13 +43,15 @@ func (s Signature) Match(h http.Header, body []byte) bool {
 // may embed (a reCAPTCHA on a login form is no ban): a vendor's header on
 // its challenge answers, a challenge page's own title or script object,
 // the host its block page loads the captcha from, the text of its block
-// page. README "Soft bans" lists them.
+// page. A vendor's block page sent as a 403 is `blocked` by its status
+// already (Akamai's Access Denied, say), and its error pages on other
+// statuses are errors, not bans. README "Soft bans" lists them.
 var builtin = []Signature{
 	{Vendor: "Cloudflare", Header: "Cf-Mitigated", Value: "challenge",
 		Source: "https://developers.cloudflare.com/cloudflare-challenges/challenge-types/challenge-pages/detect-response/"},
-	{Vendor: "Cloudflare", Body: "<title>Just a moment...</title>",
-		Source: "the challenge page's title (https://docs.rs/parse-book-source/0.5.0/parse_book_source/fetch/fn.is_challenge.html)"},
-	{Vendor: "Cloudflare", Body: "_cf_chl_opt",
+	{Vendor: "Cloudflare", Body: "<title>Just a moment...</title>", On5xx: true,
+		Source: "the challenge page's title, sent with a 403 or 503 (https://docs.rs/parse-book-source/0.5.0/parse_book_source/fetch/fn.is_challenge.html)"},
+	{Vendor: "Cloudflare", Body: "_cf_chl_opt", On5xx: true,
 		Source: "the challenge page's options object (https://docs.rs/parse-book-source/0.5.0/parse_book_source/fetch/fn.is_challenge.html)"},
 	{Vendor: "AWS WAF", Header: "X-Amzn-Waf-Action", Value: "captcha",
 		Source: "a 405 with a CAPTCHA (https://docs.aws.amazon.com/waf/latest/developerguide/waf-captcha-and-challenge-actions.html)"},
@@ -57,8 +63,6 @@ var builtin = []Signature{
 		Source: "the default block page's captcha script (PerimeterX's server SDKs, e.g. github.com/PerimeterX/mod_perimeterx)"},
 	{Vendor: "Imperva (Incapsula)", Body: "Incapsula incident ID",
 		Source: "the block page's incident line (github.com/EnableSecurity/wafw00f, wafw00f/plugins/incapsula.py)"},
-	{Vendor: "Akamai", Body: "errors.edgesuite.net",
-		Source: "the Access Denied page's reference link (https://github.com/cisco/openh264/issues/3766 quotes one)"},
 	{Vendor: "Google", Body: "detected unusual traffic from your computer network",
 		Source: "the /sorry/ page, which links https://support.google.com/websearch/answer/86640"},
 }
@@ -66,14 +70,28 @@ var builtin = []Signature{
 // BuiltinSignatures lists the signatures known without configuration.
 func BuiltinSignatures() []Signature { return slices.Clone(builtin) }
 
-// MatchBuiltin returns the first built-in signature an answer with header
-// h and decoded body start body carries; either may be nil, to check the
-// other alone.
-func MatchBuiltin(h http.Header, body []byte) (Signature, bool) {
+// MatchBuiltin returns the first built-in signature an answer of status
+// with header h and decoded body start body carries; either may be nil, to
+// check the other alone.
+func MatchBuiltin(status int, h http.Header, body []byte) (Signature, bool) {
 	for _, s := range builtin {
-		if s.Match(h, body) {
+		if s.applies(status) && s.Match(h, body) {
 			return s, true
 		}
 	}
 	return Signature{}, false
+}
+
+// applies reports whether s counts on an answer of status: a header mark
+// on any (the vendor says it is a challenge), a body mark on a 2xx, or on
+// a 5xx with On5xx.
+func (s Signature) applies(status int) bool {
+	switch {
+	case s.Header != "":
+		return true
+	case status >= 200 && status < 300:
+		return true
+	default:
+		return s.On5xx && status >= 500 && status < 600
+	}
 }
