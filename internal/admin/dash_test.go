@@ -479,32 +479,38 @@ func TestAcceptsGzip(t *testing.T) {
 	}
 }
 
-func TestDashGzip(t *testing.T) {
+// TestGzip: every JSON endpoint answers gzipped to a client that asks,
+// the same JSON as plain.
+func TestGzip(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, Options{})
-	_, _, plain := f.do(t, http.MethodGet, "/api/dash/routes", "")
-	req, err := http.NewRequest(http.MethodGet, f.hs.URL+"/api/dash/routes", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Accept-Encoding", "gzip") // set by hand: the transport leaves the body compressed
-	resp, err := f.hs.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.Header.Get("Content-Encoding") != "gzip" || resp.Header.Get("Content-Type") != "application/json" {
-		t.Fatalf("headers %v", resp.Header)
-	}
-	zr, err := gzip.NewReader(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got) != string(plain) {
-		t.Errorf("gzipped %s, plain %s", got, plain)
+	for _, path := range []string{"/api/dash/routes", "/api/routes", "/api/targets", "/api/events", "/api/routes/" + url.PathEscape(bob)} {
+		t.Run(path, func(t *testing.T) {
+			_, _, plain := f.do(t, http.MethodGet, path, "")
+			req, err := http.NewRequest(http.MethodGet, f.hs.URL+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Accept-Encoding", "gzip") // set by hand: the transport leaves the body compressed
+			resp, err := f.hs.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.Header.Get("Content-Encoding") != "gzip" || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+				t.Fatalf("headers %v", resp.Header)
+			}
+			zr, err := gzip.NewReader(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(zr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(plain) {
+				t.Errorf("gzipped %s, plain %s", got, plain)
+			}
+		})
 	}
 }
