@@ -88,20 +88,20 @@ func (s *Server) dashRoutes(w http.ResponseWriter, _ *http.Request) {
 	for i := range snap {
 		st := &snap[i]
 		h := &st.Health
-		attempts, successes := s.metrics.routeTotals(st.ID)
+		attempts, successes, lastFailure := s.metrics.routeTotals(st.ID)
 		url := ""
 		if r, ok := addrs[st.ID]; ok {
 			url = r.Redacted()
 		}
 		rows[i] = []any{
 			st.ID, url, int(h.State), st.Labels.String(), round3(st.Score), costMS(st, gamma),
-			round3(h.Latency * 1000), st.Inflight, attempts, successes, causeName(h.Cause),
+			round3(h.Latency * 1000), st.Inflight, attempts, successes, lastFailure, causeName(h.Cause),
 			remainingMS(h.Until, now), h.Samples, len(st.Targets),
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"states":  states(),
-		"columns": []string{"id", "url", "state", "labels", "score", "cost_ms", "latency_ms", "inflight", "attempts", "successes", "cause", "cooldown_ms", "samples", "targets"},
+		"columns": []string{"id", "url", "state", "labels", "score", "cost_ms", "latency_ms", "inflight", "attempts", "successes", "last_failure_class", "cause", "cooldown_ms", "samples", "targets"},
 		"rows":    rows,
 	})
 }

@@ -207,6 +207,11 @@ func TestTokenNeverEchoed(t *testing.T) {
 func TestDashRoutes(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, Options{})
+	// The last failed attempt's class, whatever came after it; a cancel
+	// is no failure.
+	for _, c := range []engine.Class{engine.ProxyTimeout, engine.Blocked, engine.OK, engine.Canceled} {
+		f.m.ObserveAttempt(alice, c, time.Millisecond)
+	}
 	var got struct {
 		States  []string `json:"states"`
 		Columns []string `json:"columns"`
@@ -228,7 +233,7 @@ func TestDashRoutes(t *testing.T) {
 			continue
 		}
 		state := got.States[int(r[col["state"]].(float64))]
-		if state != "cooling" || r[col["cause"]] != "proxy_timeout" || r[col["samples"]] != 4.0 ||
+		if state != "cooling" || r[col["cause"]] != "proxy_timeout" || r[col["samples"]] != 4.0 || r[col["last_failure_class"]] != "blocked" ||
 			r[col["labels"]] != "region=us tier=gold" || r[col["url"]] != "http://***:***@10.0.0.1:8080" {
 			t.Errorf("alice's row %v", r)
 		}

@@ -44,9 +44,11 @@ type Metrics struct {
 	latency                   latencyHistogram // of requests, to their answers relayed
 }
 
-// routeCounts are one route's attempts since start, and how many were OK.
+// routeCounts are one route's attempts since start, how many were OK,
+// and the class of its last failed one.
 type routeCounts struct {
 	attempts, successes atomic.Uint64
+	lastFailure         atomic.Uint32 // engine.Class + 1; 0 before any failure
 }
 
 // NewMetrics returns the metrics of a gateway running on e. log receives
@@ -203,8 +205,12 @@ func (m *Metrics) ObserveAttempt(route string, class engine.Class, latency time.
 	}
 	c := v.(*routeCounts)
 	c.attempts.Add(1)
-	if class == engine.OK {
+	switch class {
+	case engine.OK:
 		c.successes.Add(1)
+	case engine.Canceled: // no evidence either way
+	default:
+		c.lastFailure.Store(uint32(class) + 1)
 	}
 }
 
@@ -224,13 +230,17 @@ func (m *Metrics) ProxyAuthFailing() []string { return m.auth.routes() }
 // until their proxy refuses them again.
 func (m *Metrics) ResetProxyAuth(keep func(route string) bool) { m.auth.reset(keep) }
 
-// routeTotals returns route's attempts and successes since start.
-func (m *Metrics) routeTotals(route string) (attempts, successes uint64) {
+// routeTotals returns route's attempts and successes since start, and
+// the class of its last failed attempt ("" for none).
+func (m *Metrics) routeTotals(route string) (attempts, successes uint64, lastFailure string) {
 	if v, ok := m.perRoute.Load(route); ok {
 		c := v.(*routeCounts)
-		return c.attempts.Load(), c.successes.Load()
+		if f := c.lastFailure.Load(); f > 0 {
+			lastFailure = engine.Class(f - 1).String()
+		}
+		return c.attempts.Load(), c.successes.Load(), lastFailure
 	}
-	return 0, 0
+	return 0, 0, ""
 }
 
 // handler serves the registry in the Prometheus exposition format.

@@ -345,6 +345,7 @@ type routeJSON struct {
 	ConsecutiveFailures uint16            `json:"consecutive_failures"`
 	LastSuccess         string            `json:"last_success,omitempty"`
 	LastFailure         string            `json:"last_failure,omitempty"`
+	LastFailureClass    string            `json:"last_failure_class,omitempty"` // of this gateway's last failed attempt through the route
 	CooldownUntil       string            `json:"cooldown_until,omitempty"`
 	Cause               string            `json:"cause,omitempty"`
 	Targets             []targetJSON      `json:"targets"`
@@ -372,10 +373,11 @@ func (s *Server) listRoutes(w http.ResponseWriter, _ *http.Request) {
 
 func (s *Server) routeJSON(st engine.RouteStatus) routeJSON {
 	h := st.Health
-	attempts, successes := s.metrics.routeTotals(st.ID)
+	attempts, successes, lastFailure := s.metrics.routeTotals(st.ID)
 	rj := routeJSON{
 		Attempts:            attempts,
 		Successes:           successes,
+		LastFailureClass:    lastFailure,
 		ID:                  st.ID,
 		Labels:              make(map[string]string, len(st.Labels)),
 		State:               h.State.String(),

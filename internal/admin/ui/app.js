@@ -237,7 +237,8 @@ const COLS = [
   { key: 'score', label: 'Score', num: true }, { key: 'cost_ms', label: 'Est. cost', num: true },
   { key: 'latency_ms', label: 'Latency', num: true }, { key: 'inflight', label: 'In flight', num: true },
   { key: 'attempts', label: 'Attempts', num: true }, { key: 'successes', label: 'Successes', num: true },
-  { key: 'cause', label: 'Last cause' }, { key: 'cooldown_ms', label: 'Cooldown left', num: true },
+  { key: 'last_failure_class', label: 'Last failure' }, { key: 'cause', label: 'State cause' },
+  { key: 'cooldown_ms', label: 'Cooldown left', num: true },
 ];
 
 const table = { rows: [], view: [], states: [], col: {}, sort: 'id', dir: 1, rowH: 29, drawn: '' };
