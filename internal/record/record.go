@@ -2,7 +2,7 @@
 // file that `switchyard replay` reads back: every outcome applied and every
 // state change, as JSON Lines (engine.WriteEvents' format), so that new
 // rules or thresholds can be tried on the evidence a gateway really met
-// (docs/design/006-model.md, events).
+// (README: record and replay).
 package record
 
 import (
@@ -28,9 +28,9 @@ const (
 	buffered = 1 << 14
 )
 
-// Kinds are the events a recording holds: what Replay feeds back and what
+// kinds are the events a recording holds: what Replay feeds back and what
 // it compares.
-var Kinds = []engine.EventKind{engine.EventOutcome, engine.EventState}
+var kinds = []engine.EventKind{engine.EventOutcome, engine.EventState}
 
 // Recorder writes an engine's events to a file until its context ends.
 type Recorder struct {
@@ -62,7 +62,7 @@ func Open(e *engine.Engine, path string, maxBytes int64, log *slog.Logger) (*Rec
 	if err := r.open(); err != nil {
 		return nil, err
 	}
-	r.sub = e.Subscribe(buffered, Kinds...)
+	r.sub = e.Subscribe(buffered, kinds...)
 	return r, nil
 }
 
