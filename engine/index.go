@@ -67,9 +67,6 @@ type shardTree struct {
 
 func newWeightIndex() *weightIndex { return &weightIndex{} }
 
-// set records slot's current weights, clearing its marks (update).
-func (x *weightIndex) set(slot int32, w, all float64) { x.update(slot, w, all, [numMarks]bool{}) }
-
 // update records slot's current weights and marks, under one lock: w is
 // its weight among eligible routes, all its weight when the pool is in
 // panic or fallback (every route not drained). Both must be >= 0 and

@@ -789,3 +789,6 @@ func TestIndexMarks(t *testing.T) {
 		t.Fatalf("after clearing: pending %d, withheld %d; want 0 and 0", p, w)
 	}
 }
+
+// set records slot's weights without marks, as most tests need.
+func (x *weightIndex) set(slot int32, w, all float64) { x.update(slot, w, all, [numMarks]bool{}) }

@@ -104,7 +104,7 @@ func (s *Server) try(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "url must be an absolute http:// or https:// URL without credentials")
 		return
 	}
-	labels, err := engine.ParseLabels(strings.ReplaceAll(in.Labels, ",", " "))
+	labels, err := engine.ParseLabels(in.Labels)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "labels: "+err.Error())
 		return

@@ -34,6 +34,9 @@ func decodedPrefix(encoding string, raw []byte, limit int) []byte {
 		if !ok {
 			return asSent
 		}
+		if c, ok := next.(io.Closer); ok {
+			defer c.Close() // zstd's releases its decoder
+		}
 		r = next
 	}
 	out, err := io.ReadAll(io.LimitReader(r, int64(limit)))
