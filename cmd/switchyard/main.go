@@ -15,6 +15,7 @@ const usage = `usage: switchyard <command> [flags]
 
 commands:
   serve         run the forward proxy over a proxy list (switchyard serve -h)
+  ca            print the local CA that serve --mitm signs with, and how to trust it (switchyard ca -h)
   check-config  validate a config file and print it in effect, secrets redacted
   fetch         fetch a URL through a running gateway's API and print its trace (switchyard fetch -h)
   download      download a large file through a running gateway's API, resumably (switchyard download -h)
@@ -35,6 +36,8 @@ func main() {
 		code := serve(ctx, os.Args[2:], os.Stderr, hangups())
 		stop()
 		os.Exit(code)
+	case "ca":
+		os.Exit(caCmd(os.Args[2:], os.Stdout, os.Stderr))
 	case "check-config":
 		os.Exit(checkConfig(os.Args[2:], os.Stdout, os.Stderr))
 	case "demo":

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/internal/config"
+	"github.com/switchyard/switchyard/internal/mitm"
 	"github.com/switchyard/switchyard/internal/record"
 	"github.com/switchyard/switchyard/internal/server"
 )
@@ -50,6 +51,8 @@ var flagKeys = map[string]string{
 	"log-format":             "log.format",
 	"state":                  "state.url",
 	"state-prefix":           "state.prefix",
+	"mitm":                   "mitm.enabled",
+	"state-dir":              "mitm.state_dir",
 }
 
 // shutdownGrace is how long in-flight requests may take to finish after a
@@ -78,6 +81,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 	fs.String("log-format", "text", "format of the log on stderr, request lines included: text or json")
 	fs.String("state", "memory", "where health state lives: memory, or redis://host:port/db (redis-cluster://host:port?addr=… for a cluster) shared by several gateways (a password belongs in SWITCHYARD_STATE_URL)")
 	fs.String("state-prefix", "switchyard", "Redis key prefix, one per deployment")
+	fs.Bool("mitm", false, "intercept TLS in CONNECT tunnels, so HTTPS is observed and retried as HTTP is (clients must trust the CA: switchyard ca)")
+	fs.String("state-dir", mitm.DefaultStateDir(), "directory of the CA that --mitm generates on first use")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}

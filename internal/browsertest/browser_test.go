@@ -43,7 +43,9 @@ type browser struct {
 	foreign []string // guarded by mu: URLs requested beyond 127.0.0.1
 }
 
-func newBrowser(t *testing.T) *browser {
+// newBrowser starts a headless Chromium that reaches 127.0.0.1 alone, with
+// extra flags, if any, after the defaults.
+func newBrowser(t *testing.T, extra ...chromedp.ExecAllocatorOption) *browser {
 	t.Helper()
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromiumPath(t)),
@@ -67,6 +69,7 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"),
 		chromedp.WindowSize(1280, 900),
 	}
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	b := &browser{ctx: ctx, shot: os.Getenv("SWITCHYARD_SCREENSHOTS")}

@@ -44,7 +44,8 @@ type fake struct {
 	b          routetest.Behavior
 }
 
-func startGateway(t *testing.T, fakes []fake) *gateway {
+// startGateway starts it; tune, if given, adjusts the config first.
+func startGateway(t *testing.T, fakes []fake, tune ...func(*config.Config)) *gateway {
 	t.Helper()
 	g := &gateway{proxies: make(map[string]*routetest.Proxy)}
 	g.site = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -67,6 +68,9 @@ func startGateway(t *testing.T, fakes []fake) *gateway {
 	// expected speed, so that each meets traffic and so its faults.
 	cfg.Engine.Picker = "weighted_random"
 	cfg.Engine.Sharpness = 1
+	for _, f := range tune {
+		f(cfg)
+	}
 	proxyLn, adminLn := listen(t), listen(t)
 	g.proxy, g.admin = proxyLn.Addr().String(), "http://"+adminLn.Addr().String()
 	g.srv, err = server.New(cfg, server.Listeners{Proxy: proxyLn, Admin: adminLn}, nil)

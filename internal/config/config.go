@@ -7,10 +7,12 @@
 package config
 
 import (
+	"crypto/x509"
 	"time"
 
 	"github.com/switchyard/switchyard/engine/redisstore"
 	"github.com/switchyard/switchyard/internal/gateway"
+	"github.com/switchyard/switchyard/internal/mitm"
 	"github.com/switchyard/switchyard/internal/pacing"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/target"
@@ -31,6 +33,7 @@ type Config struct {
 	Pacing   Pacing   `toml:"pacing"`
 	Fetch    Fetch    `toml:"fetch"`
 	State    State    `toml:"state"`
+	MITM     MITM     `toml:"mitm"`
 	Targets  []Target `toml:"targets"`
 	Users    []User   `toml:"users"`
 
@@ -225,8 +228,9 @@ type Fetch struct {
 	// batch may ask. Defaults 8 and 64.
 	Concurrency    int `toml:"concurrency"`
 	MaxConcurrency int `toml:"max_concurrency"`
-	// FeedbackTTL is how long after a fetch its attempts take a late
-	// verdict, and MaxFeedback how many attempts are remembered for it
+	// FeedbackTTL is how long after a fetch, or an answer relayed by the
+	// proxy (X-Switchyard-Feedback), its attempts take a late verdict, and
+	// MaxFeedback how many of the fetches' attempts are remembered for it
 	// (the oldest forgotten first). Defaults 15m and 100000.
 	FeedbackTTL time.Duration `toml:"feedback_ttl"`
 	MaxFeedback int           `toml:"max_feedback"`
@@ -249,6 +253,37 @@ type State struct {
 	// Resync is the period of the full resync that heals missed change
 	// notifications. Default 10s.
 	Resync time.Duration `toml:"resync"`
+}
+
+// MITM is TLS interception (docs/design/012-mitm.md): the gateway answers
+// CONNECTs itself and serves the HTTPS requests inside as it serves plain
+// ones, observed and retried. Changing it needs a restart.
+type MITM struct {
+	Enabled bool `toml:"enabled"` // default false: tunnels are spliced blind
+	// StateDir keeps the CA generated on first use (mitm-ca.pem, and
+	// mitm-ca-key.pem written 0600); default switchyard/ under the user's
+	// config directory ($XDG_CONFIG_HOME or ~/.config). Relative to the
+	// config file.
+	StateDir string `toml:"state_dir"`
+	// CACert and CAKey, given together, are PEM files of a CA of the
+	// operator's, used instead of one in StateDir. Relative to the config
+	// file.
+	CACert string `toml:"ca_cert"`
+	CAKey  string `toml:"ca_key"`
+	// Bypass are the hosts whose tunnels stay plain, as [[targets]] hosts
+	// are written: pinned apps, banks.
+	Bypass []string `toml:"bypass"`
+	// UpstreamCA is a PEM bundle that sites fetched over TLS (inside
+	// intercepted tunnels, and https:// fetches of the fetch API) are
+	// verified against instead of the system's roots. Relative to the
+	// config file.
+	UpstreamCA string `toml:"upstream_ca"`
+	// CertCache is how many hosts' minted certificates are kept. Default
+	// 4096.
+	CertCache int `toml:"cert_cache"`
+
+	// UpstreamRoots is UpstreamCA, parsed; nil for the system's.
+	UpstreamRoots *x509.CertPool `toml:"-"`
 }
 
 // Shared reports whether the state is in Redis.
@@ -315,8 +350,9 @@ func Default() Config {
 			BudgetRatio: g.Budget.BudgetRatio, HedgeRatio: g.Budget.HedgeRatio, MaxBodyBytes: g.MaxBodyBytes},
 		Pacing: Pacing{MaxTargets: 10000},
 		Fetch: Fetch{MaxRequestBytes: 4 << 20, MaxResponseBytes: g.MaxFetchBody, MaxBatch: 10000, Concurrency: 8, MaxConcurrency: 64,
-			FeedbackTTL: 15 * time.Minute, MaxFeedback: 100000},
+			FeedbackTTL: g.FeedbackTTL, MaxFeedback: 100000},
 		State: State{URL: "memory", Prefix: r.Prefix, Timeout: r.Timeout, Resync: r.Resync},
+		MITM:  MITM{StateDir: mitm.DefaultStateDir(), CertCache: mitm.DefaultCacheSize},
 	}
 	c.Engine = engineDefaults()
 	return c

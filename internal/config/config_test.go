@@ -2,7 +2,10 @@ package config
 
 import (
 	"bytes"
+	"encoding/pem"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -63,6 +66,10 @@ func TestLoadErrors(t *testing.T) {
 		{"fetch batch", "[fetch]\nmax_batch = 0\n", nil, nil, ":4: fetch.max_batch: must be positive"},
 		{"fetch ttl", "[fetch]\nfeedback_ttl = \"-1s\"\n", nil, nil, ":4: fetch.feedback_ttl: must be positive"},
 		{"fetch concurrency", "[fetch]\nconcurrency = 65\n", nil, nil, ":4: fetch.concurrency: 65 is over fetch.max_concurrency (64)"},
+		{"mitm key alone", "[mitm]\nca_key = \"ca-key.pem\"\n", nil, nil, ":4: mitm.ca_key: mitm.ca_cert and mitm.ca_key go together: give both or neither"},
+		{"mitm bypass", "[mitm]\nbypass = [\"bank.example\", \"a b\"]\n", nil, nil, `:4: mitm.bypass: "a b": want "example.com", "*.example.com" or "*"`},
+		{"mitm upstream roots", "[mitm]\nupstream_ca = \"none.pem\"\n", nil, nil, ":4: mitm.upstream_ca: open "},
+		{"mitm cache", "", []string{"SWITCHYARD_MITM_CERT_CACHE=0"}, nil, "mitm.cert_cache (environment variable SWITCHYARD_MITM_CERT_CACHE): must be positive"},
 		{"header timeout", "[server]\nheader_timeout = \"0s\"\n", nil, nil, ":4: server.header_timeout: must be positive"},
 		{"idle timeout", "[server]\nidle_timeout = \"0s\"\n", nil, nil, ":4: server.idle_timeout: must be positive"},
 		{"body timeout", "[server]\nbody_timeout = \"-1s\"\n", nil, nil, ":4: server.body_timeout: must not be negative"},
@@ -238,6 +245,38 @@ func TestRoutesFileIsRelativeToTheConfigFile(t *testing.T) {
 	if want := filepath.Join(filepath.Dir(path), "proxies.txt"); c.Routes.File != want || len(c.RouteList) != 1 {
 		t.Errorf("routes file %q (%d routes), want %q", c.Routes.File, len(c.RouteList), want)
 	}
+}
+
+// TestMITMSection reads [mitm]: paths relative to the config file, the
+// upstream roots parsed once, flags over the file.
+func TestMITMSection(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca := httptestCertPEM(t)
+	os.WriteFile(filepath.Join(dir, "roots.pem"), ca, 0o644)
+	os.WriteFile(filepath.Join(dir, "proxies.txt"), []byte("direct\n"), 0o644)
+	path := filepath.Join(dir, "switchyard.toml")
+	os.WriteFile(path, []byte("[routes]\nfile = \"proxies.txt\"\n[mitm]\nstate_dir = \"state\"\nupstream_ca = \"roots.pem\"\nbypass = [\"*.bank.example\"]\n"), 0o644)
+	c, err := Load(Source{Path: path, Env: []string{}, Flags: []Setting{{Key: "mitm.enabled", Value: "true", Flag: "mitm"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := c.MITM
+	if !m.Enabled || m.StateDir != filepath.Join(dir, "state") || m.UpstreamCA != filepath.Join(dir, "roots.pem") || m.UpstreamRoots == nil || len(m.Bypass) != 1 {
+		t.Errorf("[mitm] read as %+v", m)
+	}
+	if d := Default().MITM; d.Enabled || d.CertCache != 4096 || (d.StateDir != "" && !strings.HasSuffix(d.StateDir, "switchyard")) {
+		t.Errorf("defaults %+v", d)
+	}
+}
+
+// httptestCertPEM is a CA certificate in PEM: that of a throwaway TLS
+// server.
+func httptestCertPEM(t *testing.T) []byte {
+	t.Helper()
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	defer srv.Close()
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 }
 
 func TestWithoutAFile(t *testing.T) {

@@ -177,9 +177,14 @@ func (l *loader) decode(path string, data []byte) error {
 		return l.errAt(keyPath(md, k), "unknown key")
 	}
 	l.warnLiteralSecrets()
-	// A routes file named in the config file is relative to it.
-	if l.c.Routes.File != "" && !filepath.IsAbs(l.c.Routes.File) {
-		l.c.Routes.File = filepath.Join(filepath.Dir(path), l.c.Routes.File)
+	// Files named in the config file are relative to it.
+	for _, f := range []*string{&l.c.Routes.File, &l.c.MITM.CACert, &l.c.MITM.CAKey, &l.c.MITM.UpstreamCA} {
+		if *f != "" && !filepath.IsAbs(*f) {
+			*f = filepath.Join(filepath.Dir(path), *f)
+		}
+	}
+	if md.IsDefined("mitm", "state_dir") && !filepath.IsAbs(l.c.MITM.StateDir) {
+		l.c.MITM.StateDir = filepath.Join(filepath.Dir(path), l.c.MITM.StateDir)
 	}
 	return nil
 }
@@ -377,7 +382,7 @@ func settableKeys() []string {
 		}
 		for j := range sf.Type.NumField() {
 			f := sf.Type.Field(j)
-			if f.Type.Kind() == reflect.Map {
+			if f.Type.Kind() == reflect.Map || f.Tag.Get("toml") == "-" {
 				continue
 			}
 			out = append(out, sf.Tag.Get("toml")+"."+f.Tag.Get("toml"))

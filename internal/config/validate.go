@@ -1,11 +1,13 @@
 package config
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -23,7 +25,7 @@ import (
 func (l *loader) validate() error {
 	for _, check := range []func() error{
 		l.checkListen, l.checkServer, l.checkLog, l.checkEngine, l.checkRetry, l.checkProbe,
-		l.checkSecurity, l.checkAdmin, l.checkPacing, l.checkFetch, l.checkState, l.checkTargets, l.checkUsers, l.loadRoutes,
+		l.checkSecurity, l.checkAdmin, l.checkPacing, l.checkFetch, l.checkState, l.checkMITM, l.checkTargets, l.checkUsers, l.loadRoutes,
 	} {
 		if err := check(); err != nil {
 			return err
@@ -274,6 +276,44 @@ var hostName = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?\.
 // targetKey is what a target key may hold: it appears in metrics and URLs.
 var targetKey = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,253}$`)
 
+func (l *loader) checkMITM() error {
+	m := &l.c.MITM
+	switch {
+	case (m.CACert == "") != (m.CAKey == ""):
+		key := map[bool]string{true: "mitm.ca_cert", false: "mitm.ca_key"}[m.CACert != ""] // the one given
+		return l.errAt(key, "mitm.ca_cert and mitm.ca_key go together: give both or neither")
+	case m.Enabled && m.CACert == "" && m.StateDir == "":
+		return l.errAt("mitm.state_dir", "no default without a home directory: set it, or mitm.ca_cert and mitm.ca_key")
+	case m.CertCache <= 0:
+		return l.errAt("mitm.cert_cache", "must be positive")
+	}
+	for _, h := range m.Bypass {
+		if err := checkHostPattern(h); err != nil {
+			return l.errAt("mitm.bypass", err.Error())
+		}
+	}
+	if m.UpstreamCA != "" {
+		data, err := os.ReadFile(m.UpstreamCA)
+		if err != nil {
+			return l.errAt("mitm.upstream_ca", err.Error())
+		}
+		m.UpstreamRoots = x509.NewCertPool()
+		if !m.UpstreamRoots.AppendCertsFromPEM(data) {
+			return l.errAt("mitm.upstream_ca", m.UpstreamCA+" holds no PEM certificate")
+		}
+	}
+	return nil
+}
+
+// checkHostPattern checks a host pattern as [[targets]] hosts and
+// mitm.bypass write them.
+func checkHostPattern(h string) error {
+	if h != "*" && !hostName.MatchString(strings.TrimPrefix(h, "*.")) {
+		return fmt.Errorf("%q: want \"example.com\", \"*.example.com\" or \"*\"", h)
+	}
+	return nil
+}
+
 func (l *loader) checkTargets() error {
 	for i, t := range l.c.Targets {
 		at := func(key string) string { return fmt.Sprintf("targets[%d].%s", i+1, key) }
@@ -281,8 +321,8 @@ func (l *loader) checkTargets() error {
 			return l.errAt(at("hosts"), "names no host: want \"example.com\", \"*.example.com\" or \"*\"")
 		}
 		for _, h := range t.Hosts {
-			if h != "*" && !hostName.MatchString(strings.TrimPrefix(h, "*.")) {
-				return l.errAt(at("hosts"), fmt.Sprintf("%q: want \"example.com\", \"*.example.com\" or \"*\"", h))
+			if err := checkHostPattern(h); err != nil {
+				return l.errAt(at("hosts"), err.Error())
 			}
 		}
 		if t.Key != "" && !targetKey.MatchString(t.Key) {

@@ -30,13 +30,13 @@ type env struct {
 // newEnv starts a gateway over the routes of lines (proxy-list syntax).
 // Selection is round-robin in list order, so which route an attempt takes
 // is known in advance.
-func newEnv(t *testing.T, cfg Config, lines ...string) *env {
+func newEnv(t testing.TB, cfg Config, lines ...string) *env {
 	t.Helper()
 	return newEnvEngine(t, engine.Config{Picker: &engine.RoundRobin{}, Seed: 1, MaxRemovedShare: -1}, cfg, lines...)
 }
 
 // newEnvEngine is newEnv over an engine configured with ecfg.
-func newEnvEngine(t *testing.T, ecfg engine.Config, cfg Config, lines ...string) *env {
+func newEnvEngine(t testing.TB, ecfg engine.Config, cfg Config, lines ...string) *env {
 	t.Helper()
 	e, err := engine.New(ecfg, nil)
 	if err != nil {
@@ -58,7 +58,7 @@ func newEnvEngine(t *testing.T, ecfg engine.Config, cfg Config, lines ...string)
 
 // addRoute adds the route of a list line to the engine and, once the
 // gateway runs, to the gateway.
-func (v *env) addRoute(t *testing.T, line string) {
+func (v *env) addRoute(t testing.TB, line string) {
 	t.Helper()
 	list, err := route.ParseList("test", []byte(line))
 	if err != nil || len(list) != 1 {
@@ -83,7 +83,7 @@ func proxyLine(p *routetest.Proxy, labels string) string {
 
 // client returns a client of the gateway; user, when set, is the proxy
 // username (and "pw" the password).
-func (v *env) client(t *testing.T, user string) *http.Client {
+func (v *env) client(t testing.TB, user string) *http.Client {
 	t.Helper()
 	u := *v.url
 	if user != "" {

@@ -104,11 +104,19 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 	// for the dial (UTS-46).
 	j.url.Host = hostport
 	hedge := j.judgeBy(policy)
+	if protocol := upgradeTo(r.Header); protocol != "" {
+		// Asked on a connection of its own, which becomes the client's at
+		// the 101: hop-by-hop, so put back.
+		j.upgrade = true
+		j.header.Set("Connection", "Upgrade")
+		j.header.Set("Upgrade", protocol)
+	}
 	// A body streamed once cannot be sent again; a session's bound exit
 	// never changes silently (bound), and a session's first answer binds
-	// it, so a session's request is never hedged.
+	// it, so a session's request is never hedged; nor is an upgrade, each
+	// attempt of which the site would take for a client.
 	j.another = body.replayable()
-	j.hedge = hedge && j.another && ctl.session == "" && idempotent(r.Method)
+	j.hedge = hedge && j.another && ctl.session == "" && idempotent(r.Method) && !j.upgrade
 	win, last, attempts, hedges, err := g.run(r.Context(), s, j)
 	if answered := cmp.Or(win, last); answered != nil && answered.resp != nil {
 		g.noteOrigin(target, hostport) // admitted, and a target answered there
@@ -149,8 +157,8 @@ func (g *Gateway) forward(ctx context.Context, j *job, l engine.Lease, x *route.
 	start := g.cfg.Now()
 	var resp *http.Response
 	var err error
-	if j.url.Scheme == "https" { // only fetches: the proxy refuses https:// (use CONNECT)
-		resp, err = g.roundTripTLS(ctx, j.outbound(ctx), x, &o.progress)
+	if j.url.Scheme == "https" || j.upgrade { // fetches, requests inside intercepted TLS, WebSockets
+		resp, err = g.roundTripOwned(ctx, j.outbound(ctx), x, &o.progress)
 	} else {
 		resp, err = x.RoundTrip(j.outbound(x.Context(ctx, &o.progress)), &o.progress)
 	}
@@ -344,8 +352,14 @@ func (g *Gateway) reportWin(win *outcome, c engine.Class) {
 // must then be cut (http.ErrAbortHandler), or it would take a truncated
 // answer for a whole one.
 func (g *Gateway) respond(w http.ResponseWriter, rec *record, o *outcome, attempts, hedges int) (broken bool) {
+	if o.resp != nil { // a relayed answer: the client may judge it later
+		w.Header().Set(headerAttempt, g.attemptToken(o.lease, rec.user, g.cfg.Now()))
+	}
 	broken = g.answer(w, rec.method, rec.start, o, attempts, hedges)
 	rec.route, rec.class, rec.attempts, rec.hedges = o.lease.Route, o.class, attempts, hedges
+	if o.resp != nil && o.resp.StatusCode == http.StatusSwitchingProtocols {
+		rec.status = http.StatusSwitchingProtocols // a hijacked answer: w never saw it
+	}
 	return broken
 }
 
@@ -385,6 +399,7 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, start time.Time, 
 		return false
 	}
 	defer resp.Body.Close()
+	protocol := resp.Header.Get("Upgrade")
 	stripHop(resp.Header)
 	for k, v := range resp.Header {
 		if !strings.HasPrefix(k, headerPrefix) { // a site's must not pass for ours
@@ -394,6 +409,10 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, start time.Time, 
 	// The class tells a relayed 403 (blocked) or soft ban (content_invalid,
 	// every route tried having served one) from a page.
 	h[headerClass] = []string{o.class.String()}
+	if u, ok := resp.Body.(*upgraded); ok {
+		switchProtocols(w, u, protocol)
+		return false
+	}
 	w.WriteHeader(resp.StatusCode)
 	if relay(w, resp.Body) != nil {
 		o.class = engine.TargetReset

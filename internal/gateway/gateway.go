@@ -120,6 +120,12 @@ type Config struct {
 	// zero answers at once. Retries and hedges never wait: they have
 	// other attempts to watch.
 	LearnedMaxWait time.Duration
+	// FeedbackTTL is how long after an answer a client may give its
+	// attempt a verdict (feedback.go). Default 15m.
+	FeedbackTTL time.Duration
+	// MITM, when set, intercepts the TLS inside CONNECT tunnels
+	// (mitm.go); nil splices them blind.
+	MITM *MITM
 	// Log receives one Info line per request (per CONNECT: when the tunnel
 	// is built or fails); nil means no request logs. Lines never carry
 	// credentials or query strings, where crawlers put tokens.
@@ -151,6 +157,7 @@ func DefaultConfig() Config {
 		RequestTimeout:       60 * time.Second,
 		MaxBodyBytes:         1 << 20,
 		MaxFetchBody:         16 << 20,
+		FeedbackTTL:          15 * time.Minute,
 		MaxIdleUpstreamConns: route.DefaultMaxIdle,
 		Budget:               engine.DefaultBudget(),
 	}
@@ -172,6 +179,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxFetchBody <= 0 {
 		c.MaxFetchBody = d.MaxFetchBody
+	}
+	if c.FeedbackTTL <= 0 {
+		c.FeedbackTTL = d.FeedbackTTL
 	}
 	if c.MaxIdleUpstreamConns <= 0 {
 		c.MaxIdleUpstreamConns = d.MaxIdleUpstreamConns
@@ -197,6 +207,12 @@ type Gateway struct {
 	budget   *engine.Budget
 	pacer    *pacing.Pacer
 	upstream *route.Upstream // the transport exits share
+	// feedbackKey seals the attempt tokens of relayed answers (feedback.go).
+	feedbackKey []byte
+	// interceptor serves intercepted connections, and bypass names the
+	// hosts that are not; both nil without Config.MITM.
+	interceptor *http.Server
+	bypass      *target.Rules
 
 	// current is what Update may change, swapped whole: a request reads it
 	// once and keeps that view to its end.
@@ -213,7 +229,8 @@ type Gateway struct {
 // e (with r.Spec()): the engine picks among them, the gateway dials them.
 func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) {
 	cfg = cfg.withDefaults()
-	g := &Gateway{cfg: cfg, engine: e, budget: engine.NewBudget(cfg.Budget), upstream: route.NewUpstream(cfg.MaxIdleUpstreamConns)}
+	g := &Gateway{cfg: cfg, engine: e, budget: engine.NewBudget(cfg.Budget), upstream: route.NewUpstream(cfg.MaxIdleUpstreamConns), bypass: newBypass(cfg.MITM), feedbackKey: newFeedbackKey()}
+	g.interceptor = g.newInterceptor()
 	// Pacing waits on real timers, so it reads the real clock too.
 	g.pacer = pacing.New(pacing.Config{Limits: g.paceOf, MaxTargets: cfg.MaxPacedTargets})
 	if err := g.Update(routes, cfg.Users, cfg.Targets); err != nil {
@@ -321,13 +338,8 @@ func (g *Gateway) UpstreamConns() int64 { return g.upstream.Open() }
 // stranger gets nothing leased and nothing counted.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := g.current.Load()
-	rec := &record{method: r.Method, start: g.cfg.Now()}
-	if g.cfg.Log != nil {
-		rec.describe(r, s.targets)
-		sw := &statusWriter{ResponseWriter: w}
-		w, rec.w = sw, sw
-		defer g.logRequest(r.Context(), rec)
-	}
+	w, rec := g.begin(w, r, s)
+	defer g.logRequest(r.Context(), rec)
 	var user engine.Labels
 	if s.users != nil {
 		name, labels, refused := s.users.authenticate(w, r)
@@ -339,20 +351,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		rec.user, user = name, labels
 	}
-	ctl, err := parseControl(r.Header)
-	if err != nil {
-		badRequest(w, err.Error())
+	ctl, ok := g.control(w, r, rec, user)
+	if !ok {
 		return
 	}
-	rec.session = ctl.session
-	if s.users != nil {
-		if ctl.labels, err = constrain(rec.user, user, ctl.labels); err != nil {
-			fail(w, http.StatusForbidden, "label_conflict", "switchyard: "+err.Error())
-			return
-		}
-	}
 	if r.Method == http.MethodConnect {
-		g.serveConnect(w, r, s, ctl, rec)
+		g.serveConnect(w, r, s, ctl, rec, user)
 		return
 	}
 	switch {
@@ -369,6 +373,45 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// begin starts r's record and, when requests are logged, has w note the
+// status it sends. The caller logs the record when done (logRequest).
+func (g *Gateway) begin(w http.ResponseWriter, r *http.Request, s *settings) (http.ResponseWriter, *record) {
+	rec := &record{method: r.Method, start: g.cfg.Now()}
+	if g.cfg.Log != nil {
+		rec.describe(r, s.targets)
+		sw := &statusWriter{ResponseWriter: w}
+		w, rec.w = sw, sw
+	}
+	return w, rec
+}
+
+// control reads what the client asked of this request (parseControl),
+// within what its user may ask (constrain), and takes the verdicts it
+// gives on earlier answers (applyFeedback); ok is false when the client
+// was answered instead.
+func (g *Gateway) control(w http.ResponseWriter, r *http.Request, rec *record, user engine.Labels) (ctl control, ok bool) {
+	ctl, err := parseControl(r.Header)
+	if err != nil {
+		badRequest(w, err.Error())
+		return ctl, false
+	}
+	rec.session = ctl.session
+	if rec.user != "" {
+		if ctl.labels, err = constrain(rec.user, user, ctl.labels); err != nil {
+			fail(w, http.StatusForbidden, "label_conflict", "switchyard: "+err.Error())
+			return ctl, false
+		}
+	}
+	switch said, err := g.applyFeedback(r, rec.user); {
+	case err != nil:
+		badRequest(w, err.Error())
+		return ctl, false
+	case said != "":
+		w.Header().Set(headerFeedback, said)
+	}
+	return ctl, true
+}
+
 // record is what a request's log line says, filled in as it is served.
 // Owner: the request's goroutine.
 type record struct {
@@ -379,6 +422,7 @@ type record struct {
 	class               engine.Class
 	attempts, hedges    int
 	status              int           // set when the answer bypasses w (a hijacked CONNECT)
+	intercepted         bool          // an intercepted CONNECT, or a request inside one
 	paced               *pacing.Error // why the request was answered 429 paced, and the wait; nil otherwise
 	w                   *statusWriter // nil without Config.Log
 	logged              bool
@@ -410,7 +454,7 @@ func (g *Gateway) logRequest(ctx context.Context, rec *record) {
 		status = rec.w.status
 	}
 	// Room for every attribute, so that appending never grows it.
-	var room [14]slog.Attr
+	var room [15]slog.Attr
 	attrs := append(room[:0],
 		slog.String("method", clip(rec.method, maxLogField)),
 		slog.String("target", clip(rec.target, maxLogField)),
@@ -436,6 +480,9 @@ func (g *Gateway) logRequest(ctx context.Context, rec *record) {
 			by = "learned"
 		}
 		attrs = append(attrs, slog.String("pacing", by), slog.String("paced", p.Reason), slog.Int64("retry_after_ms", p.RetryAfter.Milliseconds()))
+	}
+	if rec.intercepted {
+		attrs = append(attrs, slog.Bool("mitm", true))
 	}
 	if rec.session != "" {
 		attrs = append(attrs, slog.String("session", clip(rec.session, maxLogField)))

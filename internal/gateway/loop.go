@@ -61,6 +61,7 @@ type job struct {
 	builtin    bool        // the built-in signatures apply (target.MatchBuiltin)
 	url        url.URL     // req.URL addressed as admission read it
 	header     http.Header // req.Header as it leaves (outbound): shared by every attempt, never written
+	upgrade    bool        // a WebSocket handshake (upgrade.go)
 
 	// A CONNECT (tunnel.go).
 	addr string // the authority as admission read it

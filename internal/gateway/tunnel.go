@@ -12,47 +12,70 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/route"
+	"github.com/switchyard/switchyard/internal/target"
 )
 
 // serveConnect builds a tunnel to the CONNECT authority through the
-// attempt loop. Only the connect phase is retried and hedged: every
-// failure there is a *route.Error, before any byte of the client's went
-// out, so another route is safe whatever the tunnel will carry, and of two
-// connects in flight only the first to succeed becomes the tunnel.
-func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settings, ctl control, rec *record) {
+// attempt loop, or, when the gateway intercepts TLS for the host, answers
+// the CONNECT itself and serves the requests inside (intercept). Only the
+// connect phase is retried and hedged: every failure there is a
+// *route.Error, before any byte of the client's went out, so another route
+// is safe whatever the tunnel will carry, and of two connects in flight
+// only the first to succeed becomes the tunnel.
+func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settings, ctl control, rec *record, user engine.Labels) {
 	host, addr, ok := g.admit(r.Context(), w, r.Host, true)
 	if !ok {
 		return
 	}
 	target, policy := s.targets.Resolve(host)
+	if g.intercepts(host) {
+		// Each request inside is paced, and its target noted, as an
+		// absolute-form request is.
+		g.intercept(w, r, rec, &interception{
+			host: host, addr: addr, target: target, ctl: ctl, connect: connectJob(target, addr, ctl, policy),
+			user: rec.user, userLabels: user, proxyAuth: r.Header.Get("Proxy-Authorization"),
+		})
+		return
+	}
 	// A tunnel holds its target's concurrency slot for as long as it lives.
 	release, ok := g.admitPace(w, r, rec, s, target)
 	if !ok {
 		return
 	}
 	defer release()
-	// A session's bound exit never changes silently (bound), and a
-	// session's first tunnel binds it, so it is never hedged.
-	win, last, attempts, hedges, err := g.run(r.Context(), s, &job{
-		target:  target,
-		ctl:     ctl,
-		addr:    addr,
-		another: true,
-		hedge:   ctl.session == "" && (policy == nil || !policy.NoHedge),
-	})
+	win, last, attempts, hedges, err := g.run(r.Context(), s, connectJob(target, addr, ctl, policy))
 	switch {
 	case win != nil:
-		if _, known := g.origins.Load(target); !known {
-			g.noteOrigin(target, host) // for probes, until an absolute-form request names the origin
-		}
-		rec.route, rec.class, rec.attempts, rec.hedges = win.lease.Route, engine.OK, attempts, hedges
-		g.observeRequest(r.Method, engine.OK, attempts, hedges, rec.start)
+		g.tunnelUp(host, target, rec, win, attempts, hedges)
 		g.tunnel(w, r, rec, win, attempts)
 	case last != nil:
 		g.respond(w, rec, last, attempts, hedges)
 	default:
 		acquireError(w, rec, err)
 	}
+}
+
+// connectJob is the attempt loop's job of building a tunnel to addr. A
+// session's bound exit never changes silently (bound), and a session's
+// first tunnel binds it, so it is never hedged.
+func connectJob(target, addr string, ctl control, policy *target.Policy) *job {
+	return &job{
+		target:  target,
+		ctl:     ctl,
+		addr:    addr,
+		another: true,
+		hedge:   ctl.session == "" && (policy == nil || !policy.NoHedge),
+	}
+}
+
+// tunnelUp notes a tunnel built: its origin for probes, until an
+// absolute-form request names one, the log's fields and the metrics.
+func (g *Gateway) tunnelUp(host, target string, rec *record, win *outcome, attempts, hedges int) {
+	if _, known := g.origins.Load(target); !known {
+		g.noteOrigin(target, host)
+	}
+	rec.route, rec.class, rec.attempts, rec.hedges = win.lease.Route, engine.OK, attempts, hedges
+	g.observeRequest(rec.method, engine.OK, attempts, hedges, rec.start)
 }
 
 // dialTunnel opens a stream to addr through the leased route. A success is
@@ -80,17 +103,50 @@ func (g *Gateway) dialTunnel(ctx context.Context, l engine.Lease, x *route.Exit,
 	return o
 }
 
-// tunnel hands the client connection over to a splice with the winner's
-// stream. The outcome is reported as soon as it is known, so a tunnel that
-// lives for hours does not hold its lease past the engine's lease TTL: OK
-// at the first byte from the server (the route carried the client to a
-// live target); target_timeout when the client has spoken and the server
-// has not answered within the lease's deadline (the evidence of a silent
-// exit behind a CONNECT it accepted, or of a silent site); target_reset
-// when the server ends its side without a word; and Canceled when the
-// client ended its side first and the server never spoke (no evidence:
-// the client gave up or had nothing to say).
+// tunnel answers the CONNECT and hands the client connection over to a
+// splice with the winner's stream.
 func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, rec *record, win *outcome, attempts int) {
+	client, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		g.dropTunnel(win)
+		fail(w, http.StatusHTTPVersionNotSupported, "bad_request", "switchyard: CONNECT is served over HTTP/1.1 only")
+		return
+	}
+	defer client.Close()
+	answer := "HTTP/1.1 200 Connection established\r\n" +
+		headerRoute + ": " + win.lease.Route + "\r\n" +
+		headerAttempts + ": " + strconv.Itoa(attempts) + "\r\n\r\n"
+	if _, err := io.WriteString(client, answer); err != nil {
+		g.dropTunnel(win)
+		return
+	}
+	// Logged now, not when the tunnel ends: it may live for hours.
+	rec.status = http.StatusOK
+	g.logRequest(r.Context(), rec)
+	var fromClient io.Reader = client
+	if brw.Reader.Buffered() > 0 { // bytes sent right behind the CONNECT
+		fromClient = brw.Reader
+	}
+	g.splice(client, fromClient, win)
+}
+
+// dropTunnel closes a tunnel built for a client that is gone: no evidence.
+func (g *Gateway) dropTunnel(win *outcome) {
+	win.discard()
+	g.report(win.lease, engine.Outcome{Class: engine.Canceled, Latency: win.latency})
+}
+
+// splice copies between client, read through fromClient, and the winner's
+// stream until both directions end. The outcome is reported as soon as it
+// is known, so a tunnel that lives for hours does not hold its lease past
+// the engine's lease TTL: OK at the first byte from the server (the route
+// carried the client to a live target); target_timeout when the client has
+// spoken and the server has not answered within the lease's deadline (the
+// evidence of a silent exit behind a CONNECT it accepted, or of a silent
+// site); target_reset when the server ends its side without a word; and
+// Canceled when the client ended its side first and the server never
+// spoke (no evidence: the client gave up or had nothing to say).
+func (g *Gateway) splice(client net.Conn, fromClient io.Reader, win *outcome) {
 	l, upstream := win.lease, win.conn
 	var once sync.Once
 	report := func(c engine.Class, latency time.Duration) {
@@ -99,31 +155,11 @@ func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, rec *record, wi
 	defer report(engine.Canceled, win.latency) // every other path, panics included
 	defer win.discard()
 
-	client, brw, err := http.NewResponseController(w).Hijack()
-	if err != nil {
-		fail(w, http.StatusHTTPVersionNotSupported, "bad_request", "switchyard: CONNECT is served over HTTP/1.1 only")
-		return
-	}
-	defer client.Close()
-	answer := "HTTP/1.1 200 Connection established\r\n" +
-		headerRoute + ": " + l.Route + "\r\n" +
-		headerAttempts + ": " + strconv.Itoa(attempts) + "\r\n\r\n"
-	if _, err := io.WriteString(client, answer); err != nil {
-		return
-	}
-	// Logged now, not when the tunnel ends: it may live for hours.
-	rec.status = http.StatusOK
-	g.logRequest(r.Context(), rec)
-
 	// Which side ended first decides the outcome of a silent tunnel. One
 	// goroutine besides this one: each copy blocks (in the kernel, when
 	// it splices).
 	const clientFirst, serverFirst = 1, 2
 	var first atomic.Int32
-	var fromClient io.Reader = client
-	if brw.Reader.Buffered() > 0 { // bytes sent right behind the CONNECT
-		fromClient = brw.Reader
-	}
 	var silence *time.Timer // owner: the client's copier, then (after up) this goroutine
 	up := make(chan struct{})
 	go func() {
@@ -136,7 +172,7 @@ func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, rec *record, wi
 		first.CompareAndSwap(0, clientFirst)
 		endWrite(upstream, err)
 	}()
-	_, err = pipe(client, upstream, upstream, func() { report(engine.OK, win.latency) })
+	_, err := pipe(client, upstream, upstream, func() { report(engine.OK, win.latency) })
 	if first.CompareAndSwap(0, serverFirst) {
 		report(engine.TargetReset, win.latency) // a no-op if the server spoke
 	}

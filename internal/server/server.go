@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"maps"
@@ -23,6 +24,7 @@ import (
 	"github.com/switchyard/switchyard/internal/config"
 	"github.com/switchyard/switchyard/internal/fetchapi"
 	"github.com/switchyard/switchyard/internal/gateway"
+	"github.com/switchyard/switchyard/internal/mitm"
 	"github.com/switchyard/switchyard/internal/probe"
 	"github.com/switchyard/switchyard/internal/route"
 )
@@ -130,9 +132,17 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		Log:                  log,
 		MaxIdleUpstreamConns: cfg.Server.MaxIdleUpstreamConns,
 		MaxFetchBody:         cfg.Fetch.MaxResponseBytes,
+		FeedbackTTL:          cfg.Fetch.FeedbackTTL,
 	}
 	if cfg.BlockPrivate() {
 		gcfg.Admission = admit.New(cfg.Security.Prefixes(), cfg.Security.AllowHosts)
+	}
+	if roots := cfg.MITM.UpstreamRoots; roots != nil {
+		gcfg.TargetTLS = &tls.Config{RootCAs: roots}
+	}
+	if gcfg.MITM, err = interception(cfg, log); err != nil {
+		s.closeShared()
+		return nil, err
 	}
 	if s.gateway, err = gateway.New(gcfg, e, routes); err != nil {
 		s.closeShared()
@@ -169,6 +179,32 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		})
 	}
 	return s, nil
+}
+
+// interception is the gateway's TLS interception as cfg's [mitm] asks:
+// nil when off; the CA loaded from the operator's files or from the state
+// directory, generated there on first use.
+func interception(cfg *config.Config, log *slog.Logger) (*gateway.MITM, error) {
+	m := cfg.MITM
+	if !m.Enabled {
+		return nil, nil
+	}
+	opts := mitm.Options{CacheSize: m.CertCache}
+	var ca *mitm.Authority
+	var err error
+	if m.CACert != "" {
+		ca, err = mitm.Load(m.CACert, m.CAKey, opts)
+	} else {
+		var created bool
+		if ca, created, err = mitm.LoadOrCreate(m.StateDir, opts); created {
+			log.Warn("mitm: generated a local CA: clients must trust it (switchyard ca shows how)", "cert", ca.CertPath())
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	log.Info("mitm: intercepting TLS in CONNECT tunnels", "ca", ca.CertPath(), "bypass", len(m.Bypass))
+	return &gateway.MITM{Authority: ca, Bypass: m.Bypass, HandshakeTimeout: cfg.Server.HeaderTimeout, IdleTimeout: cfg.Server.IdleTimeout}, nil
 }
 
 // nodeName names this gateway in the fetch API's traces: the host's name,
@@ -363,6 +399,7 @@ func restartOnly(old, next *config.Config) []string {
 		{"pacing", old.Pacing, next.Pacing},
 		{"fetch", old.Fetch, next.Fetch},
 		{"state", old.State, next.State},
+		{"mitm", mitmSection(old), mitmSection(next)},
 	}
 	var changed []string
 	for _, s := range sections {
@@ -371,6 +408,14 @@ func restartOnly(old, next *config.Config) []string {
 		}
 	}
 	return changed
+}
+
+// mitmSection is c's [mitm] as written: the parsed roots hold functions,
+// which never compare equal.
+func mitmSection(c *config.Config) config.MITM {
+	m := c.MITM
+	m.UpstreamRoots = nil
+	return m
 }
 
 // Run serves until ctx ends or a listener fails, then stops accepting and

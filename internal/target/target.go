@@ -92,6 +92,10 @@ func (r *Rules) Resolve(host string) (key string, p *Policy) {
 	return DefaultKey(host), nil
 }
 
+// Matches reports whether a rule matches host: how a list of host
+// patterns alone (mitm.bypass) is asked.
+func (r *Rules) Matches(host string) bool { return r.match(canonical(host), false) >= 0 }
+
 // Pace is the pacing of target key, which is per target, not per host: that
 // of the first rule giving the key, else of the first rule matching the key
 // as a host, "*.example.com" matching example.com too. A rule that paces
