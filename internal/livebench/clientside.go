@@ -2,6 +2,8 @@ package livebench
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"net/http"
 	"net/url"
 	"sync/atomic"
@@ -9,14 +11,16 @@ import (
 )
 
 // proxyClient is a keep-alive client sending everything through proxy,
-// with room for every worker's connection.
-func proxyClient(proxy *url.URL, workers int) *http.Client {
+// with room for every worker's connection, verifying HTTPS sites against
+// roots (nil: the system's).
+func proxyClient(proxy *url.URL, workers int, roots *x509.CertPool) *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		Proxy:               http.ProxyURL(proxy),
 		MaxIdleConns:        workers,
 		MaxIdleConnsPerHost: workers,
 		IdleConnTimeout:     30 * time.Second,
 		DisableCompression:  true,
+		TLSClientConfig:     &tls.Config{RootCAs: roots},
 	}}
 }
 
@@ -33,7 +37,7 @@ func directClients(f *fleet, workers int) []*http.Client {
 	urls := f.urls()
 	clients := make([]*http.Client, len(urls))
 	for i, u := range urls {
-		clients[i] = proxyClient(u, workers)
+		clients[i] = proxyClient(u, workers, f.roots)
 	}
 	return clients
 }

@@ -2,6 +2,7 @@ package livebench
 
 import (
 	"context"
+	"crypto/x509"
 	"net/url"
 	"os/exec"
 	"time"
@@ -12,8 +13,8 @@ import (
 type contender struct {
 	name string
 	// missing says why the contender cannot run on this machine (its
-	// binary is not installed), or "" when it can.
-	missing func() string
+	// binary is not installed) or under these options, or "" when it can.
+	missing func(Options) string
 	// start makes it ready to carry traffic over f. dir is a scratch
 	// directory for its files.
 	start func(ctx context.Context, f *fleet, opts Options, dir string) (*session, error)
@@ -32,8 +33,8 @@ type session struct {
 }
 
 // installed is the missing of a contender that needs binary on PATH.
-func installed(binary string) func() string {
-	return func() string {
+func installed(binary string) func(Options) string {
+	return func(Options) string {
 		if _, err := exec.LookPath(binary); err != nil {
 			return binary + " is not on PATH"
 		}
@@ -42,13 +43,23 @@ func installed(binary string) func() string {
 }
 
 // always is the missing of a contender that can always run.
-func always() string { return "" }
+func always(Options) string { return "" }
+
+// overHTTPS is the missing of a contender that only means something when
+// the load is HTTPS.
+func overHTTPS(o Options) string {
+	if !o.HTTPS {
+		return "runs only over HTTPS (" + envPrefix + "HTTPS=1)"
+	}
+	return ""
+}
 
 // contenders are every contender, the oracle first.
 func contenders(switchyardBinary func() (string, error)) []contender {
 	return []contender{
 		oracleContender(),
-		switchyardContender(switchyardBinary),
+		switchyardContender("switchyard", switchyardBinary, false),
+		switchyardContender("switchyard-mitm", switchyardBinary, true),
 		haproxyContender(),
 		gliderContender(),
 		roundRobinContender(),
@@ -62,6 +73,9 @@ type gatewayProcess struct {
 	env    []string // added to subprocessEnv
 	log    string   // its output
 	listen string   // its forward proxy's address
+	// roots are what its clients verify HTTPS sites against: the fleet's
+	// sites' (fleet.roots), or a gateway's own CA when it intercepts TLS.
+	roots *x509.CertPool
 	// ready answers nil once the process serves; waited for up to
 	// readyLimit.
 	ready func(context.Context) error
@@ -79,7 +93,7 @@ func runGateway(ctx context.Context, g gatewayProcess, workers int) (*session, e
 		p.stop(stopGrace)
 		return nil, err
 	}
-	client := proxyClient(&url.URL{Scheme: "http", Host: g.listen}, workers)
+	client := proxyClient(&url.URL{Scheme: "http", Host: g.listen}, workers, g.roots)
 	return &session{
 		router: gateway{client},
 		cpu:    p.cpuTime,

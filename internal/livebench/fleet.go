@@ -1,8 +1,11 @@
 package livebench
 
 import (
+	"crypto/x509"
 	"net/url"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/mitm"
 )
 
 // fleet is a running pool: the site server and one fake exit per shape,
@@ -13,11 +16,16 @@ type fleet struct {
 	world *world
 	sites *siteServer
 	exits []*exit
+	// roots trust the sites' certificates, and caFile holds them, when
+	// the sites speak TLS; nil and "" otherwise.
+	roots  *x509.CertPool
+	caFile string
 }
 
 // startFleet starts the sites and an exit per shape. marker is what the
-// captcha page carries ("" for DefaultCaptchaMarker).
-func startFleet(shapes []Shape, sites []string, seed uint64, marker string) (*fleet, error) {
+// captcha page carries ("" for DefaultCaptchaMarker). With a caDir the
+// sites speak TLS, with certificates of a CA made there.
+func startFleet(shapes []Shape, sites []string, seed uint64, marker, caDir string) (*fleet, error) {
 	if marker == "" {
 		marker = DefaultCaptchaMarker
 	}
@@ -26,7 +34,15 @@ func startFleet(shapes []Shape, sites []string, seed uint64, marker string) (*fl
 		return nil, err
 	}
 	f := &fleet{world: w}
-	if f.sites, err = startSites(w, marker); err != nil {
+	var ca *mitm.Authority
+	if caDir != "" {
+		if ca, _, err = mitm.LoadOrCreate(caDir, mitm.Options{}); err != nil {
+			return nil, err
+		}
+		f.caFile, f.roots = ca.CertPath(), x509.NewCertPool()
+		f.roots.AppendCertsFromPEM(ca.CertPEM())
+	}
+	if f.sites, err = startSites(w, marker, ca); err != nil {
 		return nil, err
 	}
 	for i := range shapes {

@@ -17,7 +17,7 @@ import (
 // testFleet starts a fleet of shapes over testSites, closed by t.Cleanup.
 func testFleet(t *testing.T, shapes ...Shape) *fleet {
 	t.Helper()
-	f, err := startFleet(shapes, testSites, 1, "")
+	f, err := startFleet(shapes, testSites, 1, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func fleetGoroutines() string {
 // fleet runs beside it: close must return only once every goroutine of
 // the fleet has, held requests and open tunnels included.
 func TestCloseLeavesNothingRunning(t *testing.T) {
-	f, err := startFleet([]Shape{fast(), blackholed(), dead()}, testSites, 1, "")
+	f, err := startFleet([]Shape{fast(), blackholed(), dead()}, testSites, 1, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestCloseLeavesNothingRunning(t *testing.T) {
 // returns the status, the Retry-After header and the body.
 func fetch(t *testing.T, f *fleet, i int, site string, timeout time.Duration) (status int, retryAfter, body string, err error) {
 	t.Helper()
-	c := proxyClient(f.exits[i].url, 1)
+	c := proxyClient(f.exits[i].url, 1, f.roots)
 	defer closeClients(c)
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()

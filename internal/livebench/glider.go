@@ -24,7 +24,7 @@ func gliderContender() contender {
 		}
 		return runGateway(ctx, gatewayProcess{
 			bin: bin, args: gliderArgs(listen, f.urls(), "http://"+siteMix[0].host+"/#expect=200"),
-			log: filepath.Join(dir, "glider.log"), listen: listen, ready: dialable(listen),
+			log: filepath.Join(dir, "glider.log"), listen: listen, ready: dialable(listen), roots: f.roots,
 		}, opts.Workers)
 	}}
 }

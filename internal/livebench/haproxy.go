@@ -31,7 +31,7 @@ func haproxyContender() contender {
 		// -db: stay in the foreground, one process, so its CPU is ours to read.
 		return runGateway(ctx, gatewayProcess{
 			bin: bin, args: []string{"-db", "-f", cfg}, log: filepath.Join(dir, "haproxy.log"),
-			listen: listen, ready: dialable(listen),
+			listen: listen, ready: dialable(listen), roots: f.roots,
 		}, opts.Workers)
 	}}
 }

@@ -37,6 +37,7 @@ type load struct {
 	seed     uint64
 	marker   []byte // the captcha page's tell
 	mix      []siteWeight
+	scheme   string // of the pages fetched: http or https
 }
 
 // newLoad is the load opts describe over the site mix.
@@ -44,6 +45,7 @@ func newLoad(opts Options) load {
 	return load{
 		workers: opts.Workers, duration: opts.Duration, timeout: opts.Timeout,
 		attempts: opts.Attempts, seed: opts.Seed, marker: []byte(opts.CaptchaMarker), mix: siteMix,
+		scheme: map[bool]string{false: "http", true: "https"}[opts.HTTPS],
 	}
 }
 
@@ -189,7 +191,7 @@ func (l load) attempt(ctx context.Context, c *http.Client, site, path string) (o
 	actx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	start := time.Now()
-	req, err := http.NewRequestWithContext(actx, http.MethodGet, "http://"+site+path, nil)
+	req, err := http.NewRequestWithContext(actx, http.MethodGet, l.scheme+"://"+site+path, nil)
 	if err != nil {
 		return outcomeError, 0, 0
 	}

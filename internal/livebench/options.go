@@ -43,6 +43,11 @@ type Options struct {
 	// CaptchaMarker is what captcha pages carry. Default
 	// DefaultCaptchaMarker.
 	CaptchaMarker string
+	// HTTPS makes the sites speak TLS (certificates of a CA of the run's)
+	// and the load fetch https:// pages, through CONNECT tunnels: the
+	// traffic most crawlers send, which a gateway sees inside only when it
+	// intercepts TLS (the switchyard-mitm contender).
+	HTTPS bool
 }
 
 // The defaults of Options.
@@ -127,6 +132,7 @@ func optionsFromEnv(getenv func(string) string) (Options, error) {
 		}},
 		{"DIR", func(v string) error { o.Dir = v; return nil }},
 		{"CAPTCHA_MARKER", func(v string) error { o.CaptchaMarker = v; return nil }},
+		{"HTTPS", func(v string) (err error) { o.HTTPS, err = strconv.ParseBool(v); return err }},
 	}
 	for _, e := range vars {
 		if v := strings.TrimSpace(getenv(envPrefix + e.key)); v != "" {

@@ -53,15 +53,19 @@ func (r *row) merge(o row) {
 // directory of dir named after the pool and the contender, with exits.txt
 // saying which exit (by URL, as gateways log routes) has which shape.
 func measure(ctx context.Context, p pool, c contender, opts Options, d time.Duration, dir string) (row, error) {
-	f, err := startFleet(p.shapes, siteNames(), opts.Seed, opts.CaptchaMarker)
-	if err != nil {
-		return row{}, err
-	}
-	defer f.close()
 	cdir, err := os.MkdirTemp(dir, p.name+"-"+c.name+"-")
 	if err != nil {
 		return row{}, err
 	}
+	var sitesCA string // the sites' CA, when they speak TLS
+	if opts.HTTPS {
+		sitesCA = filepath.Join(cdir, "sites-ca")
+	}
+	f, err := startFleet(p.shapes, siteNames(), opts.Seed, opts.CaptchaMarker, sitesCA)
+	if err != nil {
+		return row{}, err
+	}
+	defer f.close()
 	if err := os.WriteFile(filepath.Join(cdir, "exits.txt"), []byte(exitList(f, p)), 0o600); err != nil {
 		return row{}, err
 	}
@@ -109,7 +113,7 @@ func runPool(ctx context.Context, p pool, cs []contender, opts Options, dir stri
 		if !opts.wants(c.name) {
 			continue
 		}
-		if why := c.missing(); why != "" {
+		if why := c.missing(opts); why != "" {
 			rep.skipped = append(rep.skipped, c.name+": skipped, "+why)
 			continue
 		}

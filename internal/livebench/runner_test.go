@@ -9,7 +9,7 @@ import (
 func TestRunPoolInRounds(t *testing.T) {
 	t.Parallel()
 	p := pool{name: "tiny", about: "two fast exits and a dead one", shapes: []Shape{fast(), dead(), fast()}}
-	absent := contender{name: "absent", missing: func() string { return "not installed here" }}
+	absent := contender{name: "absent", missing: func(Options) string { return "not installed here" }}
 	opts := Options{Duration: 600 * time.Millisecond, Rounds: 2, Workers: 4, Timeout: 500 * time.Millisecond}.withDefaults()
 	rep, err := runPool(t.Context(), p, []contender{oracleContender(), absent, roundRobinContender()}, opts, t.TempDir())
 	if err != nil {
@@ -35,5 +35,33 @@ func TestRunPoolInRounds(t *testing.T) {
 	o := rep.rows[0]
 	if n, sent := o.exitAttempts(), int64(o.res.attempts); n < sent || n > sent+int64(opts.Workers*opts.Rounds) {
 		t.Errorf("the oracle's exits counted %d requests for its %d attempts", n, sent)
+	}
+}
+
+// TestRunPoolOverHTTPS runs the load as https:// pages through CONNECT
+// tunnels to sites speaking TLS; a contender meant for HTTPS alone is
+// skipped over plain HTTP. Not parallel: its TLS handshakes would starve
+// the other tests' timed loads.
+func TestRunPoolOverHTTPS(t *testing.T) {
+	p := pool{name: "tiny", about: "two fast exits and a dead one", shapes: []Shape{fast(), dead(), fast()}}
+	onlyHTTPS := contender{name: "only-https", missing: overHTTPS}
+	for _, https := range []bool{false, true} {
+		opts := Options{Duration: time.Second, Workers: 4, Timeout: 2 * time.Second, HTTPS: https}.withDefaults()
+		cs := []contender{oracleContender(), roundRobinContender()}
+		if !https {
+			cs = append(cs, onlyHTTPS)
+		}
+		rep, err := runPool(t.Context(), p, cs, opts, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rep.rows {
+			if r.res.completed == 0 || r.exitRequests[1] != 0 {
+				t.Errorf("https=%v %s: completed %d, exit requests %v", https, r.contender, r.res.completed, r.exitRequests)
+			}
+		}
+		if !https && (len(rep.skipped) != 1 || !strings.Contains(rep.skipped[0], "runs only over HTTPS")) {
+			t.Errorf("skipped %v", rep.skipped)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package livebench
 
 import (
+	"crypto/tls"
 	"fmt"
 	"html"
 	"math"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/mitm"
 )
 
 // DefaultCaptchaMarker is what a captcha page says, as a common bot wall's
@@ -37,11 +40,15 @@ type siteServer struct {
 	conns map[string]int // guarded by mu: an exit's local address of a connection to the site → exit index
 }
 
-// startSites starts the site server for w's sites.
-func startSites(w *world, marker string) (*siteServer, error) {
+// startSites starts the site server for w's sites, over TLS with leaves
+// of ca when it is not nil.
+func startSites(w *world, marker string, ca *mitm.Authority) (*siteServer, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
+	}
+	if ca != nil {
+		ln = tls.NewListener(ln, &tls.Config{GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) { return ca.Leaf(h.ServerName) }})
 	}
 	s := &siteServer{
 		world:   w,

@@ -2,6 +2,7 @@ package livebench
 
 import (
 	"context"
+	"crypto/x509"
 	"debug/buildinfo"
 	"encoding/json"
 	"fmt"
@@ -11,9 +12,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/mitm"
 )
 
 // stopGrace is how long a stopped gateway may take to exit before it is
@@ -53,9 +57,16 @@ func moduleRoot() (string, error) {
 }
 
 // switchyardContender runs the real gateway as a new user's quick start
-// would: a proxy list and flags, no config file.
-func switchyardContender(binary func() (string, error)) contender {
-	return contender{name: "switchyard", missing: always, start: func(ctx context.Context, f *fleet, opts Options, dir string) (*session, error) {
+// would: a proxy list and flags, no config file; with intercept, --mitm
+// too, its clients trusting the CA it uses (made beforehand in its state
+// directory) and the gateway trusting the sites' (as an operator's
+// mitm.upstream_ca would for a site with a private CA).
+func switchyardContender(name string, binary func() (string, error), intercept bool) contender {
+	missing := always
+	if intercept {
+		missing = overHTTPS
+	}
+	return contender{name: name, missing: missing, start: func(ctx context.Context, f *fleet, opts Options, dir string) (*session, error) {
 		bin, err := binary()
 		if err != nil {
 			return nil, err
@@ -73,11 +84,23 @@ func switchyardContender(binary func() (string, error)) contender {
 			return nil, err
 		}
 		adminURL := "http://" + admin
-		s, err := runGateway(ctx, gatewayProcess{
+		g := gatewayProcess{
 			bin: bin, args: []string{"serve", "--listen", listen, "--admin", admin, "--proxies", list},
 			env: opts.SwitchyardEnv, log: filepath.Join(dir, "switchyard.log"),
-			listen: listen, ready: httpOK(adminURL + "/readyz"),
-		}, opts.Workers)
+			listen: listen, ready: httpOK(adminURL + "/readyz"), roots: f.roots,
+		}
+		if intercept {
+			state := filepath.Join(dir, "state")
+			ca, _, err := mitm.LoadOrCreate(state, mitm.Options{})
+			if err != nil {
+				return nil, err
+			}
+			g.args = append(g.args, "--mitm", "--state-dir", state)
+			g.env = append(slices.Clip(g.env), "SWITCHYARD_MITM_UPSTREAM_CA="+f.caFile)
+			g.roots = x509.NewCertPool()
+			g.roots.AppendCertsFromPEM(ca.CertPEM())
+		}
+		s, err := runGateway(ctx, g, opts.Workers)
 		if err != nil {
 			return nil, err
 		}
