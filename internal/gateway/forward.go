@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/lookalike"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/target"
 )
@@ -103,7 +104,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 	// differently for the request line to an HTTP proxy (Punycode) than
 	// for the dial (UTS-46).
 	j.url.Host = hostport
-	hedge := j.judgeBy(policy)
+	hedge := j.judgeBy(policy, g.lookalike)
 	// A body streamed once cannot be sent again; a session's bound exit
 	// never changes silently (bound), and a session's first answer binds
 	// it, so a session's request is never hedged.
@@ -158,7 +159,7 @@ func (g *Gateway) forward(ctx context.Context, j *job, l engine.Lease, x *route.
 	if err == nil {
 		o.resp, o.reached = resp, true
 		o.class, o.retryAfter = route.ClassifyStatus(resp.StatusCode, resp.Header, g.cfg.Now())
-		err = j.judge(resp, &o.class)
+		err = j.judge(resp, l.Route, &o.class)
 		if err == nil && j.fetch != nil {
 			// The fetch API reads the whole answer within the attempt, so
 			// that a body that breaks off is this route's failure, retried
@@ -241,27 +242,32 @@ func (j *job) outbound(ctx context.Context) *http.Request {
 }
 
 // judgeBy takes the signatures of policy, the target's (nil: none), and
-// reports whether its requests may be hedged.
-func (j *job) judgeBy(policy *target.Policy) (hedge bool) {
+// the lookalike detector d unless policy turns it off, and reports whether
+// its requests may be hedged.
+func (j *job) judgeBy(policy *target.Policy, d *lookalike.Detector) (hedge bool) {
 	if policy == nil {
-		j.builtin = true
+		j.builtin, j.lookalike = true, d
 		return true
 	}
 	j.signatures, j.builtin = policy.BlockSignatures, !policy.NoBuiltinSignatures
+	if !policy.NoLookalike {
+		j.lookalike = d
+	}
 	return !policy.NoHedge
 }
 
-// judge looks for a soft ban in an answer the rule table took for ok, a
-// 5xx or another 4xx: a challenge or block page sent in place of the page
-// (a built-in signature, unless the target turned them off, or one of
-// the target's own) makes class ContentInvalid, evidence against the route
-// at the target, whatever the status says (a Cloudflare challenge's 503 is
-// not the site down, AWS WAF's 405 is not the client's mistake). Headers
-// are checked first, on all three; then, for a 2xx or 5xx, the start of a
-// text or HTML body, decoded, is searched (target.Signature.On5xx says
-// which built-in marks count on a 5xx), and the bytes read are put back in
-// front of the body.
-func (j *job) judge(resp *http.Response, class *engine.Class) error {
+// judge looks for a soft ban in an answer route relayed that the rule
+// table took for ok, a 5xx or another 4xx: a challenge or block page sent
+// in place of the page (a built-in signature, unless the target turned
+// them off, or one of the target's own) makes class ContentInvalid,
+// evidence against the route at the target, whatever the status says (a
+// Cloudflare challenge's 503 is not the site down, AWS WAF's 405 is not
+// the client's mistake). Headers are checked first, on all three; then,
+// for a 2xx or 5xx, the start of a text or HTML body, decoded, is searched
+// (target.Signature.On5xx says which built-in marks count on a 5xx), and
+// the bytes read are put back in front of the body. An ok answer no
+// signature marks is then judged by the lookalike detector (lookalike.go).
+func (j *job) judge(resp *http.Response, route string, class *engine.Class) error {
 	if *class != engine.OK && *class != engine.Target5xx && *class != engine.ClientError {
 		return nil
 	}
@@ -276,7 +282,8 @@ func (j *job) judge(resp *http.Response, class *engine.Class) error {
 	// The built-in marks are of HTML pages: an event stream or a plain
 	// text download is not held back for its start to be read.
 	builtin := j.builtin && (mt == "text/html" || mt == "application/xhtml+xml")
-	if !builtin && (len(j.signatures) == 0 || !textual(mt)) {
+	look := j.lookalike != nil && *class == engine.OK && lookable(mt)
+	if !builtin && !look && (len(j.signatures) == 0 || !textual(mt)) {
 		return nil
 	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, signatureWindow))
@@ -297,6 +304,9 @@ func (j *job) judge(resp *http.Response, class *engine.Class) error {
 			*class = engine.ContentInvalid
 			return nil
 		}
+	}
+	if look && j.looksAlike(route, head) {
+		*class = engine.ContentInvalid
 	}
 	return nil
 }
