@@ -170,16 +170,20 @@ func (d *Detector) Judge(target, route string, a Answer) Verdict {
 	t := d.targets.get(target)
 	p := d.pairs.get(pairKey{target, route})
 	p.add(s)
-	v := Valid
+	r := p.repeats(s, cutoff)
 	switch {
-	case t.othersDiffer(s, p.repeatedSince(s, cutoff)):
-		v = Repeated
+	case r.urls >= minRepeats && r.same*2 >= r.recent && t.othersDiffer(s, r.since):
+		return Repeated
 	case t.othersElsewhere(s, p, cutoff):
-		v = Outsized
-	default:
+		return Outsized
+	case r.urls < minRepeats:
+		// A page the route keeps answering for different URLs is no
+		// evidence of the site's pages, even while it cannot be judged
+		// yet: the ban pages that pass in the cold start would otherwise
+		// make the ban page look like the site's to the other routes'.
 		t.add(s)
 	}
-	return v
+	return Valid
 }
 
 // add keeps s as the pair's newest answer.
@@ -194,34 +198,37 @@ func (p *pairLog) latest(i int) sighting {
 	return p.ring[(p.next-1-i+2*pairRing)%pairRing]
 }
 
-// repeatedSince is when the pair first answered s's page, within the
-// window, if that page is at least half of its answers there and has
-// answered minRepeats different URLs; else -1. A page the site serves for
-// some of its URLs (an out-of-stock page) comes back now and then; one in
-// place of most pages is the route's.
-func (p *pairLog) repeatedSince(s sighting, cutoff int64) int64 {
+// repetition is how a pair has answered one page within the window.
+type repetition struct {
+	urls   int   // different URLs it answered
+	same   int   // answers of it
+	recent int   // answers of any page
+	since  int64 // its first answer of it
+}
+
+// repeats is how the pair has answered s's page within the window. One
+// the site serves for some of its URLs (an out-of-stock page) comes back
+// now and then; one in place of at least half the pages is the route's.
+func (p *pairLog) repeats(s sighting, cutoff int64) repetition {
 	var urls [pairRing]uint64
-	distinct, same, recent, since := 0, 0, 0, s.at
+	r := repetition{since: s.at}
 	for i := range p.n {
 		e := p.latest(i)
 		if e.at < cutoff {
 			continue
 		}
-		recent++
+		r.recent++
 		if e.body != s.body || e.bucket != s.bucket {
 			continue
 		}
-		same++
-		if !slices.Contains(urls[:distinct], e.url) {
-			urls[distinct] = e.url
-			distinct++
+		r.same++
+		if !slices.Contains(urls[:r.urls], e.url) {
+			urls[r.urls] = e.url
+			r.urls++
 		}
-		since = min(since, e.at)
+		r.since = min(r.since, e.at)
 	}
-	if distinct < minRepeats || same*2 < recent {
-		return -1
-	}
-	return since
+	return r
 }
 
 // add keeps s as the target's newest valid answer.
