@@ -158,8 +158,9 @@ func New(cfg Config) *Detector {
 }
 
 // Judge reads answer a, which route relayed for target and the rule table
-// took for ok, against the target's recent answers, and remembers it: a
-// valid answer joins the target's evidence, any joins the pair's.
+// took for ok, against the target's recent answers, and remembers it: any
+// answer joins the pair's, a valid one the target's evidence unless the
+// route keeps answering its page (docs/design/011-lookalike.md).
 func (d *Detector) Judge(target, route string, a Answer) Verdict {
 	now := d.cfg.Now().UnixNano()
 	s := sighting{url: a.URL, body: a.Body, route: routeDigest(route), at: now, bucket: sizeBucket(a.Size)}

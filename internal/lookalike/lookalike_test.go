@@ -2,6 +2,7 @@ package lookalike
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -323,4 +324,34 @@ func FuzzSameForEveryRoute(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkJudge is the cost of one answer on a busy target: 64 routes,
+// one of them answering a ban page.
+func BenchmarkJudge(b *testing.B) {
+	c := &clock{now: t0}
+	d := New(Config{Now: c.Now})
+	routes := make([]string, 64)
+	for i := range routes {
+		routes[i] = fmt.Sprint("r", i)
+	}
+	b.ReportAllocs()
+	for i := range b.N {
+		c.now = c.now.Add(time.Millisecond)
+		a := page(i, 16<<10)
+		if i%64 == 0 {
+			a = decoy(i)
+		}
+		d.Judge("shop.example", routes[i%64], a)
+	}
+}
+
+// BenchmarkBodyDigest is the cost of digesting the 16 KiB a gateway reads.
+func BenchmarkBodyDigest(b *testing.B) {
+	body := []byte(strings.Repeat("<p>Price: 1234 EUR, item 42</p>\n", 16<<10/32))
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		BodyDigest(body)
+	}
 }
