@@ -256,17 +256,18 @@ func (j *job) judgeBy(policy *target.Policy, d *lookalike.Detector) (hedge bool)
 	return !policy.NoHedge
 }
 
-// judge looks for a soft ban in an answer route relayed that the rule
-// table took for ok, a 5xx or another 4xx: a challenge or block page sent
-// in place of the page (a built-in signature, unless the target turned
-// them off, or one of the target's own) makes class ContentInvalid,
-// evidence against the route at the target, whatever the status says (a
-// Cloudflare challenge's 503 is not the site down, AWS WAF's 405 is not
-// the client's mistake). Headers are checked first, on all three; then,
-// for a 2xx or 5xx, the start of a text or HTML body, decoded, is searched
-// (target.Signature.On5xx says which built-in marks count on a 5xx), and
-// the bytes read are put back in front of the body. An ok answer no
-// signature marks is then judged by the lookalike detector (lookalike.go).
+// judge looks for a soft ban in an answer the rule table took for ok, a
+// 5xx or another 4xx: a challenge or block page sent in place of the page
+// (a built-in signature, unless the target turned them off, or one of
+// the target's own) makes class ContentInvalid, evidence against the route
+// at the target, whatever the status says (a Cloudflare challenge's 503 is
+// not the site down, AWS WAF's 405 is not the client's mistake). Headers
+// are checked first, on all three; then, for a 2xx or 5xx, the start of a
+// text or HTML body, decoded, is searched (target.Signature.On5xx says
+// which built-in marks count on a 5xx), and the bytes read are put back in
+// front of the body.
+// An ok answer no signature marks is then judged, as route's, by the
+// lookalike detector (lookalike.go).
 func (j *job) judge(resp *http.Response, route string, class *engine.Class) error {
 	if *class != engine.OK && *class != engine.Target5xx && *class != engine.ClientError {
 		return nil
