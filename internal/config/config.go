@@ -307,6 +307,11 @@ type Target struct {
 	// BuiltinSignatures, when false, turns off the built-in signatures of
 	// anti-bot challenge and block pages for these hosts; default true.
 	BuiltinSignatures *bool `toml:"builtin_signatures"`
+	// Lookalike, when false, turns off the lookalike detector for these
+	// hosts, which finds soft bans no signature knows (a route answering
+	// one page for different URLs while the others' pages differ; README,
+	// Soft bans); default true.
+	Lookalike *bool `toml:"lookalike"`
 
 	// Pacing of the target, separate from breakers: a paced request waits
 	// at most MaxWait, then gets 429 with Retry-After. Zero means unlimited.
@@ -365,6 +370,7 @@ func (c *Config) TargetRules() *target.Rules {
 		rules[i] = target.Rule{Hosts: t.Hosts, Key: t.Key, Policy: target.Policy{
 			ProbePath: t.ProbePath, BlockSignatures: t.BlockSignatures, Pace: t.Limits(), NoHedge: t.Hedge != nil && !*t.Hedge,
 			NoBuiltinSignatures: t.BuiltinSignatures != nil && !*t.BuiltinSignatures,
+			NoLookalike:         t.Lookalike != nil && !*t.Lookalike,
 		}}
 	}
 	return target.New(rules)

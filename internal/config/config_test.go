@@ -104,6 +104,7 @@ func TestLoadErrors(t *testing.T) {
 		{"target key", "[[targets]]\nhosts = [\"*\"]\nkey = \"a/b\"\n", nil, nil, ":5: targets[1].key: \"a/b\": only letters"},
 		{"probe path", "[[targets]]\nhosts = [\"*\"]\nprobe_path = \"robots.txt\"\n", nil, nil, "targets[1].probe_path: \"robots.txt\": must start with /"},
 		{"empty signature", "[[targets]]\nhosts = [\"*\"]\nblock_signatures = [\"\"]\n", nil, nil, "targets[1].block_signatures: an empty signature would match every page"},
+		{"lookalike not a boolean", "[[targets]]\nhosts = [\"*\"]\nlookalike = \"off\"\n", nil, nil, ":5: targets.lookalike: incompatible types"},
 		{"negative rate on the second target", "[[targets]]\nhosts = [\"a.com\"]\nrate = 1.0\n[[targets]]\nhosts = [\"*\"]\nrate = -1.0\n", nil, nil, ":8: targets[2].rate: must be a finite number ≥ 0"},
 		{"pacing part of a target", "[[targets]]\nhosts = [\"img.example.com\"]\nrate = 1.0\n", nil, nil, `:4: targets[1].hosts: "img.example.com" is part of target example.com`},
 		{"user name", "[[users]]\nname = \"al-ice\"\npassword = \"x\"\n", nil, nil, ":4: users[1].name: must be letters"},
@@ -604,20 +605,21 @@ func TestAdminPprof(t *testing.T) {
 }
 
 // TestTargetRules: a [[targets]] rule's settings reach the policy of the
-// hosts it matches; built-in signatures are on unless a rule turns them off.
+// hosts it matches; built-in signatures and the lookalike detector are on
+// unless a rule turns them off.
 func TestTargetRules(t *testing.T) {
 	t.Parallel()
-	file := "[[targets]]\nhosts = [\"plain.example\"]\nbuiltin_signatures = false\nhedge = false\n" +
+	file := "[[targets]]\nhosts = [\"plain.example\"]\nbuiltin_signatures = false\nlookalike = false\nhedge = false\n" +
 		"[[targets]]\nhosts = [\"*\"]\nblock_signatures = [\"denied\"]\n"
 	c, err := Load(Source{Path: writeConfig(t, routesOK+file), Env: []string{}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rules := c.TargetRules()
-	if _, p := rules.Resolve("plain.example"); p == nil || !p.NoBuiltinSignatures || !p.NoHedge {
-		t.Errorf("plain.example: policy %+v, want built-in signatures and hedges off", p)
+	if _, p := rules.Resolve("plain.example"); p == nil || !p.NoBuiltinSignatures || !p.NoLookalike || !p.NoHedge {
+		t.Errorf("plain.example: policy %+v, want built-in signatures, the lookalike detector and hedges off", p)
 	}
-	if _, p := rules.Resolve("shop.example"); p == nil || p.NoBuiltinSignatures || len(p.BlockSignatures) != 1 {
-		t.Errorf("shop.example: policy %+v, want built-in signatures on and one of its own", p)
+	if _, p := rules.Resolve("shop.example"); p == nil || p.NoBuiltinSignatures || p.NoLookalike || len(p.BlockSignatures) != 1 {
+		t.Errorf("shop.example: policy %+v, want built-in signatures and the lookalike detector on and one of its own", p)
 	}
 }

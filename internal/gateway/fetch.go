@@ -249,7 +249,7 @@ func (g *Gateway) fetchJob(ctx context.Context, s *settings, req *FetchRequest, 
 	if req.Timeout > 0 {
 		j.timeout = min(j.timeout, req.Timeout)
 	}
-	j.hedge = j.judgeBy(policy) && ctl.session == "" && idempotent(method)
+	j.hedge = j.judgeBy(policy, g.lookalike) && ctl.session == "" && idempotent(method)
 	return j, release, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/lookalike"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/target"
 )
@@ -103,7 +104,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 	// differently for the request line to an HTTP proxy (Punycode) than
 	// for the dial (UTS-46).
 	j.url.Host = hostport
-	hedge := j.judgeBy(policy)
+	hedge := j.judgeBy(policy, g.lookalike)
 	if protocol := upgradeTo(r.Header); protocol != "" {
 		// Asked on a connection of its own, which becomes the client's at
 		// the 101: hop-by-hop, so put back.
@@ -166,7 +167,7 @@ func (g *Gateway) forward(ctx context.Context, j *job, l engine.Lease, x *route.
 	if err == nil {
 		o.resp, o.reached = resp, true
 		o.class, o.retryAfter = route.ClassifyStatus(resp.StatusCode, resp.Header, g.cfg.Now())
-		err = j.judge(resp, &o.class)
+		err = j.judge(resp, l.Route, &o.class)
 		if err == nil && j.fetch != nil {
 			// The fetch API reads the whole answer within the attempt, so
 			// that a body that breaks off is this route's failure, retried
@@ -249,13 +250,17 @@ func (j *job) outbound(ctx context.Context) *http.Request {
 }
 
 // judgeBy takes the signatures of policy, the target's (nil: none), and
-// reports whether its requests may be hedged.
-func (j *job) judgeBy(policy *target.Policy) (hedge bool) {
+// the lookalike detector d unless policy turns it off, and reports whether
+// its requests may be hedged.
+func (j *job) judgeBy(policy *target.Policy, d *lookalike.Detector) (hedge bool) {
 	if policy == nil {
-		j.builtin = true
+		j.builtin, j.lookalike = true, d
 		return true
 	}
 	j.signatures, j.builtin = policy.BlockSignatures, !policy.NoBuiltinSignatures
+	if !policy.NoLookalike {
+		j.lookalike = d
+	}
 	return !policy.NoHedge
 }
 
@@ -269,7 +274,9 @@ func (j *job) judgeBy(policy *target.Policy) (hedge bool) {
 // text or HTML body, decoded, is searched (target.Signature.On5xx says
 // which built-in marks count on a 5xx), and the bytes read are put back in
 // front of the body.
-func (j *job) judge(resp *http.Response, class *engine.Class) error {
+// An ok answer no signature marks is then judged, as route's, by the
+// lookalike detector (lookalike.go).
+func (j *job) judge(resp *http.Response, route string, class *engine.Class) error {
 	if *class != engine.OK && *class != engine.Target5xx && *class != engine.ClientError {
 		return nil
 	}
@@ -284,7 +291,8 @@ func (j *job) judge(resp *http.Response, class *engine.Class) error {
 	// The built-in marks are of HTML pages: an event stream or a plain
 	// text download is not held back for its start to be read.
 	builtin := j.builtin && (mt == "text/html" || mt == "application/xhtml+xml")
-	if !builtin && (len(j.signatures) == 0 || !textual(mt)) {
+	look := j.lookalike != nil && *class == engine.OK && lookable(mt)
+	if !builtin && !look && (len(j.signatures) == 0 || !textual(mt)) {
 		return nil
 	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, signatureWindow))
@@ -305,6 +313,9 @@ func (j *job) judge(resp *http.Response, class *engine.Class) error {
 			*class = engine.ContentInvalid
 			return nil
 		}
+	}
+	if look && j.looksAlike(route, head) {
+		*class = engine.ContentInvalid
 	}
 	return nil
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/admit"
+	"github.com/switchyard/switchyard/internal/lookalike"
 	"github.com/switchyard/switchyard/internal/pacing"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/target"
@@ -223,13 +224,16 @@ type Gateway struct {
 	neutral atomic.Pointer[string] // the host of the last origin noted, for neutral probes' CONNECT (NeutralAuthority)
 
 	local localLog // the gateway running out of its own resources, logged at a bounded rate
+
+	lookalike *lookalike.Detector // soft bans no signature knows (lookalike.go)
 }
 
 // New returns a gateway over routes, which must already have been added to
 // e (with r.Spec()): the engine picks among them, the gateway dials them.
 func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) {
 	cfg = cfg.withDefaults()
-	g := &Gateway{cfg: cfg, engine: e, budget: engine.NewBudget(cfg.Budget), upstream: route.NewUpstream(cfg.MaxIdleUpstreamConns), bypass: newBypass(cfg.MITM), feedbackKey: newFeedbackKey()}
+	g := &Gateway{cfg: cfg, engine: e, budget: engine.NewBudget(cfg.Budget), upstream: route.NewUpstream(cfg.MaxIdleUpstreamConns),
+		lookalike: lookalike.New(lookalike.Config{Now: cfg.Now}), bypass: newBypass(cfg.MITM), feedbackKey: newFeedbackKey()}
 	g.interceptor = g.newInterceptor()
 	// Pacing waits on real timers, so it reads the real clock too.
 	g.pacer = pacing.New(pacing.Config{Limits: g.paceOf, MaxTargets: cfg.MaxPacedTargets})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/admit"
+	"github.com/switchyard/switchyard/internal/lookalike"
 	"github.com/switchyard/switchyard/internal/route"
 )
 
@@ -62,6 +63,9 @@ type job struct {
 	url        url.URL     // req.URL addressed as admission read it
 	header     http.Header // req.Header as it leaves (outbound): shared by every attempt, never written
 	upgrade    bool        // a WebSocket handshake (upgrade.go)
+	// lookalike judges the ok answers no signature marked (lookalike.go);
+	// nil when the target turned it off.
+	lookalike *lookalike.Detector
 
 	// A CONNECT (tunnel.go).
 	addr string // the authority as admission read it

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/lookalike"
 )
 
 // Load is the client model of a run and the gateway's attempt settings.
@@ -94,6 +95,7 @@ func Run(w World, p Policy, load Load, progress func(int)) Summary {
 	}
 	r.retrier, _ = p.(retrier)
 	r.hedger, _ = p.(hedger)
+	r.lookalike = lookalike.New(lookalike.Config{Now: func() time.Time { return Epoch.Add(r.now) }})
 	r.init()
 	wall := time.Now()
 	r.loop(progress)
@@ -113,6 +115,9 @@ type runner struct {
 	load    Load
 	tasks   *rand.Rand // draws task targets
 	world   *rand.Rand // draws the world's randomness
+	// lookalike is the gateway's detector, judging the pages the world
+	// answers as the gateway judges them (judge).
+	lookalike *lookalike.Detector
 
 	now      time.Duration
 	queue    eventQueue
@@ -132,6 +137,8 @@ type runner struct {
 	completed, failed    int
 	sent, hedges, wasted int
 	incident             int
+	falseInvalid         int // pages asked for that the detector judged content_invalid
+	decoysPassed         int // soft-ban pages it judged valid
 	latencies            []time.Duration
 	series               []bucket
 	faults               []faultTrack
@@ -145,6 +152,7 @@ type pendingProbe struct {
 
 // task is one page a client wants.
 type task struct {
+	id      uint64 // names its URL for the lookalike detector
 	target  int
 	started time.Duration // when it was first tried
 	tries   int           // client requests made for it so far
@@ -176,6 +184,8 @@ type attempt struct {
 	req    uint32
 	gen    uint32 // bumped when the slot is reused
 	route  int
+	target int
+	url    uint64 // the task's id
 	ticket uint64
 	start  time.Duration
 	result Result        // what the world will answer, and when
@@ -281,9 +291,9 @@ func (r *runner) loop(progress func(int)) {
 			}
 		case evAnswer:
 			if a := r.live(ev); a != nil && a.orphan {
-				r.end(ev.slot, a.result)
+				r.end(ev.slot, r.judge(a))
 			} else if a != nil {
-				ended = r.answer(ev.slot, a.result)
+				ended = r.answer(ev.slot, r.judge(a))
 			}
 		case evDeadline:
 			if a := r.live(ev); a != nil && a.orphan {
@@ -341,7 +351,7 @@ func (r *runner) startTask(i int) bool {
 	r.started++
 	x := r.tasks.Float64() * r.cum[len(r.cum)-1]
 	target, _ := slices.BinarySearch(r.cum, x)
-	wk.task = task{target: min(target, len(r.cum)-1), started: r.now}
+	wk.task = task{id: uint64(r.started), target: min(target, len(r.cum)-1), started: r.now}
 	if r.load.SessionTasks > 0 {
 		if wk.left == 0 {
 			r.newSession(i)
@@ -458,7 +468,7 @@ func (r *runner) launch(i int, a Attempt) {
 	}
 	slot := r.slot()
 	at := &r.attempts[slot]
-	*at = attempt{worker: i, req: wk.req, gen: at.gen + 1, route: a.Route, ticket: a.Ticket, start: r.now,
+	*at = attempt{worker: i, req: wk.req, gen: at.gen + 1, route: a.Route, target: wk.target, url: wk.id, ticket: a.Ticket, start: r.now,
 		result: r.w.Attempt(a.Route, wk.target, r.now, r.world)}
 	at.cut = r.load.AttemptTimeout
 	if a.Deadline > 0 {
@@ -519,6 +529,10 @@ func (r *runner) answer(slot int32, res Result) bool {
 			r.attempts[wk.inflight[0]].orphan = true
 			r.detach(wk.inflight[0])
 		}
+		if res.Page == DecoyPage {
+			// Relayed as a page, read as a captcha: the client asks again.
+			return r.fail(i)
+		}
 		r.endTask(i, true)
 		return true
 	}
@@ -530,6 +544,38 @@ func (r *runner) answer(slot int32, res Result) bool {
 		return r.send(i)
 	}
 	return r.fail(i)
+}
+
+// pageSizes are the bytes the gateway digests of each page: a page is
+// longer than the 16 KiB it reads (signatureWindow, internal/gateway), a
+// captcha page a few KiB, an API's fixed JSON a few hundred bytes.
+var pageSizes = [...]int{OwnPage: 16 << 10, SitePage: 512, DecoyPage: 5 << 10}
+
+// judge is attempt a's answer as the gateway classifies it: an ok answer
+// with a page goes through the lookalike detector, with no signature
+// configured (internal/gateway/forward.go, judge), and one it finds out is
+// content_invalid. A page's body is its URL's own for OwnPage, one for
+// all of the target's URLs otherwise.
+func (r *runner) judge(a *attempt) Result {
+	res := a.result
+	if res.Class != engine.OK || res.Page == NoPage {
+		return res
+	}
+	body := uint64(res.Page)
+	if res.Page == OwnPage {
+		body |= a.url << 2 // the Page values fit in two bits
+	}
+	v := r.lookalike.Judge(r.w.TargetName(a.target), r.w.RouteID(a.route), lookalike.Answer{URL: a.url, Body: body, Size: pageSizes[res.Page]})
+	switch {
+	case v != lookalike.Valid && res.Page != DecoyPage:
+		r.falseInvalid++
+	case v == lookalike.Valid && res.Page == DecoyPage:
+		r.decoysPassed++
+	}
+	if v != lookalike.Valid {
+		res.Class = engine.ContentInvalid
+	}
+	return res
 }
 
 // deadline is attempt slot reaching its deadline without an answer. As
@@ -652,6 +698,7 @@ func (r *runner) summary() Summary {
 	s := Summary{
 		Tasks: r.completed + r.failed, Completed: r.completed, Attempts: r.sent, Hedges: r.hedges,
 		WastedAttempts: r.wasted, IncidentAttempts: r.incident, SimulatedSeconds: end.Seconds(), DetectMs: -1, RecoverMs: -1,
+		FalseContentInvalid: r.falseInvalid, DecoysPassed: r.decoysPassed,
 	}
 	if s.Tasks > 0 {
 		s.CompletionRate = float64(r.completed) / float64(s.Tasks)

@@ -56,6 +56,10 @@ type TargetSpec struct {
 	// Down lists windows when the site fails for every route, which no
 	// routing can avoid.
 	Down []DownWindow
+	// IdenticalPages makes every URL of the site the same page through
+	// every route (an API's fixed JSON), which the gateway's lookalike
+	// detector must not take for a soft ban.
+	IdenticalPages bool
 }
 
 // DownWindow is a time when a target is down for everyone.
@@ -390,9 +394,10 @@ type scenarioFile struct {
 }
 
 type targetFile struct {
-	Name   any          `toml:"name,omitempty"`
-	Weight any          `toml:"weight,omitempty"`
-	Down   []windowFile `toml:"down,omitempty"`
+	Name           any          `toml:"name,omitempty"`
+	Weight         any          `toml:"weight,omitempty"`
+	IdenticalPages any          `toml:"identical_pages,omitempty"`
+	Down           []windowFile `toml:"down,omitempty"`
 }
 
 type windowFile struct {
@@ -463,8 +468,9 @@ func (f *scenarioFile) scenario(name string) (*Scenario, error) {
 	for i, tf := range f.Targets {
 		p := fmt.Sprintf("targets[%d]", i)
 		t := TargetSpec{
-			Name:   d.str(tf.Name, p+".name", ""),
-			Weight: d.number(tf.Weight, p+".weight", 1),
+			Name:           d.str(tf.Name, p+".name", ""),
+			Weight:         d.number(tf.Weight, p+".weight", 1),
+			IdenticalPages: d.boolean(tf.IdenticalPages, p+".identical_pages", false),
 		}
 		for j, wf := range tf.Down {
 			wp := fmt.Sprintf("%s.down[%d]", p, j)
@@ -677,6 +683,9 @@ func (s *Scenario) Encode() ([]byte, error) {
 	}
 	for _, t := range s.Targets {
 		tf := targetFile{Name: t.Name, Weight: t.Weight}
+		if t.IdenticalPages {
+			tf.IdenticalPages = true
+		}
 		for _, w := range t.Down {
 			tf.Down = append(tf.Down, windowFile{
 				From:  optionalDuration(w.From),

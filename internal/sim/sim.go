@@ -18,7 +18,30 @@ type Result struct {
 	Class      engine.Class
 	Latency    time.Duration // time to the answer; Never when none comes
 	RetryAfter time.Duration // with RateLimited
+	// Page is what an ok answer's body is, for the gateway's lookalike
+	// detector to judge (runner.judge) and for the client to take or not.
+	Page Page
 }
+
+// Page is the body of an answer the status calls ok, as the gateway's
+// lookalike detector tells pages apart (internal/lookalike,
+// docs/design/011-lookalike.md).
+type Page uint8
+
+const (
+	// NoPage: nothing to judge (a failure, a probe of the exit, or a
+	// World that does not model pages).
+	NoPage Page = iota
+	// OwnPage is the page asked for, each URL its own.
+	OwnPage
+	// SitePage is the one page the site answers every URL with, through
+	// every route (an API's fixed JSON): a valid answer.
+	SitePage
+	// DecoyPage is a soft ban: one captcha page for every URL, sent with a
+	// 200 that no signature marks. It is not what the client asked for,
+	// whatever the gateway judged it.
+	DecoyPage
+)
 
 // Never is the Latency of an attempt that gets no answer at all (a
 // blackholed exit, a site that hangs): the client or the gateway cuts it,
@@ -193,8 +216,13 @@ type Summary struct {
 	FalseEjections       int     `json:"false_ejections"`   // routes ejected while good on every target
 	IncidentAttempts     int     `json:"incident_attempts"` // attempts sent to a target while it was down for everyone
 	SessionRestarts      int     `json:"session_restarts"`  // sticky sessions the policy ended: their route became unusable
-	SimulatedSeconds     float64 `json:"simulated_s"`
-	AttemptsPerSecond    float64 `json:"attempts_per_wall_s"` // simulator speed
+	// FalseContentInvalid counts answers of the page asked for that the
+	// gateway's lookalike detector judged content_invalid; DecoysPassed,
+	// soft-ban pages it judged valid, relayed to the client as pages.
+	FalseContentInvalid int     `json:"false_content_invalid"`
+	DecoysPassed        int     `json:"decoys_passed"`
+	SimulatedSeconds    float64 `json:"simulated_s"`
+	AttemptsPerSecond   float64 `json:"attempts_per_wall_s"` // simulator speed
 
 	Series []Point `json:"-"` // over time, for plots
 }

@@ -33,7 +33,7 @@ func (s *Scenario) World() World {
 	index := make(map[string]int, len(s.Targets))
 	for i, t := range s.Targets {
 		index[t.Name] = i
-		w.targets = append(w.targets, worldTarget{name: t.Name, down: t.Down})
+		w.targets = append(w.targets, worldTarget{name: t.Name, down: t.Down, identical: t.IdenticalPages})
 	}
 	for gi, g := range s.Routes {
 		wg := worldGroup{name: g.Name, first: len(w.ids), count: g.Count, median: g.Latency, sigma: g.Jitter, maxInflight: g.MaxInflight, joins: g.Joins}
@@ -113,8 +113,9 @@ type worldGroup struct {
 }
 
 type worldTarget struct {
-	name string
-	down []DownWindow
+	name      string
+	down      []DownWindow
+	identical bool // every URL is the same page (TargetSpec.IdenticalPages)
 }
 
 // rule is a Behaviour compiled for its group.
@@ -365,8 +366,9 @@ func (w *scenarioWorld) Attempt(route, target int, now time.Duration, rng *rand.
 				return res
 			}
 		case KindSoftban:
+			// A 200 like any page: the gateway's judge decides (runner.judge).
 			if rng.Float64() < r.P {
-				return answer(engine.ContentInvalid)
+				return answer(engine.OK).with(DecoyPage)
 			}
 		case KindErrors:
 			if rng.Float64() < r.P {
@@ -378,7 +380,19 @@ func (w *scenarioWorld) Attempt(route, target int, now time.Duration, rng *rand.
 			}
 		}
 	}
-	return answer(engine.OK)
+	if w.targets[target].identical {
+		return answer(engine.OK).with(SitePage)
+	}
+	return answer(engine.OK).with(OwnPage)
+}
+
+// with is r carrying page p when it is an answer the status calls ok (one
+// too late is silence, and carries none).
+func (r Result) with(p Page) Result {
+	if r.Class == engine.OK {
+		r.Page = p
+	}
+	return r
 }
 
 // Check implements World: a TCP connect reaches any exit that is not

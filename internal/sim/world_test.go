@@ -45,10 +45,11 @@ func TestAttemptClasses(t *testing.T) {
 		target      int
 		at          time.Duration
 		want        engine.Class
+		wantPage    Page          // NoPage: not checked
 		wantLatency time.Duration // 0: not checked
 		share       float64       // of attempts answering want; 0: all of them
 	}{
-		{desc: "healthy", target: wtShop, want: engine.OK, wantLatency: 100 * time.Millisecond},
+		{desc: "healthy", target: wtShop, want: engine.OK, wantPage: OwnPage, wantLatency: 100 * time.Millisecond},
 		{desc: "dead refuses fast", behaviours: "kind = 'dead'", target: wtShop, want: engine.ProxyConnectFailed, wantLatency: 3 * time.Millisecond},
 		{desc: "dead refuses neutral probes", behaviours: "kind = 'dead'", target: NeutralTarget, want: engine.ProxyConnectFailed},
 		{desc: "dead on one target only", behaviours: "kind = 'dead'\ntarget = 'shop'", target: wtNews, want: engine.OK},
@@ -57,8 +58,9 @@ func TestAttemptClasses(t *testing.T) {
 		{desc: "auth answers 407 fast", behaviours: "kind = 'auth'", target: wtShop, want: engine.ProxyAuth, wantLatency: 20 * time.Millisecond},
 		{desc: "ban blocks its target", behaviours: "kind = 'ban'\ntarget = 'shop'", target: wtShop, want: engine.Blocked, wantLatency: 100 * time.Millisecond},
 		{desc: "ban spares other targets", behaviours: "kind = 'ban'\ntarget = 'shop'", target: wtNews, want: engine.OK},
-		{desc: "softban defaults to always", behaviours: "kind = 'softban'", target: wtNews, want: engine.ContentInvalid},
-		{desc: "softban with p", behaviours: "kind = 'softban'\np = 0.25", target: wtShop, want: engine.ContentInvalid, share: 0.25},
+		// A soft ban is a 200 whose page the gateway's judge reads (runner.judge).
+		{desc: "softban defaults to always", behaviours: "kind = 'softban'", target: wtNews, want: engine.OK, wantPage: DecoyPage},
+		{desc: "softban with p", behaviours: "kind = 'softban'\np = 0.25", target: wtShop, want: engine.OK, wantPage: DecoyPage, share: 0.25},
 		{desc: "errors with p", behaviours: "kind = 'errors'\np = 0.3", target: wtShop, want: engine.Target5xx, share: 0.3},
 		{desc: "slow multiplies latency", behaviours: "kind = 'slow'\nfactor = 3", target: wtShop, want: engine.OK, wantLatency: 300 * time.Millisecond},
 		{desc: "slow beyond the timeout answers late", behaviours: "kind = 'slow'\nfactor = 200", target: wtShop, want: engine.OK, wantLatency: 20 * time.Second},
@@ -69,7 +71,7 @@ func TestAttemptClasses(t *testing.T) {
 		{desc: "blackhole beats auth", behaviours: "kind = 'auth'\n[[routes.behaviours]]\nkind = 'blackhole'", target: wtShop, want: engine.ProxyTimeout},
 		{desc: "exit before target", behaviours: "kind = 'ban'\ntarget = 'shop'\n[[routes.behaviours]]\nkind = 'auth'", target: wtShop, want: engine.ProxyAuth},
 		{desc: "ban before errors", behaviours: "kind = 'errors'\np = 1\n[[routes.behaviours]]\nkind = 'ban'\ntarget = 'shop'", target: wtShop, want: engine.Blocked},
-		{desc: "softban before errors", behaviours: "kind = 'errors'\np = 1\n[[routes.behaviours]]\nkind = 'softban'", target: wtShop, want: engine.ContentInvalid},
+		{desc: "softban before errors", behaviours: "kind = 'errors'\np = 1\n[[routes.behaviours]]\nkind = 'softban'", target: wtShop, want: engine.OK, wantPage: DecoyPage},
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
@@ -83,7 +85,7 @@ func TestAttemptClasses(t *testing.T) {
 			hits := 0
 			for range n {
 				r := w.Attempt(0, tt.target, tt.at, rng)
-				if r.Class == tt.want {
+				if r.Class == tt.want && (tt.wantPage == NoPage || r.Page == tt.wantPage) {
 					hits++
 					if tt.wantLatency != 0 && r.Latency != tt.wantLatency {
 						t.Fatalf("latency %v, want %v", r.Latency, tt.wantLatency)
@@ -93,7 +95,7 @@ func TestAttemptClasses(t *testing.T) {
 				}
 			}
 			if got := float64(hits) / n; tt.share != 0 && (got < tt.share-0.03 || got > tt.share+0.03) {
-				t.Errorf("share of %v = %.3f, want %.2f±0.03", tt.want, got, tt.share)
+				t.Errorf("share of %v %v = %.3f, want %.2f±0.03", tt.want, tt.wantPage, got, tt.share)
 			}
 		})
 	}

@@ -32,8 +32,12 @@ type Policy struct {
 	// NoBuiltinSignatures turns off the built-in challenge and block page
 	// signatures (signatures.go) for the target.
 	NoBuiltinSignatures bool
-	Pace                pacing.Limits
-	NoHedge             bool // requests to the target are never hedged
+	// NoLookalike turns off the lookalike detector (internal/lookalike)
+	// for the target, a site whose routes rightly get different pages (a
+	// page per region, say): docs/design/011-lookalike.md.
+	NoLookalike bool
+	Pace        pacing.Limits
+	NoHedge     bool // requests to the target are never hedged
 }
 
 // Rules maps hosts to targets. The first rule that matches a host applies;
