@@ -58,8 +58,10 @@ type Config struct {
 	// exits of HTTP, HTTPS and Direct routes share one transport
 	// (route.Upstream), their connections pooled per proxy endpoint and
 	// credentials, the least recently used idle one closed past the cap.
-	// SOCKS5 routes keep transports of their own. Default 1024
-	// (route.DefaultMaxIdle).
+	// SOCKS5 routes keep transports of their own. The connections to
+	// targets the gateway opens through exits itself (HTTPS inside
+	// intercepted TLS, https:// fetches) are kept apart, per route and
+	// target, under the same cap. Default 1024 (route.DefaultMaxIdle).
 	MaxIdleUpstreamConns int
 	// MaxBodyBytes is the largest request body buffered so that a retry can
 	// resend it. Larger bodies stream once and are never retried.
@@ -207,7 +209,8 @@ type Gateway struct {
 	engine   *engine.Engine
 	budget   *engine.Budget
 	pacer    *pacing.Pacer
-	upstream *route.Upstream // the transport exits share
+	upstream *route.Upstream    // the transport exits share
+	targets  *route.TargetConns // connections to targets the gateway opened through exits itself (owned.go)
 	// feedbackKey seals the attempt tokens of relayed answers (feedback.go).
 	feedbackKey []byte
 	// interceptor serves intercepted connections, and bypass names the
@@ -233,7 +236,7 @@ type Gateway struct {
 func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) {
 	cfg = cfg.withDefaults()
 	g := &Gateway{cfg: cfg, engine: e, budget: engine.NewBudget(cfg.Budget), upstream: route.NewUpstream(cfg.MaxIdleUpstreamConns),
-		lookalike: lookalike.New(lookalike.Config{Now: cfg.Now}), bypass: newBypass(cfg.MITM), feedbackKey: newFeedbackKey()}
+		targets: route.NewTargetConns(cfg.MaxIdleUpstreamConns), lookalike: lookalike.New(lookalike.Config{Now: cfg.Now}), bypass: newBypass(cfg.MITM), feedbackKey: newFeedbackKey()}
 	g.interceptor = g.newInterceptor()
 	// Pacing waits on real timers, so it reads the real clock too.
 	g.pacer = pacing.New(pacing.Config{Limits: g.paceOf, MaxTargets: cfg.MaxPacedTargets})
@@ -329,6 +332,7 @@ func (g *Gateway) Close() {
 		x.CloseIdleConnections()
 	}
 	g.upstream.CloseIdleConnections()
+	g.targets.CloseIdle()
 }
 
 // UpstreamConns is how many connections of the transport the exits share

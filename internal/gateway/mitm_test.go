@@ -24,9 +24,10 @@ import (
 // an HTTPS site it trusts.
 type mitmEnv struct {
 	*env
-	ca   *mitm.Authority
-	site *httptest.Server
-	hits atomic.Int64
+	ca        *mitm.Authority
+	site      *httptest.Server
+	hits      atomic.Int64
+	siteConns atomic.Int64 // connections the site accepted
 }
 
 // newMITMEnv makes it; tune, when set, adjusts the gateway's config.
@@ -37,9 +38,15 @@ func newMITMEnv(t testing.TB, tune func(*Config), h func(n int, w http.ResponseW
 		t.Fatal(err)
 	}
 	m := &mitmEnv{ca: ca}
-	m.site = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	m.site = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h(int(m.hits.Add(1)), w, r)
 	}))
+	m.site.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			m.siteConns.Add(1)
+		}
+	}
+	m.site.StartTLS()
 	t.Cleanup(m.site.Close)
 	roots := x509.NewCertPool()
 	roots.AddCert(m.site.Certificate())
@@ -273,6 +280,41 @@ func TestMITMStreams(t *testing.T) {
 		rest, _ := io.ReadAll(br)
 		if string(rest) != "\ndata: second\n\n" {
 			t.Errorf("rest %q", rest)
+		}
+	})
+}
+
+// TestMITMKeepsSiteConnections serves a keep-alive client's requests inside
+// one intercepted connection on one connection to the site through the
+// route, as the client's own would be through a plain tunnel: one CONNECT
+// at the proxy, not one per request. A connection the site closed while it
+// was kept idle costs a request nothing: it goes on a fresh one.
+func TestMITMKeepsSiteConnections(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		m := newMITMEnv(t, nil, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "kept") })
+		c := m.mitmClient(t, "crawler-session-one", false) // one route for all
+		get := func() {
+			t.Helper()
+			resp, err := c.Get(m.site.URL + "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(body) != "kept" {
+				t.Fatalf("%d %q", resp.StatusCode, body)
+			}
+		}
+		for range 5 {
+			get()
+		}
+		if n := m.siteConns.Load(); n != 1 {
+			t.Errorf("5 requests took %d connections to the site, want 1", n)
+		}
+		m.site.CloseClientConnections() // the site drops the kept one
+		get()
+		if n := m.siteConns.Load(); n != 2 {
+			t.Errorf("after the site closed the kept connection: %d connections, want 2", n)
 		}
 	})
 }

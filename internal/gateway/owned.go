@@ -29,63 +29,136 @@ type tlsError struct{ err error }
 func (e *tlsError) Error() string { return "TLS with the target: " + e.err.Error() }
 func (e *tlsError) Unwrap() error { return e.err }
 
-// roundTripOwned sends req through x on a connection of its own: a tunnel
-// to the target, TLS verified against Config.TargetTLS's roots (the
-// system's when nil) for https://, and the request, with Connection:
-// close unless it asks for an upgrade. ctx ending cuts the connection's
-// I/O; closing the answer's body closes the connection. A 101's body is
-// the connection itself (*upgraded).
+// roundTripOwned sends req through x on a connection of its own to the
+// target: one kept from an earlier request through the same route
+// (route.TargetConns), for a request that may be sent twice, or a new
+// one, a tunnel with TLS on top for https:// verified against
+// Config.TargetTLS's roots (the system's when nil). ctx ending cuts the
+// connection's I/O. The answer's body read to its end gives the connection
+// back to be kept, unless either side said it closes; closed before, it
+// closes it. A 101's body is the connection itself (*upgraded).
 func (g *Gateway) roundTripOwned(ctx context.Context, req *http.Request, x *route.Exit, p *route.Progress) (*http.Response, error) {
 	host, port := req.URL.Hostname(), req.URL.Port()
 	secure := req.URL.Scheme == "https"
 	if port == "" {
 		port = map[bool]string{false: "80", true: "443"}[secure]
 	}
-	tunnel, err := x.DialTarget(ctx, net.JoinHostPort(host, port), p)
+	addr := net.JoinHostPort(host, port)
+	upgrade := req.Header.Get("Upgrade") != ""
+	req.Close = false
+	// A kept connection the site has closed meanwhile fails at once, and
+	// its request, one that may be sent twice, goes on a fresh one.
+	if !upgrade && idempotent(req.Method) && (req.Body == nil || req.GetBody != nil) {
+		for c := g.targets.Get(x.Route().ID, addr); c != nil; c = g.targets.Get(x.Route().ID, addr) {
+			p.Reused()
+			resp, err := g.exchange(ctx, req, c, false)
+			if err == nil || ctx.Err() != nil {
+				return resp, err
+			}
+			p.Fresh()
+			if req.GetBody != nil {
+				if req.Body, err = req.GetBody(); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	tunnel, err := x.DialTarget(ctx, addr, p)
 	if err != nil {
 		return nil, err
 	}
-	stop := context.AfterFunc(ctx, func() { tunnel.SetDeadline(time.Unix(1, 0)) })
 	conn := tunnel // or the TLS over it
-	fail := func(err error) (*http.Response, error) {
-		stop()
-		conn.Close()
-		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
-		}
-		return nil, err
-	}
 	if secure {
 		cfg := &tls.Config{}
 		if g.cfg.TargetTLS != nil {
 			cfg = g.cfg.TargetTLS.Clone()
 		}
 		cfg.ServerName, cfg.NextProtos = host, []string{"http/1.1"}
-		tc := tls.Client(conn, cfg)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-				return fail(err) // silence, classified by the layer reached
-			}
-			return fail(&tlsError{err: err})
+		tc := tls.Client(tunnel, cfg)
+		stop := context.AfterFunc(ctx, func() { tunnel.SetDeadline(time.Unix(1, 0)) })
+		err := tc.HandshakeContext(ctx)
+		stop()
+		switch ne, _ := errors.AsType[net.Error](err); {
+		case err != nil && ctx.Err() != nil:
+			tunnel.Close()
+			return nil, context.Cause(ctx)
+		case err != nil && ne != nil && ne.Timeout():
+			tunnel.Close()
+			return nil, err // silence, classified by the layer reached
+		case err != nil:
+			tunnel.Close()
+			return nil, &tlsError{err: err}
 		}
 		p.TargetAnswered() // the site spoke: its silence from here on is its own
 		conn = tc
 	}
-	req.Close = req.Header.Get("Upgrade") == "" // the connection serves this request alone
-	if err := req.Write(conn); err != nil {
+	return g.exchange(ctx, req, route.NewTargetConn(conn, x.Route().ID, addr), upgrade)
+}
+
+// exchange writes req on c and reads the answer, ctx ending cutting c's
+// I/O; a failure closes c. The answer's body keeps c, or is c after a 101
+// to an upgrade.
+func (g *Gateway) exchange(ctx context.Context, req *http.Request, c *route.TargetConn, upgrade bool) (*http.Response, error) {
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	fail := func(err error) (*http.Response, error) {
+		stop()
+		c.Close()
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		return nil, err
+	}
+	if err := req.Write(c); err != nil {
 		return fail(err)
 	}
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, req)
+	resp, err := http.ReadResponse(c.R, req)
 	if err != nil {
 		return fail(err)
 	}
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		resp.Body = &upgraded{conn: conn, r: br, stop: stop}
+	if upgrade && resp.StatusCode == http.StatusSwitchingProtocols {
+		resp.Body = &upgraded{conn: c.Conn, r: c.R, stop: stop}
 		return resp, nil
 	}
-	resp.Body = &tunnelBody{ReadCloser: resp.Body, conn: conn, stop: stop}
+	b := &ownedBody{ReadCloser: resp.Body, c: c, stop: stop}
+	if !resp.Close && !upgrade {
+		b.keep = g.targets.Put
+	}
+	resp.Body = b
 	return resp, nil
+}
+
+// ownedBody is an answer's body on a connection the gateway opened to the
+// target: read to its end, the connection is kept (keep) or closed;
+// closed before, the connection is closed first, so that nothing waits
+// for the rest of a body no one will read.
+type ownedBody struct {
+	io.ReadCloser
+	c    *route.TargetConn
+	stop func() bool           // detaches c from the attempt's end; false if it came first
+	keep func(*route.TargetConn) // nil: c closes at the end
+	done bool
+}
+
+func (b *ownedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.done {
+		b.done = true
+		if b.stop() && b.keep != nil {
+			b.keep(b.c)
+		} else {
+			b.c.Close()
+		}
+	}
+	return n, err
+}
+
+func (b *ownedBody) Close() error {
+	if !b.done {
+		b.done = true
+		b.stop()
+		b.c.Close()
+	}
+	return b.ReadCloser.Close()
 }
 
 // upgraded is a 101's connection, read through the reader that may hold
@@ -100,17 +173,4 @@ func (u *upgraded) Read(p []byte) (int, error) { return u.r.Read(p) }
 func (u *upgraded) Close() error {
 	u.stop()
 	return u.conn.Close()
-}
-
-// tunnelBody is an answer's body over a connection of its own.
-type tunnelBody struct {
-	io.ReadCloser
-	conn net.Conn
-	stop func() bool
-}
-
-func (b *tunnelBody) Close() error {
-	b.stop()
-	b.ReadCloser.Close()
-	return b.conn.Close()
 }
