@@ -306,10 +306,43 @@ func (x *exit) tunnel(w http.ResponseWriter, r *http.Request) {
 	up := make(chan struct{})
 	go func() {
 		defer close(up)
-		io.Copy(site, buf) // the client's bytes, those already buffered first
+		x.carry(r.Context(), site, buf) // the client's bytes, those already buffered first
 		site.Close()
 	}()
 	io.Copy(client, site)
 	client.Close()
 	<-up
+}
+
+// carry copies a tunnel's client bytes to the site, each burst of them
+// after the exit's latency, as every round trip through a real exit pays
+// it: a request inside a kept-alive tunnel costs what an absolute-form one
+// does, and a blackholed exit stalls its tunnels too.
+func (x *exit) carry(ctx context.Context, site io.Writer, client io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := client.Read(buf)
+		if n > 0 {
+			act, delay := x.world.atExit(x.index, time.Now())
+			var t *time.Timer
+			var done <-chan time.Time // nil, for a blackhole: wait for the end
+			if act != actHold {
+				t = time.NewTimer(delay)
+				done = t.C
+			}
+			ok := x.wait(ctx, done)
+			if t != nil {
+				t.Stop()
+			}
+			if !ok {
+				return
+			}
+			if _, err := site.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
