@@ -127,7 +127,7 @@ func (g *Gateway) intercept(w http.ResponseWriter, r *http.Request, rec *record,
 	conn := &readAhead{Conn: client, r: brw.Reader}
 	if first[0] != recordTypeHandshake {
 		client.SetReadDeadline(time.Time{})
-		g.plainTunnel(r.Context(), conn, brw.Reader, in)
+		g.plainTunnel(r.Context(), conn, brw.Reader, rec, in)
 		return
 	}
 	tc := tls.Server(conn, &tls.Config{
@@ -158,20 +158,21 @@ func (g *Gateway) intercept(w http.ResponseWriter, r *http.Request, rec *record,
 
 // plainTunnel builds a tunnel for an intercepted CONNECT whose client
 // speaks something other than TLS, paced as a tunnel is.
-func (g *Gateway) plainTunnel(ctx context.Context, client net.Conn, fromClient io.Reader, in *interception) {
+func (g *Gateway) plainTunnel(ctx context.Context, client net.Conn, fromClient io.Reader, rec *record, in *interception) {
 	s := g.current.Load()
 	release, err := g.pace(ctx, s, in.target)
 	if err != nil {
 		return
 	}
 	defer release()
-	win, last, _, _, _ := g.run(ctx, s, in.connect)
+	win, last, attempts, hedges, _ := g.run(ctx, s, in.connect)
 	if win == nil {
 		if last != nil {
 			last.done()
 		}
 		return
 	}
+	g.tunnelUp(in.host, in.target, rec, win, attempts, hedges)
 	g.splice(client, fromClient, win)
 }
 

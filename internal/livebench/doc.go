@@ -20,6 +20,8 @@
 // SWITCHYARD_LIVEBENCH_DURATION (default 15s), _WORKERS (32), _ROUNDS (1;
 // more interleave the contenders against a drifting machine load),
 // _CONTENDERS (a comma-separated subset) and _BINARY (a switchyard binary
-// to measure instead of building this module's) tune it, and _DIR keeps
-// the gateways' logs; see Options.
+// to measure instead of building this module's) tune it, _HTTPS=1 makes
+// the load https:// pages through CONNECT tunnels (adding the
+// switchyard-mitm contender), and _DIR keeps the gateways' logs; see
+// Options.
 package livebench
