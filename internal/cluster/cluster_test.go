@@ -94,7 +94,9 @@ func (p pinger) Ping(ctx context.Context, _ *pb.PingRequest) (*pb.PingResponse, 
 	if _, ok := CallFrom(ctx); !ok {
 		return nil, status.Error(codes.Unauthenticated, "not a node")
 	}
-	return p.summary.PingResponse(p.id, time.Second), nil
+	resp := p.summary.PingResponse(p.id, time.Second)
+	resp.ClusterAuth = true
+	return resp, nil
 }
 
 func startNode(t *testing.T, id, secret string, summary Summary, noPing bool) *node {
@@ -240,7 +242,7 @@ func TestPick(t *testing.T) {
 	t.Parallel()
 	eu := engine.Labels{{Key: "region", Value: "eu"}}
 	us := engine.Labels{{Key: "region", Value: "us"}}
-	c := &Cluster{cfg: DefaultConfig(), self: "me", log: slog.New(slog.DiscardHandler), peers: map[string]*peer{
+	c := &Cluster{cfg: DefaultConfig(), self: "me", now: time.Now, log: slog.New(slog.DiscardHandler), peers: map[string]*peer{
 		"a:1": {addr: "a:1", id: "a", state: Up, summary: Summary{Usable: 1, Groups: []Group{{Labels: us, Routes: 1, Usable: 1}}}},
 		"b:1": {addr: "b:1", id: "b", state: Down, summary: Summary{Usable: 1, Groups: []Group{{Labels: us, Routes: 1, Usable: 1}}}},
 		"c:1": {addr: "c:1", id: "c", state: Up, summary: Summary{Groups: []Group{{Labels: append(eu, engine.Label{Key: "tier", Value: "x"}), Routes: 1}}}},

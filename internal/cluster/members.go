@@ -2,13 +2,14 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"slices"
@@ -118,7 +119,7 @@ func Summarize(version string, routes []engine.RouteStatus) Summary {
 func (s Summary) PingResponse(id string, uptime time.Duration) *pb.PingResponse {
 	out := &pb.PingResponse{
 		Node: id, Version: s.Version, UptimeMs: uptime.Milliseconds(), Routes: int32(s.Routes), RoutesUsable: int32(s.Usable),
-		Inflight: s.Inflight, ClusterAuth: true,
+		Inflight: s.Inflight,
 	}
 	for _, g := range s.Groups {
 		out.Groups = append(out.Groups, &pb.RouteGroup{Labels: g.Labels.String(), Routes: int32(g.Routes), Usable: int32(g.Usable)})
@@ -169,6 +170,12 @@ type Cluster struct {
 	log   *slog.Logger
 	auth  *authenticator
 	dial  []grpc.DialOption
+	// instance is random per process (PingResponse.instance).
+	instance string
+
+	localMu  sync.Mutex
+	localSum Summary   // guarded by localMu: Local's last answer
+	localAt  time.Time // guarded by localMu: when it was read
 
 	forwardedIn atomic.Int64
 
@@ -198,6 +205,7 @@ type peer struct {
 	lastErr    string
 	summary    Summary
 	old        bool // it has no Ping (an older node): no summary
+	self       bool // its Ping gave this process's instance: this node's own address
 }
 
 // New makes the cluster of cfg. Run checks its peers; Close closes its
@@ -227,7 +235,7 @@ func New(cfg Config, opts Options) (*Cluster, error) {
 	}
 	c := &Cluster{
 		cfg: cfg, self: opts.Self, addr: opts.Address, local: opts.Local, res: opts.Resolver, now: opts.Now, log: opts.Log,
-		added: map[string]bool{}, peers: map[string]*peer{},
+		added: map[string]bool{}, peers: map[string]*peer{}, instance: rand.Text(),
 	}
 	c.auth = &authenticator{self: opts.Self, secret: cfg.Secret, log: opts.Log, onForward: func() { c.forwardedIn.Add(1) }}
 	c.dial = []grpc.DialOption{
@@ -424,6 +432,7 @@ type Probe struct {
 	Verdict   string // "ok", "unreachable", "not_serving", "wrong_token", "no_ping" (an older node), or "error"
 	Err       string // the failure, never a token
 	Node      string // the id its Ping gave
+	Instance  string // the process instance its Ping gave
 	Summary   Summary
 	Latency   time.Duration
 }
@@ -444,7 +453,7 @@ func (c *Cluster) probe(ctx context.Context, conn *grpc.ClientConn) Probe {
 	r := Probe{Reachable: true, Latency: time.Since(start)}
 	switch status.Code(err) {
 	case codes.OK:
-		r.Verdict, r.Node, r.Summary = "ok", ping.GetNode(), summaryOf(ping)
+		r.Verdict, r.Node, r.Instance, r.Summary = "ok", ping.GetNode(), ping.GetInstance(), summaryOf(ping)
 		if !ping.GetClusterAuth() {
 			// It took the token without checking it: a node without a
 			// cluster secret, open to anyone.
@@ -502,7 +511,11 @@ func (c *Cluster) record(p *peer, r Probe) {
 		} else {
 			p.old, p.summary = true, Summary{}
 		}
-		if p.id == c.self {
+		if r.Instance != "" && r.Instance == c.instance {
+			// This node's own address under another spelling (0.0.0.0
+			// listened, 10.0.0.1 listed): never called again.
+			p.self = true
+		} else if p.id == c.self {
 			// Another node claims this node's id: its traces and ours
 			// could not be told apart. It is never picked.
 			c.log.Warn("CLUSTER NODE ID CLAIMED TWICE: the peer answers with this node's own id; give every node its own SWITCHYARD_NODE_ID", "address", p.addr, "node", p.id)
@@ -563,14 +576,14 @@ func (c *Cluster) Pick(labels engine.Labels, tried map[string]bool) Choice {
 	}
 	var best [3][]cand
 	if !tried[c.self] {
-		s := c.local()
+		s := c.localSummary()
 		if f := s.fits(labels); f > 0 {
 			best[f] = append(best[f], cand{Choice{Self: true, Node: c.self}, float64(s.Inflight+1) / float64(max(s.Usable, 1))})
 		}
 	}
 	c.mu.Lock()
 	for _, p := range c.peers {
-		if p.state != Up || p.id == c.self || tried[p.id] || tried[p.addr] {
+		if p.state != Up || p.self || p.id == c.self || tried[p.id] || tried[p.addr] {
 			continue
 		}
 		f := 0
@@ -592,11 +605,17 @@ func (c *Cluster) Pick(labels engine.Labels, tried map[string]bool) Choice {
 		if len(cs) == 0 {
 			continue
 		}
-		pick := cs[rand.IntN(len(cs))]
+		// Two distinct candidates, so that of two nodes the less loaded
+		// is always the one picked.
+		i := mrand.IntN(len(cs))
+		pick := cs[i]
 		if len(cs) > 1 {
-			other := cs[rand.IntN(len(cs))]
-			if other.cost < pick.cost {
-				pick = other
+			j := mrand.IntN(len(cs) - 1)
+			if j >= i {
+				j++
+			}
+			if cs[j].cost < pick.cost {
+				pick = cs[j]
 			}
 		}
 		if pick.ch.p != nil {
@@ -640,6 +659,23 @@ type NodeStatus struct {
 	ForwardedOut int64 `json:"forwarded_out"`
 }
 
+// localSummaryAge is how long Pick reuses this node's Summary: reading
+// it walks every route, too much for every request of a large pool.
+const localSummaryAge = time.Second
+
+// localSummary is Local's answer, read again once localSummaryAge old.
+func (c *Cluster) localSummary() Summary {
+	c.localMu.Lock()
+	defer c.localMu.Unlock()
+	if now := c.now(); c.localAt.IsZero() || now.Sub(c.localAt) >= localSummaryAge || now.Before(c.localAt) {
+		c.localSum, c.localAt = c.local(), now
+	}
+	return c.localSum
+}
+
+// Instance is this process's random instance, for Ping.
+func (c *Cluster) Instance() string { return c.instance }
+
 // Nodes is every node, this one first, then the peers by address.
 func (c *Cluster) Nodes() []NodeStatus {
 	s := c.local()
@@ -649,6 +685,9 @@ func (c *Cluster) Nodes() []NodeStatus {
 	}}
 	c.mu.Lock()
 	for _, p := range c.peers {
+		if p.self {
+			continue
+		}
 		out = append(out, NodeStatus{
 			ID: p.id, Address: p.addr, Version: p.summary.Version, State: p.state.String(), Routes: p.summary.Routes, Usable: p.summary.Usable,
 			Groups: groupNames(p.summary.Groups), Inflight: p.summary.Inflight, LastCheck: p.lastCheck, LastError: p.lastErr,

@@ -954,7 +954,11 @@ type PingResponse struct {
 	Inflight int64 `protobuf:"varint,7,opt,name=inflight,proto3" json:"inflight,omitempty"`
 	// cluster_auth says this node verifies node tokens, so that a Ping
 	// that passed proves the caller's token and not an open door.
-	ClusterAuth   bool `protobuf:"varint,8,opt,name=cluster_auth,json=clusterAuth,proto3" json:"cluster_auth,omitempty"`
+	ClusterAuth bool `protobuf:"varint,8,opt,name=cluster_auth,json=clusterAuth,proto3" json:"cluster_auth,omitempty"`
+	// instance is random per process: a node that finds its own instance
+	// behind a peer's address knows the address is its own, and that a peer
+	// with its id but another instance is a second node claiming it.
+	Instance      string `protobuf:"bytes,9,opt,name=instance,proto3" json:"instance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1043,6 +1047,13 @@ func (x *PingResponse) GetClusterAuth() bool {
 		return x.ClusterAuth
 	}
 	return false
+}
+
+func (x *PingResponse) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
 }
 
 type FeedbackRequest struct {
@@ -1239,7 +1250,7 @@ const file_fetch_proto_rawDesc = "" +
 	"RouteGroup\x12\x16\n" +
 	"\x06labels\x18\x01 \x01(\tR\x06labels\x12\x16\n" +
 	"\x06routes\x18\x02 \x01(\x05R\x06routes\x12\x16\n" +
-	"\x06usable\x18\x03 \x01(\x05R\x06usable\"\x88\x02\n" +
+	"\x06usable\x18\x03 \x01(\x05R\x06usable\"\xa4\x02\n" +
 	"\fPingResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1b\n" +
@@ -1248,7 +1259,8 @@ const file_fetch_proto_rawDesc = "" +
 	"\rroutes_usable\x18\x05 \x01(\x05R\froutesUsable\x121\n" +
 	"\x06groups\x18\x06 \x03(\v2\x19.switchyard.v1.RouteGroupR\x06groups\x12\x1a\n" +
 	"\binflight\x18\a \x01(\x03R\binflight\x12!\n" +
-	"\fcluster_auth\x18\b \x01(\bR\vclusterAuth\"b\n" +
+	"\fcluster_auth\x18\b \x01(\bR\vclusterAuth\x12\x1a\n" +
+	"\binstance\x18\t \x01(\tR\binstance\"b\n" +
 	"\x0fFeedbackRequest\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x18\n" +

@@ -1,0 +1,470 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/switchyard/switchyard/internal/cluster"
+	"github.com/switchyard/switchyard/internal/config"
+	"github.com/switchyard/switchyard/internal/route/routetest"
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+// testSecret is the cluster secret of the tests' nodes.
+const testSecret = "test-cluster-secret-0123456789"
+
+// testNode is one node of a test cluster on 127.0.0.1: its own fake
+// upstream proxy (labels region=<its region>), listeners, and the server
+// running until stop.
+type testNode struct {
+	id       string
+	proxy    *routetest.Proxy
+	api      string // its listen.api
+	admin    string
+	srv      *Server
+	cancel   context.CancelFunc
+	done     chan error
+	stopOnce sync.Once
+}
+
+// nodeSpec says how a test node differs.
+type nodeSpec struct {
+	id, region string
+	secret     string // "" for testSecret
+	ssrf       bool   // admission on, 127.0.0.1 allowed
+}
+
+// startCluster starts one node per spec, each listing every node's API
+// address as its peers (its own included, as one shared list would), and
+// waits until every node sees every other one with the same secret up.
+func startCluster(t *testing.T, specs ...nodeSpec) []*testNode {
+	t.Helper()
+	apis := make([]net.Listener, len(specs))
+	peers := make([]string, len(specs))
+	for i := range specs {
+		apis[i] = listen(t)
+		peers[i] = apis[i].Addr().String()
+	}
+	nodes := make([]*testNode, len(specs))
+	for i, sp := range specs {
+		n := &testNode{id: sp.id, proxy: routetest.NewProxy(t, routetest.Behavior{}), api: peers[i], done: make(chan error, 1)}
+		cfg := configOf(t, n.proxy.URL.String()+" id=exit-"+sp.id+" region="+sp.region+"\n")
+		secret := sp.secret
+		if secret == "" {
+			secret = testSecret
+		}
+		cfg.Cluster.NodeID, cfg.Cluster.Secret, cfg.Cluster.Peers = sp.id, config.LiteralSecret(secret), peers
+		cfg.Cluster.CheckInterval, cfg.Cluster.CheckTimeout = 50*time.Millisecond, time.Second
+		cfg.Listen.API = peers[i]
+		cfg.Admin.Token = config.LiteralSecret(adminToken)
+		if sp.ssrf {
+			on := true
+			cfg.Security.BlockPrivateNetworks, cfg.Security.AllowCIDRs = &on, []string{"127.0.0.1/32"}
+		}
+		adm := listen(t)
+		n.admin = adm.Addr().String()
+		s, err := New(cfg, Listeners{Proxy: listen(t), API: apis[i], Admin: adm}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.srv = s
+		ctx, cancel := context.WithCancel(context.Background())
+		n.cancel = cancel
+		go func() { n.done <- s.Run(ctx, 0) }()
+		t.Cleanup(n.stop)
+		nodes[i] = n
+	}
+	for i, n := range nodes {
+		for j, other := range nodes {
+			if i != j && (specs[i].secret == specs[j].secret) {
+				waitFor(t, func() bool { return n.state(other.api) == "up" })
+			}
+		}
+	}
+	return nodes
+}
+
+// stop ends the node at once (grace 0: connections cut, as a crash
+// would), and waits for its Run to return.
+func (n *testNode) stop() {
+	n.stopOnce.Do(func() {
+		n.cancel()
+		<-n.done
+	})
+}
+
+// state is how n sees the node at addr.
+func (n *testNode) state(addr string) string {
+	for _, st := range n.srv.cluster.Nodes() {
+		if st.Address == addr {
+			return st.State
+		}
+	}
+	return ""
+}
+
+// fetchJSON posts req to n's POST /v1/fetch.
+func (n *testNode) fetchJSON(t *testing.T, req *pb.FetchRequest) (*http.Response, *pb.FetchResponse) {
+	t.Helper()
+	body, err := protojson.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	defer c.CloseIdleConnections()
+	resp, err := c.Post("http://"+n.api+"/v1/fetch", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	out := &pb.FetchResponse{}
+	if err := protojson.Unmarshal(raw, out); err != nil {
+		t.Fatalf("%d %s: %v", resp.StatusCode, raw, err)
+	}
+	return resp, out
+}
+
+// conn is a gRPC connection to n's API, closed with the test.
+func (n *testNode) conn(t *testing.T) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient("passthrough:///"+n.api, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+func region(r string) []*pb.Label { return []*pb.Label{{Key: "region", Value: r}} }
+
+// countingSite is a site on 127.0.0.1 that counts each request id (the
+// X-Request-Id header) it receives, by method, and holds the requests to
+// /held until release.
+type countingSite struct {
+	*httptest.Server
+	gate chan struct{} // closed by release
+	mu   sync.Mutex
+	seen map[string]int // guarded by mu: method + " " + id → requests
+}
+
+func newCountingSite(t *testing.T) *countingSite {
+	s := &countingSite{seen: map[string]int{}, gate: make(chan struct{})}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.seen[r.Method+" "+r.Header.Get("X-Request-Id")]++
+		s.mu.Unlock()
+		if r.URL.Path == "/held" {
+			select {
+			case <-s.gate:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *countingSite) release() { close(s.gate) }
+
+func (s *countingSite) count(method, id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seen[method+" "+id]
+}
+
+// TestClusterRunsARequestWhereItsExitsAre sends requests to node a: the
+// labels only c's exits carry run on c, one hop, marked with the entry;
+// a's own labels run on a; over JSON and gRPC alike.
+func TestClusterRunsARequestWhereItsExitsAre(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newCountingSite(t)
+		nodes := startCluster(t, nodeSpec{id: "a", region: "ra"}, nodeSpec{id: "b", region: "rb"}, nodeSpec{id: "c", region: "rc"})
+		a, b, c := nodes[0], nodes[1], nodes[2]
+		for _, tc := range []struct {
+			desc, region, node, entry string
+			exit                      *routetest.Proxy
+		}{
+			{"forwarded to c", "rc", "c", "a", c.proxy},
+			{"forwarded to b", "rb", "b", "a", b.proxy},
+			{"run on the entry", "ra", "a", "", a.proxy},
+		} {
+			t.Run(tc.desc, func(t *testing.T) {
+				before := tc.exit.Requests()
+				resp, out := a.fetchJSON(t, &pb.FetchRequest{Url: site.URL + "/p", Labels: region(tc.region)})
+				if out.GetStatus() != 200 || out.GetError() != nil {
+					t.Fatalf("answer %d, error %v", out.GetStatus(), out.GetError())
+				}
+				if out.GetNode() != tc.node || out.GetEntry() != tc.entry || resp.Header.Get("X-Switchyard-Node") != tc.node || resp.Header.Get("X-Switchyard-Entry") != tc.entry {
+					t.Fatalf("node %q entry %q (headers %q %q), want %q %q", out.GetNode(), out.GetEntry(),
+						resp.Header.Get("X-Switchyard-Node"), resp.Header.Get("X-Switchyard-Entry"), tc.node, tc.entry)
+				}
+				for _, at := range out.GetTrace().GetAttempts() {
+					if at.GetNode() != tc.node || at.GetRoute() != "exit-"+tc.node {
+						t.Errorf("attempt %v: want node %s through exit-%s", at, tc.node, tc.node)
+					}
+				}
+				if tc.exit.Requests() != before+1 {
+					t.Errorf("the node's exit carried %d requests, want 1", tc.exit.Requests()-before)
+				}
+			})
+		}
+		// gRPC: the answer's header names the node and the entry.
+		var md metadata.MD
+		out, err := pb.NewFetcherClient(a.conn(t)).Fetch(t.Context(), &pb.FetchRequest{Url: site.URL, Labels: region("rc")}, grpc.Header(&md))
+		if err != nil || out.GetNode() != "c" || out.GetEntry() != "a" || strings.Join(md.Get("x-switchyard-node"), ",") != "c" || strings.Join(md.Get("x-switchyard-entry"), ",") != "a" {
+			t.Fatalf("gRPC: %v, %v, header %v", out, err, md)
+		}
+		nodesJSON := getNodes(t, a)
+		if len(nodesJSON) != 3 || !nodesJSON[0].Self || nodesJSON[0].ID != "a" {
+			t.Fatalf("/api/nodes: %+v", nodesJSON)
+		}
+		for _, n := range nodesJSON[1:] {
+			if n.State != "up" || n.Routes != 1 || n.LastCheck.IsZero() || (n.ID == "c" && n.ForwardedOut != 2) {
+				t.Errorf("/api/nodes: %+v", n)
+			}
+		}
+		if in := getNodes(t, c)[0].ForwardedIn; in != 2 {
+			t.Errorf("c counts %d forwards in, want 2", in)
+		}
+	})
+}
+
+func getNodes(t *testing.T, n *testNode) []cluster.NodeStatus {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{}}
+	defer c.CloseIdleConnections()
+	resp, err := c.Get("http://" + n.admin + "/api/nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out []cluster.NodeStatus
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestForwardedRequestsRunWhereTheyArrive sends b a forward, as a node
+// configured to forward again would receive one: b runs it itself, though
+// only c's exits fit (no route fits: an error, and c never sees it).
+func TestForwardedRequestsRunWhereTheyArrive(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newCountingSite(t)
+		nodes := startCluster(t, nodeSpec{id: "a", region: "ra"}, nodeSpec{id: "b", region: "rb"}, nodeSpec{id: "c", region: "rc"})
+		b, c := nodes[1], nodes[2]
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "x-switchyard-node", "a", "x-switchyard-node-token", cluster.Token(testSecret, "a"), "x-switchyard-entry", "a")
+		out, err := pb.NewFetcherClient(b.conn(t)).Fetch(ctx, &pb.FetchRequest{Url: site.URL, Labels: region("rc")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.GetNode() != "b" || out.GetEntry() != "" || out.GetError().GetCode() != "no_matching_route" || c.proxy.Requests() != 0 {
+			t.Fatalf("forward to b: node %q entry %q error %v; c's exit carried %d", out.GetNode(), out.GetEntry(), out.GetError(), c.proxy.Requests())
+		}
+		// The marker without a node's token is refused.
+		forged := metadata.AppendToOutgoingContext(t.Context(), "x-switchyard-entry", "a")
+		if _, err := pb.NewFetcherClient(b.conn(t)).Fetch(forged, &pb.FetchRequest{Url: site.URL}); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("forged forward: %v", err)
+		}
+	})
+}
+
+// TestWrongSecret runs a node whose secret differs: each side sees the
+// other unauthenticated (not down), "test connection" says wrong_token,
+// and no request goes there.
+func TestWrongSecret(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newCountingSite(t)
+		nodes := startCluster(t, nodeSpec{id: "a", region: "ra"}, nodeSpec{id: "b", region: "rb"}, nodeSpec{id: "x", region: "rx", secret: "another-secret-0123456789"})
+		a, x := nodes[0], nodes[2]
+		waitFor(t, func() bool { return a.state(x.api) == "unauthenticated" && x.state(a.api) == "unauthenticated" })
+		probe := adminPost(t, a, "/api/nodes/test", `{"address":"`+x.api+`"}`)
+		if !strings.Contains(probe, `"verdict":"wrong_token"`) || !strings.Contains(probe, `"reachable":true`) || strings.Contains(probe, testSecret) {
+			t.Fatalf("test connection: %s", probe)
+		}
+		_, out := a.fetchJSON(t, &pb.FetchRequest{Url: site.URL, Labels: region("rx")})
+		if out.GetNode() != "a" || out.GetError().GetCode() != "no_matching_route" || x.proxy.Requests() != 0 {
+			t.Fatalf("labels only x has: node %q error %v, x's exit carried %d", out.GetNode(), out.GetError(), x.proxy.Requests())
+		}
+		// The operator removes it, then adds it back.
+		if got := adminPost(t, a, "/api/nodes/remove", `{"address":"`+x.api+`"}`); got != "" {
+			t.Fatalf("remove: %q", got)
+		}
+		if nodes := getNodes(t, a); len(nodes) != 2 {
+			t.Fatalf("after remove: %+v", nodes)
+		}
+		if got := adminPost(t, a, "/api/nodes/add", `{"address":"`+x.api+`"}`); got != "" {
+			t.Fatalf("add: %q", got)
+		}
+		waitFor(t, func() bool { return a.state(x.api) == "unauthenticated" })
+	})
+}
+
+// adminPost posts body to n's admin path with the admin token, and
+// returns the answer.
+func adminPost(t *testing.T, n *testNode, path, body string) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+n.admin+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	defer c.CloseIdleConnections()
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("POST %s: %d %s", path, resp.StatusCode, raw)
+	}
+	return string(raw)
+}
+
+const adminToken = "test-admin-token"
+
+// TestSSRFIsRefusedAtTheEntry sends a hostile destination to an entry
+// with admission on, with labels only another node's exits carry: refused
+// at the entry, never forwarded.
+func TestSSRFIsRefusedAtTheEntry(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		nodes := startCluster(t, nodeSpec{id: "a", region: "ra", ssrf: true}, nodeSpec{id: "c", region: "rc"})
+		a, c := nodes[0], nodes[1]
+		for _, target := range []string{"http://169.254.169.254/latest/meta-data/", "http://10.0.0.1/", "http://[::ffff:127.0.0.2]/"} {
+			resp, out := a.fetchJSON(t, &pb.FetchRequest{Url: target, Labels: region("rc")})
+			if resp.StatusCode != http.StatusForbidden || out.GetError().GetCode() != "blocked_destination" {
+				t.Errorf("%s: %d %v", target, resp.StatusCode, out.GetError())
+			}
+		}
+		if got := getNodes(t, a)[1].ForwardedOut; got != 0 || c.proxy.Requests() != 0 {
+			t.Fatalf("forwarded %d, c's exit carried %d", got, c.proxy.Requests())
+		}
+	})
+}
+
+// TestKillANodeUnderLoad stops node c abruptly (its connections cut, as a
+// crash would) while it holds requests in flight, and while GETs and POSTs
+// for labels b and c both carry stream through entry a: no GET is lost
+// (those on c fail over to b), no POST reaches the site twice, a POST
+// whose node died gets a clear error, and c leaves rotation at once.
+func TestKillANodeUnderLoad(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newCountingSite(t)
+		nodes := startCluster(t, nodeSpec{id: "a", region: "ra"}, nodeSpec{id: "b", region: "rx"}, nodeSpec{id: "c", region: "rx"})
+		a, c := nodes[0], nodes[2]
+		client := pb.NewFetcherClient(a.conn(t))
+		const total, workers = 300, 6
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		defer cancel()
+		type result struct {
+			method, id, node, code string
+			failedOver             bool
+			err                    error
+		}
+		results := make([]result, total)
+		jobs := make(chan int)
+		var done sync.WaitGroup
+		for range workers {
+			done.Go(func() {
+				for i := range jobs {
+					method := http.MethodGet
+					if i%2 == 1 {
+						method = http.MethodPost
+					}
+					id := "req-" + strconv.Itoa(i)
+					out, err := client.Fetch(ctx, &pb.FetchRequest{Method: method, Url: site.URL + "/held", Labels: region("rx"),
+						Headers: []*pb.Header{{Name: "X-Request-Id", Value: id}}, Body: []byte("order")})
+					r := result{method: method, id: id, node: out.GetNode(), code: out.GetError().GetCode(), err: err}
+					for _, at := range out.GetTrace().GetAttempts() {
+						r.failedOver = r.failedOver || at.GetClass() == "node_unavailable"
+					}
+					results[i] = r
+				}
+			})
+		}
+		go func() {
+			defer close(jobs)
+			for i := range total {
+				select {
+				case jobs <- i:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+		// The first requests wait at the site, spread over b and c: c
+		// stops with some in flight, and the site lets them all go once
+		// a has seen it go.
+		waitFor(t, func() bool { return inflight(c) > 0 })
+		stopped := make(chan struct{})
+		go func() { c.stop(); close(stopped) }()
+		waitFor(t, func() bool { return a.state(c.api) == "down" })
+		site.release()
+		done.Wait()
+		<-stopped
+		var gets, posts, postsFailed, failedOver int
+		for _, r := range results {
+			switch {
+			case r.err != nil:
+				t.Errorf("%s %s: %v", r.method, r.id, r.err)
+			case r.method == http.MethodGet:
+				gets++
+				if r.code != "" {
+					t.Errorf("GET %s lost: %s", r.id, r.code)
+				}
+			default:
+				posts++
+				if n := site.count(http.MethodPost, r.id); n > 1 || (r.code == "" && n != 1) {
+					t.Errorf("POST %s reached the site %d times (error %q)", r.id, n, r.code)
+				}
+				if r.code != "" {
+					postsFailed++
+					if r.code != "node_unavailable" {
+						t.Errorf("POST %s: error %q, want node_unavailable", r.id, r.code)
+					}
+				}
+			}
+			if r.failedOver && r.code == "" {
+				failedOver++
+			}
+		}
+		if gets+posts != total || failedOver+postsFailed == 0 {
+			t.Fatalf("%d GETs and %d POSTs of %d; %d failed over, %d POSTs failed: nothing was in flight on c", gets, posts, total, failedOver, postsFailed)
+		}
+		if st := a.state(c.api); st != "down" {
+			t.Errorf("c is %s to a, want down", st)
+		}
+		t.Logf("%d GETs, all answered (%d failed over from c); %d POSTs, %d failed with a clear error, none twice", gets, failedOver, posts, postsFailed)
+	})
+}
+
+// inflight is the requests in flight through n's routes.
+func inflight(n *testNode) int {
+	total := 0
+	for _, r := range n.srv.Engine().Routes() {
+		total += r.Inflight
+	}
+	return total
+}
