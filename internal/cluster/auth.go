@@ -124,17 +124,16 @@ func (c *callStream) Context() context.Context { return c.ctx }
 // nodeCredentials attach this node's id and token to every call on a
 // connection to a peer.
 type nodeCredentials struct {
-	md     map[string]string
-	secure bool // the connection is TLS
+	md map[string]string
 }
 
 func (n nodeCredentials) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
 	return n.md, nil
 }
 
-// RequireTransportSecurity is false for h2c between nodes on a private
-// network; with cluster.tls_* set the connection is TLS anyway.
-func (n nodeCredentials) RequireTransportSecurity() bool { return n.secure }
+// RequireTransportSecurity is false: nodes speak h2c on a private network
+// (docs/design/011-cluster.md, TLS).
+func (n nodeCredentials) RequireTransportSecurity() bool { return false }
 
 // ForwardContext is ctx for a call forwarding a request of user (whose
 // labels are userLabels) to a peer: it names this node as the entry.

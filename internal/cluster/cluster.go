@@ -40,10 +40,6 @@ type Config struct {
 	// MaxFailover is how many other nodes an idempotent request is sent to
 	// after the chosen one failed in transport (max_failover). Default 2.
 	MaxFailover int
-	// TLSCert and TLSKey are this node's certificate for calls to its
-	// peers, and TLSCA the CA peers' certificates are checked against
-	// (tls_cert, tls_key, tls_ca); all "" means plain h2c.
-	TLSCert, TLSKey, TLSCA string
 }
 
 // DefaultConfig is the configuration before the file: every default of

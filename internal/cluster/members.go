@@ -3,15 +3,12 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	mrand "math/rand/v2"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -20,7 +17,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -229,49 +225,21 @@ func New(cfg Config, opts Options) (*Cluster, error) {
 	if opts.Local == nil {
 		opts.Local = func() Summary { return Summary{} }
 	}
-	transport, secure, err := transportCredentials(cfg)
-	if err != nil {
-		return nil, err
-	}
 	c := &Cluster{
 		cfg: cfg, self: opts.Self, addr: opts.Address, local: opts.Local, res: opts.Resolver, now: opts.Now, log: opts.Log,
 		added: map[string]bool{}, peers: map[string]*peer{}, instance: rand.Text(),
 	}
 	c.auth = &authenticator{self: opts.Self, secret: cfg.Secret, log: opts.Log, onForward: func() { c.forwardedIn.Add(1) }}
 	c.dial = []grpc.DialOption{
-		grpc.WithTransportCredentials(transport),
-		grpc.WithPerRPCCredentials(nodeCredentials{md: map[string]string{mdNode: opts.Self, mdToken: Token(cfg.Secret, opts.Self)}, secure: secure}),
+		// Plain h2c: nodes talk on a private network, as the API's
+		// listener serves (docs/design/011-cluster.md, TLS).
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(nodeCredentials{md: map[string]string{mdNode: opts.Self, mdToken: Token(cfg.Secret, opts.Self)}}),
 		grpc.WithUnaryInterceptor(oneHop),
 		grpc.WithStreamInterceptor(oneHopStream),
 	}
 	c.SetPeers(cfg.Peers, cfg.DNS)
 	return c, nil
-}
-
-// transportCredentials are plain h2c, or TLS with cluster.tls_*.
-func transportCredentials(cfg Config) (credentials.TransportCredentials, bool, error) {
-	if cfg.TLSCert == "" && cfg.TLSKey == "" && cfg.TLSCA == "" {
-		return insecure.NewCredentials(), false, nil
-	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if cfg.TLSCert != "" || cfg.TLSKey != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
-		if err != nil {
-			return nil, false, fmt.Errorf("cluster: cluster.tls_cert, cluster.tls_key: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	if cfg.TLSCA != "" {
-		pem, err := os.ReadFile(cfg.TLSCA)
-		if err != nil {
-			return nil, false, fmt.Errorf("cluster: cluster.tls_ca: %w", err)
-		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, false, errors.New("cluster: cluster.tls_ca: no PEM certificate in " + cfg.TLSCA)
-		}
-	}
-	return credentials.NewTLS(tc), true, nil
 }
 
 // errSecondHop refuses to forward a request that was forwarded here: one

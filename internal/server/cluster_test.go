@@ -54,7 +54,7 @@ type nodeSpec struct {
 // startCluster starts one node per spec, each listing every node's API
 // address as its peers (its own included, as one shared list would), and
 // waits until every node sees every other one with the same secret up.
-func startCluster(t *testing.T, specs ...nodeSpec) []*testNode {
+func startCluster(t testing.TB, specs ...nodeSpec) []*testNode {
 	t.Helper()
 	apis := make([]net.Listener, len(specs))
 	peers := make([]string, len(specs))
@@ -143,7 +143,7 @@ func (n *testNode) fetchJSON(t *testing.T, req *pb.FetchRequest) (*http.Response
 }
 
 // conn is a gRPC connection to n's API, closed with the test.
-func (n *testNode) conn(t *testing.T) *grpc.ClientConn {
+func (n *testNode) conn(t testing.TB) *grpc.ClientConn {
 	t.Helper()
 	cc, err := grpc.NewClient("passthrough:///"+n.api, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -165,7 +165,7 @@ type countingSite struct {
 	seen map[string]int // guarded by mu: method + " " + id → requests
 }
 
-func newCountingSite(t *testing.T) *countingSite {
+func newCountingSite(t testing.TB) *countingSite {
 	s := &countingSite{seen: map[string]int{}, gate: make(chan struct{})}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
