@@ -38,6 +38,7 @@ type testNode struct {
 	proxy    *routetest.Proxy
 	api      string // its listen.api
 	admin    string
+	cfg      *config.Config // as it started
 	srv      *Server
 	cancel   context.CancelFunc
 	done     chan error
@@ -84,7 +85,7 @@ func startCluster(t testing.TB, specs ...nodeSpec) []*testNode {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n.srv = s
+		n.srv, n.cfg = s, cfg
 		ctx, cancel := context.WithCancel(context.Background())
 		n.cancel = cancel
 		go func() { n.done <- s.Run(ctx, 0) }()
@@ -467,4 +468,29 @@ func inflight(n *testNode) int {
 		total += r.Inflight
 	}
 	return total
+}
+
+// TestReloadAppliesPeers reloads a node's peer list: a peer no longer
+// listed leaves at once, one listed again comes back up, and no restart is
+// asked for.
+func TestReloadAppliesPeers(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		nodes := startCluster(t, nodeSpec{id: "a", region: "ra"}, nodeSpec{id: "b", region: "rb"})
+		a, b := nodes[0], nodes[1]
+		alone := *a.cfg
+		alone.Cluster.Peers = []string{a.api}
+		if err := a.srv.Reload(&alone); err != nil {
+			t.Fatal(err)
+		}
+		if got := getNodes(t, a); len(got) != 1 || !got[0].Self {
+			t.Fatalf("reloaded alone: %+v", got)
+		}
+		if err := a.srv.Reload(a.cfg); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return a.state(b.api) == "up" })
+		if pending := a.srv.restartRequired(); len(pending) != 0 {
+			t.Fatalf("restart asked for %v", pending)
+		}
+	})
 }
