@@ -32,13 +32,11 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// Client calls the fetch API of a gateway. The node it calls is chosen per
-// call (node), so that a list of nodes with balancing and failover can
-// come without a change to its methods.
+// Client calls the fetch API of a gateway, or of the nodes of a cluster
+// (NewNodes). The node it calls is chosen per call (pick).
 type Client struct {
 	opts  options
-	conn  *grpc.ClientConn
-	nodes []pb.FetcherClient // one today: the gateway New was given
+	nodes []*node // immutable after New
 }
 
 // options are a Client's settings.
@@ -49,6 +47,9 @@ type options struct {
 	backoff time.Duration
 	timeout time.Duration // default per-call deadline; 0: the caller's context
 	maxMsg  int           // the largest answer taken
+	// cooldown is how long a node that failed in transport is left out.
+	cooldown time.Duration
+	now      func() time.Time
 }
 
 // Option configures a Client.
@@ -80,7 +81,18 @@ func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout =
 // New returns a client of the gateway whose fetch API listens at addr
 // ("host:port"). It does not connect until the first call.
 func New(addr string, opts ...Option) (*Client, error) {
-	o := options{retries: 2, backoff: 100 * time.Millisecond, maxMsg: 64 << 20}
+	return NewNodes([]string{addr}, opts...)
+}
+
+// NewNodes returns a client of the cluster whose nodes' fetch APIs listen
+// at addrs: each call goes to the less loaded of two healthy nodes, and
+// an idempotent request that failed in transport goes to another node
+// (nodes.go). It does not connect until the first call.
+func NewNodes(addrs []string, opts ...Option) (*Client, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("switchyard client: no node address")
+	}
+	o := options{retries: 2, backoff: 100 * time.Millisecond, maxMsg: 64 << 20, cooldown: 5 * time.Second, now: time.Now}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -94,18 +106,26 @@ func New(addr string, opts ...Option) (*Client, error) {
 	if o.token != "" {
 		dial = append(dial, grpc.WithPerRPCCredentials(bearer{token: o.token, secure: o.tls != nil}))
 	}
-	conn, err := grpc.NewClient(addr, dial...)
-	if err != nil {
-		return nil, fmt.Errorf("switchyard client: %w", err)
+	c := &Client{opts: o}
+	for _, addr := range addrs {
+		conn, err := grpc.NewClient(addr, dial...)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("switchyard client: %w", err)
+		}
+		c.nodes = append(c.nodes, &node{addr: addr, conn: conn, client: pb.NewFetcherClient(conn)})
 	}
-	return &Client{opts: o, conn: conn, nodes: []pb.FetcherClient{pb.NewFetcherClient(conn)}}, nil
+	return c, nil
 }
 
 // Close closes the client's connections.
-func (c *Client) Close() error { return c.conn.Close() }
-
-// node is the gateway a call goes to.
-func (c *Client) node() pb.FetcherClient { return c.nodes[0] }
+func (c *Client) Close() error {
+	var err error
+	for _, n := range c.nodes {
+		err = errors.Join(err, n.conn.Close())
+	}
+	return err
+}
 
 // bearer sends the token with every call.
 type bearer struct {
@@ -167,19 +187,34 @@ func callError(err error) error {
 	return &Error{Code: code, Message: st.Message()}
 }
 
-// call runs f, again after a transport failure while retries are left and
-// the request is idempotent, waiting backoff (doubling) between tries.
-func (c *Client) call(ctx context.Context, idempotent bool, f func(context.Context) error) error {
+// transportFailed reports whether a call failed in transport: the node out
+// of reach or the connection cut before an answer.
+func transportFailed(err error) bool { return status.Code(err) == codes.Unavailable }
+
+// call runs f on a node, again after a transport failure while retries
+// are left and the request is idempotent: at once on another node while
+// one is left untried, else after backoff (doubling) on any.
+func (c *Client) call(ctx context.Context, idempotent bool, f func(context.Context, pb.FetcherClient) error) error {
 	if _, ok := ctx.Deadline(); !ok && c.opts.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.opts.timeout)
 		defer cancel()
 	}
 	wait := c.opts.backoff
+	tried := map[*node]bool{}
 	for try := 0; ; try++ {
-		err := f(ctx)
-		if err == nil || !idempotent || try >= c.opts.retries || status.Code(err) != codes.Unavailable {
+		n := c.pick(tried)
+		if n == nil { // every node tried: again from the start, after a wait
+			clear(tried)
+			n = c.pick(tried)
+		}
+		tried[n] = true
+		err := c.callOn(ctx, n, f)
+		if err == nil || !idempotent || try >= c.opts.retries || !transportFailed(err) {
 			return callError(err)
+		}
+		if len(tried) < len(c.nodes) {
+			continue
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -335,6 +370,9 @@ type Response struct {
 	Body      []byte
 	Truncated bool // the body was cut at the gateway's fetch.max_response_bytes
 	Trace     Trace
+	// Node is the id of the node that ran the request, and Entry that of
+	// the node that forwarded it there ("" when it ran where it arrived).
+	Node, Entry string
 }
 
 // Trace is every attempt the gateway made for a request.
@@ -359,7 +397,8 @@ type Attempt struct {
 
 // response is m as a Response, and its error as an *Error.
 func response(m *pb.FetchResponse) (*Response, error) {
-	r := &Response{Status: int(m.GetStatus()), Body: m.GetBody(), Truncated: m.GetBodyTruncated(), Trace: Trace{RequestID: m.GetTrace().GetRequestId()}}
+	r := &Response{Status: int(m.GetStatus()), Body: m.GetBody(), Truncated: m.GetBodyTruncated(), Trace: Trace{RequestID: m.GetTrace().GetRequestId()},
+		Node: m.GetNode(), Entry: m.GetEntry()}
 	if len(m.GetHeaders()) > 0 {
 		r.Header = http.Header{}
 		for _, h := range m.GetHeaders() {
@@ -390,8 +429,8 @@ func (c *Client) Fetch(ctx context.Context, url string, opts ...CallOption) (*Re
 // Do has the gateway carry req; see Fetch.
 func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 	var m *pb.FetchResponse
-	err := c.call(ctx, req.idempotent(), func(ctx context.Context) (err error) {
-		m, err = c.node().Fetch(ctx, req.wire())
+	err := c.call(ctx, req.idempotent(), func(ctx context.Context, node pb.FetcherClient) (err error) {
+		m, err = node.Fetch(ctx, req.wire())
 		return err
 	})
 	if err != nil {
@@ -420,7 +459,12 @@ func (c *Client) Batch(ctx context.Context, reqs []Request, concurrency int) ite
 		for i := range reqs {
 			in.Requests[i] = reqs[i].wire()
 		}
-		stream, err := c.node().Batch(ctx, in)
+		// A batch goes to one node, whole: failing over part of it would
+		// send again requests that may have run (seed 004).
+		n := c.pick(nil)
+		n.inflight.Add(1)
+		defer n.inflight.Add(-1)
+		stream, err := n.client.Batch(ctx, in)
 		for err == nil {
 			var m *pb.BatchResult
 			if m, err = stream.Recv(); err != nil {
@@ -449,7 +493,9 @@ type Stream struct {
 // Stream opens a stream; Close ends it.
 func (c *Client) Stream(ctx context.Context) (*Stream, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	s, err := c.node().Stream(ctx)
+	// A stream stays on the node it opened on: its requests are not sent
+	// again elsewhere when it breaks.
+	s, err := c.pick(nil).client.Stream(ctx)
 	if err != nil {
 		cancel()
 		return nil, callError(err)
@@ -495,8 +541,8 @@ const (
 // is an *Error with code not_found.
 func (c *Client) Feedback(ctx context.Context, attemptID, verdict, reason string) error {
 	// A verdict given twice is taken once, so it may be sent again.
-	return c.call(ctx, true, func(ctx context.Context) error {
-		_, err := c.node().Feedback(ctx, &pb.FeedbackRequest{AttemptId: attemptID, Verdict: verdict, Reason: reason})
+	return c.call(ctx, true, func(ctx context.Context, node pb.FetcherClient) error {
+		_, err := node.Feedback(ctx, &pb.FeedbackRequest{AttemptId: attemptID, Verdict: verdict, Reason: reason})
 		return err
 	})
 }
@@ -514,8 +560,8 @@ type Node struct {
 // *Error with code unauthenticated, a gateway out of reach unavailable.
 func (c *Client) Ping(ctx context.Context) (*Node, error) {
 	var m *pb.PingResponse
-	err := c.call(ctx, true, func(ctx context.Context) (err error) {
-		m, err = c.node().Ping(ctx, &pb.PingRequest{})
+	err := c.call(ctx, true, func(ctx context.Context, node pb.FetcherClient) (err error) {
+		m, err = node.Ping(ctx, &pb.PingRequest{})
 		return err
 	})
 	if err != nil {
