@@ -59,7 +59,6 @@ type authenticator struct {
 	// Immutable.
 	self, secret string
 	log          *slog.Logger
-	onForward    func() // counts a forward received
 
 	warned sync.Map // node ids claiming ours already warned of
 }
@@ -90,9 +89,6 @@ func (a *authenticator) check(ctx context.Context, method string) (context.Conte
 		if _, seen := a.warned.LoadOrStore(node, true); !seen {
 			a.log.Warn("CLUSTER NODE ID CLAIMED TWICE: a peer calls with this node's own id; give every node its own SWITCHYARD_NODE_ID", "node", node)
 		}
-	}
-	if entry != "" && a.onForward != nil {
-		a.onForward()
 	}
 	return context.WithValue(ctx, callKey{}, Call{Node: node, Entry: entry, User: get(mdUser), UserLabels: get(mdUserLabel)}), nil
 }

@@ -229,7 +229,7 @@ func New(cfg Config, opts Options) (*Cluster, error) {
 		cfg: cfg, self: opts.Self, addr: opts.Address, local: opts.Local, res: opts.Resolver, now: opts.Now, log: opts.Log,
 		added: map[string]bool{}, peers: map[string]*peer{}, instance: rand.Text(),
 	}
-	c.auth = &authenticator{self: opts.Self, secret: cfg.Secret, log: opts.Log, onForward: func() { c.forwardedIn.Add(1) }}
+	c.auth = &authenticator{self: opts.Self, secret: cfg.Secret, log: opts.Log}
 	c.dial = []grpc.DialOption{
 		// Plain h2c: nodes talk on a private network, as the API's
 		// listener serves (docs/design/011-cluster.md, TLS).
@@ -640,6 +640,21 @@ func (c *Cluster) localSummary() Summary {
 	}
 	return c.localSum
 }
+
+// Conn is the connection to the peer whose id is node, if one is known.
+func (c *Cluster) Conn(node string) (*grpc.ClientConn, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.peers {
+		if p.id == node && !p.self {
+			return p.conn, true
+		}
+	}
+	return nil, false
+}
+
+// CountForwardedIn counts a request an entry forwarded here, run here.
+func (c *Cluster) CountForwardedIn() { c.forwardedIn.Add(1) }
 
 // Instance is this process's random instance, for Ping.
 func (c *Cluster) Instance() string { return c.instance }

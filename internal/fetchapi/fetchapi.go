@@ -326,7 +326,11 @@ func (a *authedStream) Context() context.Context { return a.ctx }
 // request that cannot be carried at all is answered with its error and no
 // attempt.
 func (s *Server) fetch(ctx context.Context, c caller, req *pb.FetchRequest) *pb.FetchResponse {
-	if s.opts.Cluster != nil && !cluster.Forwarded(ctx) {
+	switch {
+	case s.opts.Cluster == nil:
+	case cluster.Forwarded(ctx):
+		s.opts.Cluster.CountForwardedIn()
+	default:
 		if resp := s.route(ctx, c, req); resp != nil {
 			return resp
 		}
@@ -334,8 +338,9 @@ func (s *Server) fetch(ctx context.Context, c caller, req *pb.FetchRequest) *pb.
 	return s.fetchHere(ctx, c, req)
 }
 
-// feedback reports a late verdict of c's on an attempt.
-func (s *Server) feedback(c caller, req *pb.FeedbackRequest) (*pb.FeedbackResponse, error) {
+// feedback reports a late verdict of c's on an attempt: here, or on the
+// cluster node that ran it.
+func (s *Server) feedback(ctx context.Context, c caller, req *pb.FeedbackRequest) (*pb.FeedbackResponse, error) {
 	var class engine.Class
 	switch req.GetVerdict() {
 	case "content_invalid":
@@ -349,6 +354,9 @@ func (s *Server) feedback(c caller, req *pb.FeedbackRequest) (*pb.FeedbackRespon
 	a, fresh, ok := s.attempts.judge(req.GetAttemptId(), c.user, class, now)
 	if !ok {
 		return nil, errUnknownAttempt
+	}
+	if a.node != "" {
+		return s.feedbackThere(ctx, c, a.node, req)
 	}
 	if fresh {
 		o := engine.Outcome{Class: class}

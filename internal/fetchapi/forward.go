@@ -2,6 +2,7 @@ package fetchapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -73,6 +74,7 @@ func (s *Server) route(ctx context.Context, c caller, req *pb.FetchRequest) *pb.
 		resp, err := s.forward(ctx, ch, c, req)
 		ch.Done(err)
 		if err == nil {
+			s.rememberForwarded(c, resp)
 			resp.Entry = cl.Self()
 			if resp.Trace == nil {
 				resp.Trace = &pb.Trace{}
@@ -168,4 +170,34 @@ func refusedResponse(err error) *pb.FetchResponse {
 		code, msg = "bad_request", st.Message()
 	}
 	return &pb.FetchResponse{Trace: &pb.Trace{}, Error: &pb.Error{Code: code, Message: msg}}
+}
+
+// rememberForwarded keeps the answered attempts of a forward's resp, so
+// that a late verdict given to this entry reaches the node that ran them.
+func (s *Server) rememberForwarded(c caller, resp *pb.FetchResponse) {
+	now := s.opts.Now()
+	for _, a := range resp.GetTrace().GetAttempts() {
+		if a.GetStatus() != 0 && a.GetAttemptId() != "" {
+			s.attempts.add(a.GetAttemptId(), attempt{user: c.user, route: a.GetRoute(), node: resp.GetNode()}, now)
+		}
+	}
+}
+
+// feedbackThere gives node the late verdict req of c's on an attempt it
+// ran; the node takes a verdict given twice once, as this one does.
+func (s *Server) feedbackThere(ctx context.Context, c caller, node string, req *pb.FeedbackRequest) (*pb.FeedbackResponse, error) {
+	conn, ok := s.opts.Cluster.Conn(node)
+	if !ok {
+		return nil, errors.New("node " + node + " that ran the attempt has left the cluster")
+	}
+	resp, err := pb.NewFetcherClient(conn).Feedback(s.opts.Cluster.ForwardContext(ctx, c.user, c.labels.String()), req)
+	switch status.Code(err) {
+	case codes.OK:
+		return resp, nil
+	case codes.NotFound:
+		return nil, errUnknownAttempt
+	case codes.InvalidArgument:
+		return nil, &fieldError{"verdict", status.Convert(err).Message()}
+	}
+	return nil, errors.New("node " + node + ": " + status.Convert(err).Message())
 }

@@ -114,7 +114,7 @@ func (s *Server) Ping(context.Context, *pb.PingRequest) (*pb.PingResponse, error
 
 // Feedback reports a late verdict.
 func (s *Server) Feedback(ctx context.Context, req *pb.FeedbackRequest) (*pb.FeedbackResponse, error) {
-	resp, err := s.feedback(callerOf(ctx), req)
+	resp, err := s.feedback(ctx, callerOf(ctx), req)
 	var fe *fieldError
 	switch {
 	case err == nil:

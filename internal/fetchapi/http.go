@@ -106,7 +106,7 @@ func (s *Server) httpFeedback(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, req) {
 		return
 	}
-	resp, err := s.feedback(c, req)
+	resp, err := s.feedback(r.Context(), c, req)
 	var fe *fieldError
 	switch {
 	case err == nil:

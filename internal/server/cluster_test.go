@@ -256,6 +256,11 @@ func TestClusterRunsARequestWhereItsExitsAre(t *testing.T) {
 		if err != nil || out.GetNode() != "c" || out.GetEntry() != "a" || strings.Join(md.Get("x-switchyard-node"), ",") != "c" || strings.Join(md.Get("x-switchyard-entry"), ",") != "a" {
 			t.Fatalf("gRPC: %v, %v, header %v", out, err, md)
 		}
+		// A late verdict given to the entry reaches the node that ran it.
+		fb, err := pb.NewFetcherClient(a.conn(t)).Feedback(t.Context(), &pb.FeedbackRequest{AttemptId: out.GetTrace().GetAttempts()[0].GetAttemptId(), Verdict: "content_invalid"})
+		if err != nil || fb.GetRoute() != "exit-c" || fb.GetTarget() != "127.0.0.1" {
+			t.Fatalf("feedback through the entry: %v, %v", fb, err)
+		}
 		nodesJSON := getNodes(t, a)
 		if len(nodesJSON) != 3 || !nodesJSON[0].Self || nodesJSON[0].ID != "a" {
 			t.Fatalf("/api/nodes: %+v", nodesJSON)
