@@ -120,16 +120,18 @@ func (c *callStream) Context() context.Context { return c.ctx }
 // nodeCredentials attach this node's id and token to every call on a
 // connection to a peer.
 type nodeCredentials struct {
-	md map[string]string
+	md     map[string]string
+	secure bool // the connection is TLS (cluster.tls_*)
 }
 
 func (n nodeCredentials) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
 	return n.md, nil
 }
 
-// RequireTransportSecurity is false: nodes speak h2c on a private network
-// (docs/design/011-cluster.md, TLS).
-func (n nodeCredentials) RequireTransportSecurity() bool { return false }
+// RequireTransportSecurity is true over TLS, so that a token is never sent
+// on a connection that fell back to plain; without cluster.tls_* nodes
+// speak h2c on a private network (docs/design/011-cluster.md, TLS).
+func (n nodeCredentials) RequireTransportSecurity() bool { return n.secure }
 
 // ForwardContext is ctx for a call forwarding a request of user (whose
 // labels are userLabels) to a peer: it names this node as the entry.

@@ -40,6 +40,10 @@ type Config struct {
 	// MaxFailover is how many other nodes an idempotent request is sent to
 	// after the chosen one failed in transport (max_failover). Default 2.
 	MaxFailover int
+	// TLSCert and TLSKey are PEM files of this node's certificate and key,
+	// and TLSCA of the CA that signs every node's (tls_cert, tls_key,
+	// tls_ca): all three or none (Config.TLS).
+	TLSCert, TLSKey, TLSCA string
 }
 
 // DefaultConfig is the configuration before the file: every default of

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -168,6 +170,8 @@ type Cluster struct {
 	dial  []grpc.DialOption
 	// instance is random per process (PingResponse.instance).
 	instance string
+	// serverTLS is the API listener's TLS; nil for h2c.
+	serverTLS *tls.Config
 
 	localMu  sync.Mutex
 	localSum Summary   // guarded by localMu: Local's last answer
@@ -225,16 +229,23 @@ func New(cfg Config, opts Options) (*Cluster, error) {
 	if opts.Local == nil {
 		opts.Local = func() Summary { return Summary{} }
 	}
+	serverTLS, clientTLS, err := cfg.TLS()
+	if err != nil {
+		return nil, err
+	}
+	transport := insecure.NewCredentials()
+	if clientTLS != nil {
+		transport = credentials.NewTLS(clientTLS)
+	}
 	c := &Cluster{
-		cfg: cfg, self: opts.Self, addr: opts.Address, local: opts.Local, res: opts.Resolver, now: opts.Now, log: opts.Log,
+		serverTLS: serverTLS,
+		cfg:       cfg, self: opts.Self, addr: opts.Address, local: opts.Local, res: opts.Resolver, now: opts.Now, log: opts.Log,
 		added: map[string]bool{}, peers: map[string]*peer{}, instance: rand.Text(),
 	}
 	c.auth = &authenticator{self: opts.Self, secret: cfg.Secret, log: opts.Log}
 	c.dial = []grpc.DialOption{
-		// Plain h2c: nodes talk on a private network, as the API's
-		// listener serves (docs/design/011-cluster.md, TLS).
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(nodeCredentials{md: map[string]string{mdNode: opts.Self, mdToken: Token(cfg.Secret, opts.Self)}}),
+		grpc.WithTransportCredentials(transport),
+		grpc.WithPerRPCCredentials(nodeCredentials{md: map[string]string{mdNode: opts.Self, mdToken: Token(cfg.Secret, opts.Self)}, secure: clientTLS != nil}),
 		grpc.WithUnaryInterceptor(oneHop),
 		grpc.WithStreamInterceptor(oneHopStream),
 	}
@@ -266,6 +277,10 @@ func oneHopStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientCon
 func (c *Cluster) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(c.auth.unary), grpc.ChainStreamInterceptor(c.auth.stream)}
 }
+
+// ServerTLS is the TLS the API listener must serve for this node's peers
+// (cluster.tls_*), nil for h2c.
+func (c *Cluster) ServerTLS() *tls.Config { return c.serverTLS }
 
 // Self is this node's id.
 func (c *Cluster) Self() string { return c.self }

@@ -36,6 +36,9 @@ func TestClusterSection(t *testing.T) {
 		{desc: "bad node id", env: []string{"SWITCHYARD_NODE_ID=a b"}, want: `cluster.node_id (environment variable SWITCHYARD_NODE_ID): "a b": 1 to 64 letters`},
 		{desc: "zero down_after", file: "[cluster]\ndown_after = 0\n", want: ":4: cluster.down_after: must be positive"},
 		{desc: "negative max_failover", file: "[cluster]\nmax_failover = -1\n", want: ":4: cluster.max_failover: must not be negative"},
+		{desc: "tls_cert alone", file: "[cluster]\ntls_cert = \"/nonexistent/a\"\n", want: ":4: cluster.tls_cert: set cluster.tls_cert, cluster.tls_key and cluster.tls_ca together, or none"},
+		{desc: "tls files missing", file: "[cluster]\ntls_cert = \"/nonexistent/a\"\ntls_key = \"/nonexistent/b\"\ntls_ca = \"/nonexistent/c\"\n",
+			want: ":4: cluster.tls_cert: cluster.tls_cert, cluster.tls_key: open /nonexistent/a"},
 		{desc: "no api listener", file: ok + "[listen]\napi = \"\"\n", env: []string{"CLUSTER_SECRET=" + secret}, want: "cluster.peers: nodes talk over the fetch API's gRPC: set listen.api"},
 	}
 	for _, tc := range tests {

@@ -281,6 +281,13 @@ type Cluster struct {
 	// MaxFailover is how many more nodes a GET, HEAD or OPTIONS is sent
 	// to after its node failed in transport; 0 means none. Default 2.
 	MaxFailover int `toml:"max_failover"`
+	// TLSCert and TLSKey are PEM files of this node's certificate and
+	// key, TLSCA of the CA that signs every node's: all three or none.
+	// With them the API listener serves TLS (to users too) and calls to
+	// peers are TLS checked against the CA; "" for h2c.
+	TLSCert string `toml:"tls_cert"`
+	TLSKey  string `toml:"tls_key"`
+	TLSCA   string `toml:"tls_ca"`
 }
 
 // ClusterConfig is the section as internal/cluster takes it.
@@ -288,6 +295,7 @@ func (c Cluster) ClusterConfig() cluster.Config {
 	return cluster.Config{
 		NodeID: c.NodeID, Secret: c.Secret.Value(), Peers: c.Peers, DNS: c.DNS, DNSInterval: c.DNSInterval,
 		CheckInterval: c.CheckInterval, CheckTimeout: c.CheckTimeout, DownAfter: c.DownAfter, UpAfter: c.UpAfter, MaxFailover: c.MaxFailover,
+		TLSCert: c.TLSCert, TLSKey: c.TLSKey, TLSCA: c.TLSCA,
 	}
 }
 

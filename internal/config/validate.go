@@ -308,6 +308,25 @@ func (l *loader) checkCluster() error {
 	if c.MaxFailover < 0 {
 		return l.errAt("cluster.max_failover", "must not be negative")
 	}
+	var tlsSet []string
+	for _, k := range []struct{ key, v string }{{"cluster.tls_cert", c.TLSCert}, {"cluster.tls_key", c.TLSKey}, {"cluster.tls_ca", c.TLSCA}} {
+		if k.v != "" {
+			tlsSet = append(tlsSet, k.key)
+		}
+	}
+	switch len(tlsSet) {
+	case 0:
+	case 3:
+		if _, _, err := l.c.Cluster.ClusterConfig().TLS(); err != nil {
+			key := "cluster.tls_cert"
+			if strings.Contains(err.Error(), "tls_ca:") {
+				key = "cluster.tls_ca"
+			}
+			return l.errAt(key, strings.TrimPrefix(err.Error(), "cluster: "))
+		}
+	default:
+		return l.errAt(tlsSet[0], "set cluster.tls_cert, cluster.tls_key and cluster.tls_ca together, or none")
+	}
 	if len(c.Peers) == 0 && c.DNS == "" {
 		return nil
 	}

@@ -49,8 +49,9 @@ type testNode struct {
 // nodeSpec says how a test node differs.
 type nodeSpec struct {
 	id, region string
-	secret     string // "" for testSecret
-	ssrf       bool   // admission on, 127.0.0.1 allowed
+	secret     string    // "" for testSecret
+	ssrf       bool      // admission on, 127.0.0.1 allowed
+	tls        [3]string // cluster.tls_cert, tls_key, tls_ca; none for h2c
 }
 
 // startCluster starts one node per spec, each listing every node's API
@@ -76,6 +77,7 @@ func startCluster(t testing.TB, specs ...nodeSpec) []*testNode {
 		cfg.Cluster.CheckInterval, cfg.Cluster.CheckTimeout = 50*time.Millisecond, time.Second
 		cfg.Listen.API = peers[i]
 		cfg.Admin.Token = config.LiteralSecret(adminToken)
+		cfg.Cluster.TLSCert, cfg.Cluster.TLSKey, cfg.Cluster.TLSCA = sp.tls[0], sp.tls[1], sp.tls[2]
 		if sp.ssrf {
 			on := true
 			cfg.Security.BlockPrivateNetworks, cfg.Security.AllowCIDRs = &on, []string{"127.0.0.1/32"}

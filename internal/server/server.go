@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"maps"
@@ -176,6 +177,11 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		}
 		aopts.Cluster = s.cluster
 		metrics.WatchCluster(s.cluster)
+		if t := s.cluster.ServerTLS(); t != nil {
+			// Peers call over TLS (cluster.tls_*): the API serves it,
+			// to users too.
+			s.ln.API = tls.NewListener(ln.API, t)
+		}
 	}
 	if node == "" {
 		node = hostName()
