@@ -460,7 +460,7 @@ func (c *Client) Batch(ctx context.Context, reqs []Request, concurrency int) ite
 			in.Requests[i] = reqs[i].wire()
 		}
 		// A batch goes to one node, whole: failing over part of it would
-		// send again requests that may have run (seed 004).
+		// send again requests that may have run (docs/design/011-cluster.md).
 		n := c.pick(nil)
 		n.inflight.Add(1)
 		defer n.inflight.Add(-1)

@@ -24,8 +24,8 @@ const (
 )
 
 // healthService is exempt from node auth: orchestrators' probes hold no
-// token, and "reachable" must be told apart from "wrong token" (seed 004,
-// docs/design/011-cluster.md).
+// token, and "reachable" must be told apart from "wrong token"
+// (docs/design/011-cluster.md).
 const healthService = "/grpc.health.v1.Health/"
 
 // Call is what an authenticated node-to-node call says of itself.

@@ -476,7 +476,8 @@ func (c *Cluster) Test(ctx context.Context, addr string) (Probe, error) {
 // record applies one check's result to p with hysteresis: an up peer goes
 // down after DownAfter failures in a row, a down or unknown one comes up
 // after UpAfter passes in a row, so that one lost packet does not move
-// traffic (seed 004). A wrong token is no flap: it says so at once.
+// traffic (docs/design/011-cluster.md). A wrong token is no flap: it says
+// so at once.
 func (c *Cluster) record(p *peer, r Probe) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

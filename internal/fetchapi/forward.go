@@ -27,10 +27,10 @@ import (
 const forwardSlack = 500 * time.Millisecond
 
 // failoverSafe reports whether a request of method may be sent to another
-// node after its node failed: only the methods seed 004 names, GET, HEAD
-// and OPTIONS, since a node that fails may have run the request's whole
-// attempt loop already, and a PUT or DELETE replayed there is not always
-// harmless to the caller's bookkeeping.
+// node after its node failed: GET, HEAD and OPTIONS only, since a node
+// that fails may have run the request's whole attempt loop already, and a
+// PUT or DELETE replayed there is not always harmless to the caller's
+// bookkeeping (docs/design/011-cluster.md, Failover).
 func failoverSafe(method string) bool {
 	switch strings.ToUpper(method) {
 	case "", http.MethodGet, http.MethodHead, http.MethodOptions:
