@@ -243,7 +243,7 @@ func TestPick(t *testing.T) {
 	eu := engine.Labels{{Key: "region", Value: "eu"}}
 	us := engine.Labels{{Key: "region", Value: "us"}}
 	c := &Cluster{cfg: DefaultConfig(), self: "me", now: time.Now, log: slog.New(slog.DiscardHandler), peers: map[string]*peer{
-		"a:1": {addr: "a:1", id: "a", state: Up, summary: Summary{Usable: 1, Groups: []Group{{Labels: us, Routes: 1, Usable: 1}}}},
+		"a:1": {addr: "a:1", id: "a", state: Up, summary: Summary{Usable: 1, Groups: []Group{{Labels: us, Routes: 1, Usable: 1, Cooling: map[string]int{"banned.example": 1}}}}},
 		"b:1": {addr: "b:1", id: "b", state: Down, summary: Summary{Usable: 1, Groups: []Group{{Labels: us, Routes: 1, Usable: 1}}}},
 		"c:1": {addr: "c:1", id: "c", state: Up, summary: Summary{Groups: []Group{{Labels: append(eu, engine.Label{Key: "tier", Value: "x"}), Routes: 1}}}},
 	}}
@@ -251,17 +251,19 @@ func TestPick(t *testing.T) {
 	for _, tc := range []struct {
 		desc   string
 		labels engine.Labels
+		target string
 		tried  map[string]bool
 		want   string
 	}{
-		{"only a peer fits", us, nil, "a"},
-		{"only this node fits", eu, nil, "me"},
-		{"nobody fits: here", engine.Labels{{Key: "region", Value: "jp"}}, nil, "me"},
-		{"the fitting peer was tried", us, map[string]bool{"a": true}, "me"},
-		{"only an unusable route fits", engine.Labels{{Key: "tier", Value: "x"}}, nil, "c"},
+		{"only a peer fits", us, "shop.example", nil, "a"},
+		{"only this node fits", eu, "", nil, "me"},
+		{"nobody fits: here", engine.Labels{{Key: "region", Value: "jp"}}, "", nil, "me"},
+		{"the fitting peer was tried", us, "", map[string]bool{"a": true}, "me"},
+		{"only an unusable route fits", engine.Labels{{Key: "tier", Value: "x"}}, "", nil, "c"},
+		{"the peer's only fit cools for the target: still the best", us, "banned.example", nil, "a"},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
-			ch := c.Pick(tc.labels, tc.tried)
+			ch := c.Pick(tc.labels, tc.target, tc.tried)
 			defer ch.Done(nil)
 			if ch.Node != tc.want {
 				t.Fatalf("picked %q, want %q", ch.Node, tc.want)
@@ -278,7 +280,7 @@ func TestForwardedIsNeverForwardedAgain(t *testing.T) {
 	c := newCluster(t, "me", "s3cret", []string{target.addr})
 	c.Check(t.Context())
 	c.Check(t.Context())
-	ch := c.Pick(nil, nil)
+	ch := c.Pick(nil, "", nil)
 	if ch.Self {
 		t.Fatal("the peer was not picked")
 	}
@@ -324,4 +326,40 @@ func TestForwardMarkerNeedsAToken(t *testing.T) {
 
 func metadataIncoming(ctx context.Context, kv ...string) context.Context {
 	return metadata.NewIncomingContext(ctx, metadata.Pairs(kv...))
+}
+
+// TestFits: a route cooling for a target does not fit requests for it, and
+// Summarize counts it so.
+func TestFits(t *testing.T) {
+	t.Parallel()
+	us := engine.Labels{{Key: "region", Value: "us"}}
+	routes := []engine.RouteStatus{
+		{ID: "r1", Labels: us, Health: engine.Health{State: engine.Healthy}, Targets: []engine.PairStatus{{Target: "banned.example", Health: engine.Health{State: engine.Cooling}}}},
+		{ID: "r2", Labels: us, Health: engine.Health{State: engine.Healthy}, Targets: []engine.PairStatus{{Target: "banned.example", Health: engine.Health{State: engine.Cooling}}, {Target: "ok.example", Health: engine.Health{State: engine.Healthy}}}},
+		{ID: "r3", Labels: engine.Labels{{Key: "region", Value: "eu"}}, Health: engine.Health{State: engine.Cooling}},
+	}
+	s := Summarize("v", routes)
+	back := summaryOf(s.PingResponse("n", 0))
+	for _, tc := range []struct {
+		desc   string
+		labels engine.Labels
+		target string
+		want   int
+	}{
+		{"usable for the target", us, "ok.example", 2},
+		{"no evidence of the target", us, "new.example", 2},
+		{"every fit cools for the target", us, "banned.example", 1},
+		{"only an unusable route fits", engine.Labels{{Key: "region", Value: "eu"}}, "", 1},
+		{"nothing fits", engine.Labels{{Key: "region", Value: "jp"}}, "", 0},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			if got := s.fits(tc.labels, tc.target); got != tc.want {
+				t.Errorf("fits = %d, want %d", got, tc.want)
+			}
+			if got := back.fits(tc.labels, tc.target); got != tc.want {
+				t.Errorf("fits after a Ping = %d, want %d", got, tc.want)
+			}
+		})
+	}
 }

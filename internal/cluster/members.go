@@ -54,6 +54,9 @@ func (s State) String() string {
 type Group struct {
 	Labels         engine.Labels
 	Routes, Usable int
+	// Cooling counts, by target, the usable routes not usable for that
+	// target (their pair with it cooling or ejected).
+	Cooling map[string]int
 }
 
 // Summary is what a node advertises of itself in Ping.
@@ -64,16 +67,17 @@ type Summary struct {
 	Inflight       int64 // requests in flight through its routes
 }
 
-// fits reports how well s's routes fit labels: 2 when a usable route
-// carries them, 1 when only unusable ones do (the engine's least-bad
-// fallback may still serve), 0 when none does.
-func (s *Summary) fits(labels engine.Labels) int {
+// fits reports how well s's routes fit a request for target needing
+// labels: 2 when a route carrying them is usable for the target, 1 when
+// only unusable ones carry them (the engine's least-bad fallback may still
+// serve), 0 when none does.
+func (s *Summary) fits(labels engine.Labels, target string) int {
 	best := 0
 	for _, g := range s.Groups {
 		if !g.Labels.Matches(labels) {
 			continue
 		}
-		if g.Usable > 0 {
+		if g.Usable-g.Cooling[target] > 0 {
 			return 2
 		}
 		best = 1
@@ -81,8 +85,11 @@ func (s *Summary) fits(labels engine.Labels) int {
 	return best
 }
 
-// maxGroups bounds the label sets a Ping carries.
-const maxGroups = 256
+// Bounds on what a Ping carries: label sets, and targets per set.
+const (
+	maxGroups       = 256
+	maxGroupTargets = 64
+)
 
 // Summarize is the Summary of routes, as a node's Ping advertises it.
 func Summarize(version string, routes []engine.RouteStatus) Summary {
@@ -101,16 +108,41 @@ func Summarize(version string, routes []engine.RouteStatus) Summary {
 			byLabels[key] = i
 			s.Groups = append(s.Groups, Group{Labels: r.Labels})
 		}
-		s.Groups[i].Routes++
-		if usable {
-			s.Groups[i].Usable++
+		g := &s.Groups[i]
+		g.Routes++
+		if !usable {
+			continue
 		}
+		g.Usable++
+		for _, p := range r.Targets {
+			if !p.Health.State.Usable() {
+				if g.Cooling == nil {
+					g.Cooling = map[string]int{}
+				}
+				g.Cooling[p.Target]++
+			}
+		}
+	}
+	for i := range s.Groups {
+		s.Groups[i].Cooling = mostCounted(s.Groups[i].Cooling, maxGroupTargets)
 	}
 	if len(s.Groups) > maxGroups {
 		slices.SortStableFunc(s.Groups, func(a, b Group) int { return b.Routes - a.Routes })
 		s.Groups = s.Groups[:maxGroups]
 	}
 	return s
+}
+
+// mostCounted is m cut to its n largest counts.
+func mostCounted(m map[string]int, n int) map[string]int {
+	if len(m) <= n {
+		return m
+	}
+	keys := slices.SortedFunc(maps.Keys(m), func(a, b string) int { return m[b] - m[a] })
+	for _, k := range keys[n:] {
+		delete(m, k)
+	}
+	return m
 }
 
 // PingResponse is s as Ping answers it, for node id.
@@ -120,7 +152,11 @@ func (s Summary) PingResponse(id string, uptime time.Duration) *pb.PingResponse 
 		Inflight: s.Inflight,
 	}
 	for _, g := range s.Groups {
-		out.Groups = append(out.Groups, &pb.RouteGroup{Labels: g.Labels.String(), Routes: int32(g.Routes), Usable: int32(g.Usable)})
+		pg := &pb.RouteGroup{Labels: g.Labels.String(), Routes: int32(g.Routes), Usable: int32(g.Usable)}
+		for _, t := range slices.Sorted(maps.Keys(g.Cooling)) {
+			pg.Cooling = append(pg.Cooling, &pb.TargetCount{Target: t, Routes: int32(g.Cooling[t])})
+		}
+		out.Groups = append(out.Groups, pg)
 	}
 	return out
 }
@@ -134,7 +170,17 @@ func summaryOf(p *pb.PingResponse) Summary {
 		if err != nil {
 			continue
 		}
-		s.Groups = append(s.Groups, Group{Labels: labels, Routes: int(g.GetRoutes()), Usable: int(g.GetUsable())})
+		gr := Group{Labels: labels, Routes: int(g.GetRoutes()), Usable: int(g.GetUsable())}
+		for i, t := range g.GetCooling() {
+			if i == maxGroupTargets {
+				break
+			}
+			if gr.Cooling == nil {
+				gr.Cooling = map[string]int{}
+			}
+			gr.Cooling[t.GetTarget()] = int(t.GetRoutes())
+		}
+		s.Groups = append(s.Groups, gr)
 	}
 	return s
 }
@@ -547,13 +593,13 @@ func (ch Choice) Done(err error) {
 	ch.cluster.markDown(ch.p, err)
 }
 
-// Pick chooses the node to run a request needing labels, skipping the
-// node ids in tried: among the nodes up whose usable routes carry the
-// labels, this one included, the less loaded of two drawn at random
+// Pick chooses the node to run a request for target needing labels,
+// skipping the node ids in tried: among the nodes up with a route that
+// carries the labels and is usable for the target, this one included, the less loaded of two drawn at random
 // (in-flight per usable route: P2C, as docs/design/003-selection.md picks
 // routes). Without a usable fit, nodes with only unusable fitting routes;
 // without any, this node, whose engine answers as it does alone.
-func (c *Cluster) Pick(labels engine.Labels, tried map[string]bool) Choice {
+func (c *Cluster) Pick(labels engine.Labels, target string, tried map[string]bool) Choice {
 	type cand struct {
 		ch   Choice
 		cost float64
@@ -561,7 +607,7 @@ func (c *Cluster) Pick(labels engine.Labels, tried map[string]bool) Choice {
 	var best [3][]cand
 	if !tried[c.self] {
 		s := c.localSummary()
-		if f := s.fits(labels); f > 0 {
+		if f := s.fits(labels, target); f > 0 {
 			best[f] = append(best[f], cand{Choice{Self: true, Node: c.self}, float64(s.Inflight+1) / float64(max(s.Usable, 1))})
 		}
 	}
@@ -576,7 +622,7 @@ func (c *Cluster) Pick(labels engine.Labels, tried map[string]bool) Choice {
 				f = 1 // it advertises nothing: a last resort for unconstrained requests
 			}
 		} else {
-			f = p.summary.fits(labels)
+			f = p.summary.fits(labels, target)
 		}
 		if f > 0 {
 			load := p.summary.Inflight + p.inflight.Load() + 1
@@ -626,17 +672,20 @@ func (c *Cluster) markDown(p *peer, err error) {
 
 // NodeStatus is one node as GET /api/nodes shows it.
 type NodeStatus struct {
-	ID        string    `json:"id"`
-	Address   string    `json:"address"`
-	Version   string    `json:"version"`
-	State     string    `json:"state"`
-	Self      bool      `json:"self"`
-	Routes    int       `json:"routes"`
-	Usable    int       `json:"routes_usable"`
-	Groups    []string  `json:"labels"` // its routes' label sets
-	Inflight  int64     `json:"inflight"`
-	LastCheck time.Time `json:"last_check"`
-	LastError string    `json:"last_error,omitempty"`
+	ID      string   `json:"id"`
+	Address string   `json:"address"`
+	Version string   `json:"version"`
+	State   string   `json:"state"`
+	Self    bool     `json:"self"`
+	Routes  int      `json:"routes"`
+	Usable  int      `json:"routes_usable"`
+	Groups  []string `json:"labels"` // its routes' label sets
+	// Cooling counts, by target, its usable routes not usable for that
+	// target.
+	Cooling   map[string]int `json:"cooling_targets,omitempty"`
+	Inflight  int64          `json:"inflight"`
+	LastCheck time.Time      `json:"last_check"`
+	LastError string         `json:"last_error,omitempty"`
 	// ForwardedIn counts the forwards this node ran for entries (on this
 	// node's line) and ForwardedOut those it sent to the node.
 	ForwardedIn  int64 `json:"forwarded_in"`
@@ -680,7 +729,7 @@ func (c *Cluster) Nodes() []NodeStatus {
 	s := c.local()
 	out := []NodeStatus{{
 		ID: c.self, Address: c.addr, Version: s.Version, State: Up.String(), Self: true, Routes: s.Routes, Usable: s.Usable,
-		Groups: groupNames(s.Groups), Inflight: s.Inflight, LastCheck: c.now(), ForwardedIn: c.forwardedIn.Load(),
+		Groups: groupNames(s.Groups), Cooling: cooling(s.Groups), Inflight: s.Inflight, LastCheck: c.now(), ForwardedIn: c.forwardedIn.Load(),
 	}}
 	c.mu.Lock()
 	for _, p := range c.peers {
@@ -689,12 +738,26 @@ func (c *Cluster) Nodes() []NodeStatus {
 		}
 		out = append(out, NodeStatus{
 			ID: p.id, Address: p.addr, Version: p.summary.Version, State: p.state.String(), Routes: p.summary.Routes, Usable: p.summary.Usable,
-			Groups: groupNames(p.summary.Groups), Inflight: p.summary.Inflight, LastCheck: p.lastCheck, LastError: p.lastErr,
+			Groups: groupNames(p.summary.Groups), Cooling: cooling(p.summary.Groups), Inflight: p.summary.Inflight, LastCheck: p.lastCheck, LastError: p.lastErr,
 			ForwardedOut: p.forwarded.Load(),
 		})
 	}
 	c.mu.Unlock()
 	slices.SortFunc(out[1:], func(a, b NodeStatus) int { return strings.Compare(a.Address, b.Address) })
+	return out
+}
+
+// cooling sums the groups' cooling counts by target; nil for none.
+func cooling(gs []Group) map[string]int {
+	var out map[string]int
+	for _, g := range gs {
+		for t, n := range g.Cooling {
+			if out == nil {
+				out = map[string]int{}
+			}
+			out[t] += n
+		}
+	}
 	return out
 }
 

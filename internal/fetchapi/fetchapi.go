@@ -36,6 +36,7 @@ import (
 type Fetcher interface {
 	Fetch(ctx context.Context, req gateway.FetchRequest) (*gateway.FetchResult, error)
 	Admit(ctx context.Context, authority string) (string, error)
+	TargetKey(authority string) string
 	Authenticate(ctx context.Context, user, password, remote string) (string, engine.Labels, error)
 	RequiresAuth() bool
 }

@@ -57,11 +57,14 @@ func (s *Server) route(ctx context.Context, c caller, req *pb.FetchRequest) *pb.
 	if _, err := s.fetcher.Admit(ctx, u.Host); err != nil {
 		return nil // refused by the local path, with its own code
 	}
-	labels := s.labelsOf(c, req)
+	labels, target := s.labelsOf(c, req), req.GetTarget()
+	if target == "" {
+		target = s.fetcher.TargetKey(u.Host)
+	}
 	var trace []*pb.Attempt
 	tried := map[string]bool{}
 	for n := 0; ; n++ {
-		ch := cl.Pick(labels, tried)
+		ch := cl.Pick(labels, target, tried)
 		if ch.Self {
 			if len(trace) == 0 {
 				return nil

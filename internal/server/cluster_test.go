@@ -49,9 +49,10 @@ type testNode struct {
 // nodeSpec says how a test node differs.
 type nodeSpec struct {
 	id, region string
-	secret     string    // "" for testSecret
-	ssrf       bool      // admission on, 127.0.0.1 allowed
-	tls        [3]string // cluster.tls_cert, tls_key, tls_ca; none for h2c
+	secret     string             // "" for testSecret
+	ssrf       bool               // admission on, 127.0.0.1 allowed
+	tls        [3]string          // cluster.tls_cert, tls_key, tls_ca; none for h2c
+	exit       routetest.Behavior // its exit's
 }
 
 // startCluster starts one node per spec, each listing every node's API
@@ -67,7 +68,7 @@ func startCluster(t testing.TB, specs ...nodeSpec) []*testNode {
 	}
 	nodes := make([]*testNode, len(specs))
 	for i, sp := range specs {
-		n := &testNode{id: sp.id, proxy: routetest.NewProxy(t, routetest.Behavior{}), api: peers[i]}
+		n := &testNode{id: sp.id, proxy: routetest.NewProxy(t, sp.exit), api: peers[i]}
 		cfg := configOf(t, n.proxy.URL.String()+" id=exit-"+sp.id+" region="+sp.region+"\n")
 		secret := sp.secret
 		if secret == "" {
@@ -532,6 +533,37 @@ func TestReloadAppliesPeers(t *testing.T) {
 		waitFor(t, func() bool { return a.state(b.api) == "up" })
 		if pending := a.srv.restartRequired(); len(pending) != 0 {
 			t.Fatalf("restart asked for %v", pending)
+		}
+	})
+}
+
+// TestEntryAvoidsANodeBannedOnTheTarget bans c's exit on the site (403):
+// once c's Ping says its route cools for that target, the entry sends the
+// site's requests for labels b and c both carry to b alone.
+func TestEntryAvoidsANodeBannedOnTheTarget(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newCountingSite(t)
+		nodes := startCluster(t, nodeSpec{id: "a", region: "ra"}, nodeSpec{id: "b", region: "rx"},
+			nodeSpec{id: "c", region: "rx", exit: routetest.Behavior{HostStatus: map[string]int{"127.0.0.1": http.StatusForbidden}}})
+		a, c := nodes[0], nodes[2]
+		// A forward to c, as from a: it runs there and is blocked.
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "x-switchyard-node", "a", "x-switchyard-node-token", cluster.Token(testSecret, "a"), "x-switchyard-entry", "a")
+		out, err := pb.NewFetcherClient(c.conn(t)).Fetch(ctx, &pb.FetchRequest{Url: site.URL, Labels: region("rx")})
+		if err != nil || out.GetError().GetCode() != "blocked" {
+			t.Fatalf("through c: %v, %v", out, err)
+		}
+		waitFor(t, func() bool {
+			for _, n := range getNodes(t, a) {
+				if n.ID == "c" && n.Cooling["127.0.0.1"] == 1 {
+					return true
+				}
+			}
+			return false
+		})
+		for range 10 {
+			if _, out := a.fetchJSON(t, &pb.FetchRequest{Url: site.URL, Labels: region("rx")}); out.GetNode() != "b" || out.GetError() != nil {
+				t.Fatalf("ran on %q: %v", out.GetNode(), out.GetError())
+			}
 		}
 	})
 }

@@ -880,10 +880,14 @@ func (*PingRequest) Descriptor() ([]byte, []int) {
 // RouteGroup counts a node's routes that carry one set of labels, so that
 // an entry node can tell which node's exits fit a request's labels.
 type RouteGroup struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Labels        string                 `protobuf:"bytes,1,opt,name=labels,proto3" json:"labels,omitempty"` // as the proxy list writes them: "provider=acme region=us"
-	Routes        int32                  `protobuf:"varint,2,opt,name=routes,proto3" json:"routes,omitempty"`
-	Usable        int32                  `protobuf:"varint,3,opt,name=usable,proto3" json:"usable,omitempty"` // of them, usable now
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Labels string                 `protobuf:"bytes,1,opt,name=labels,proto3" json:"labels,omitempty"` // as the proxy list writes them: "provider=acme region=us"
+	Routes int32                  `protobuf:"varint,2,opt,name=routes,proto3" json:"routes,omitempty"`
+	Usable int32                  `protobuf:"varint,3,opt,name=usable,proto3" json:"usable,omitempty"` // of them, usable now
+	// cooling counts, by target, the usable routes of the group that are
+	// not usable for that target (cooling, ejected for it): at most 64
+	// targets, the most counted kept.
+	Cooling       []*TargetCount `protobuf:"bytes,4,rep,name=cooling,proto3" json:"cooling,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -939,6 +943,65 @@ func (x *RouteGroup) GetUsable() int32 {
 	return 0
 }
 
+func (x *RouteGroup) GetCooling() []*TargetCount {
+	if x != nil {
+		return x.Cooling
+	}
+	return nil
+}
+
+type TargetCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Target        string                 `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	Routes        int32                  `protobuf:"varint,2,opt,name=routes,proto3" json:"routes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TargetCount) Reset() {
+	*x = TargetCount{}
+	mi := &file_fetch_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TargetCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TargetCount) ProtoMessage() {}
+
+func (x *TargetCount) ProtoReflect() protoreflect.Message {
+	mi := &file_fetch_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TargetCount.ProtoReflect.Descriptor instead.
+func (*TargetCount) Descriptor() ([]byte, []int) {
+	return file_fetch_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *TargetCount) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *TargetCount) GetRoutes() int32 {
+	if x != nil {
+		return x.Routes
+	}
+	return 0
+}
+
 type PingResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Node         string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -965,7 +1028,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_fetch_proto_msgTypes[13]
+	mi := &file_fetch_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1040,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fetch_proto_msgTypes[13]
+	mi := &file_fetch_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1053,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_fetch_proto_rawDescGZIP(), []int{13}
+	return file_fetch_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PingResponse) GetNode() string {
@@ -1069,7 +1132,7 @@ type FeedbackRequest struct {
 
 func (x *FeedbackRequest) Reset() {
 	*x = FeedbackRequest{}
-	mi := &file_fetch_proto_msgTypes[14]
+	mi := &file_fetch_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1144,7 @@ func (x *FeedbackRequest) String() string {
 func (*FeedbackRequest) ProtoMessage() {}
 
 func (x *FeedbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fetch_proto_msgTypes[14]
+	mi := &file_fetch_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1157,7 @@ func (x *FeedbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeedbackRequest.ProtoReflect.Descriptor instead.
 func (*FeedbackRequest) Descriptor() ([]byte, []int) {
-	return file_fetch_proto_rawDescGZIP(), []int{14}
+	return file_fetch_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FeedbackRequest) GetAttemptId() string {
@@ -1128,7 +1191,7 @@ type FeedbackResponse struct {
 
 func (x *FeedbackResponse) Reset() {
 	*x = FeedbackResponse{}
-	mi := &file_fetch_proto_msgTypes[15]
+	mi := &file_fetch_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1203,7 @@ func (x *FeedbackResponse) String() string {
 func (*FeedbackResponse) ProtoMessage() {}
 
 func (x *FeedbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fetch_proto_msgTypes[15]
+	mi := &file_fetch_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1216,7 @@ func (x *FeedbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeedbackResponse.ProtoReflect.Descriptor instead.
 func (*FeedbackResponse) Descriptor() ([]byte, []int) {
-	return file_fetch_proto_rawDescGZIP(), []int{15}
+	return file_fetch_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FeedbackResponse) GetRoute() string {
@@ -1245,12 +1308,16 @@ const file_fetch_proto_rawDesc = "" +
 	"\vBatchResult\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x03R\x05index\x128\n" +
 	"\bresponse\x18\x02 \x01(\v2\x1c.switchyard.v1.FetchResponseR\bresponse\"\r\n" +
-	"\vPingRequest\"T\n" +
+	"\vPingRequest\"\x8a\x01\n" +
 	"\n" +
 	"RouteGroup\x12\x16\n" +
 	"\x06labels\x18\x01 \x01(\tR\x06labels\x12\x16\n" +
 	"\x06routes\x18\x02 \x01(\x05R\x06routes\x12\x16\n" +
-	"\x06usable\x18\x03 \x01(\x05R\x06usable\"\xa4\x02\n" +
+	"\x06usable\x18\x03 \x01(\x05R\x06usable\x124\n" +
+	"\acooling\x18\x04 \x03(\v2\x1a.switchyard.v1.TargetCountR\acooling\"=\n" +
+	"\vTargetCount\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12\x16\n" +
+	"\x06routes\x18\x02 \x01(\x05R\x06routes\"\xa4\x02\n" +
 	"\fPingResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1b\n" +
@@ -1288,7 +1355,7 @@ func file_fetch_proto_rawDescGZIP() []byte {
 	return file_fetch_proto_rawDescData
 }
 
-var file_fetch_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_fetch_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_fetch_proto_goTypes = []any{
 	(*Header)(nil),           // 0: switchyard.v1.Header
 	(*Label)(nil),            // 1: switchyard.v1.Label
@@ -1303,9 +1370,10 @@ var file_fetch_proto_goTypes = []any{
 	(*BatchResult)(nil),      // 10: switchyard.v1.BatchResult
 	(*PingRequest)(nil),      // 11: switchyard.v1.PingRequest
 	(*RouteGroup)(nil),       // 12: switchyard.v1.RouteGroup
-	(*PingResponse)(nil),     // 13: switchyard.v1.PingResponse
-	(*FeedbackRequest)(nil),  // 14: switchyard.v1.FeedbackRequest
-	(*FeedbackResponse)(nil), // 15: switchyard.v1.FeedbackResponse
+	(*TargetCount)(nil),      // 13: switchyard.v1.TargetCount
+	(*PingResponse)(nil),     // 14: switchyard.v1.PingResponse
+	(*FeedbackRequest)(nil),  // 15: switchyard.v1.FeedbackRequest
+	(*FeedbackResponse)(nil), // 16: switchyard.v1.FeedbackResponse
 }
 var file_fetch_proto_depIdxs = []int32{
 	0,  // 0: switchyard.v1.FetchRequest.headers:type_name -> switchyard.v1.Header
@@ -1318,22 +1386,23 @@ var file_fetch_proto_depIdxs = []int32{
 	3,  // 7: switchyard.v1.BatchRequest.requests:type_name -> switchyard.v1.FetchRequest
 	3,  // 8: switchyard.v1.StreamRequest.request:type_name -> switchyard.v1.FetchRequest
 	6,  // 9: switchyard.v1.BatchResult.response:type_name -> switchyard.v1.FetchResponse
-	12, // 10: switchyard.v1.PingResponse.groups:type_name -> switchyard.v1.RouteGroup
-	3,  // 11: switchyard.v1.Fetcher.Fetch:input_type -> switchyard.v1.FetchRequest
-	8,  // 12: switchyard.v1.Fetcher.Batch:input_type -> switchyard.v1.BatchRequest
-	9,  // 13: switchyard.v1.Fetcher.Stream:input_type -> switchyard.v1.StreamRequest
-	11, // 14: switchyard.v1.Fetcher.Ping:input_type -> switchyard.v1.PingRequest
-	14, // 15: switchyard.v1.Fetcher.Feedback:input_type -> switchyard.v1.FeedbackRequest
-	6,  // 16: switchyard.v1.Fetcher.Fetch:output_type -> switchyard.v1.FetchResponse
-	10, // 17: switchyard.v1.Fetcher.Batch:output_type -> switchyard.v1.BatchResult
-	10, // 18: switchyard.v1.Fetcher.Stream:output_type -> switchyard.v1.BatchResult
-	13, // 19: switchyard.v1.Fetcher.Ping:output_type -> switchyard.v1.PingResponse
-	15, // 20: switchyard.v1.Fetcher.Feedback:output_type -> switchyard.v1.FeedbackResponse
-	16, // [16:21] is the sub-list for method output_type
-	11, // [11:16] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	13, // 10: switchyard.v1.RouteGroup.cooling:type_name -> switchyard.v1.TargetCount
+	12, // 11: switchyard.v1.PingResponse.groups:type_name -> switchyard.v1.RouteGroup
+	3,  // 12: switchyard.v1.Fetcher.Fetch:input_type -> switchyard.v1.FetchRequest
+	8,  // 13: switchyard.v1.Fetcher.Batch:input_type -> switchyard.v1.BatchRequest
+	9,  // 14: switchyard.v1.Fetcher.Stream:input_type -> switchyard.v1.StreamRequest
+	11, // 15: switchyard.v1.Fetcher.Ping:input_type -> switchyard.v1.PingRequest
+	15, // 16: switchyard.v1.Fetcher.Feedback:input_type -> switchyard.v1.FeedbackRequest
+	6,  // 17: switchyard.v1.Fetcher.Fetch:output_type -> switchyard.v1.FetchResponse
+	10, // 18: switchyard.v1.Fetcher.Batch:output_type -> switchyard.v1.BatchResult
+	10, // 19: switchyard.v1.Fetcher.Stream:output_type -> switchyard.v1.BatchResult
+	14, // 20: switchyard.v1.Fetcher.Ping:output_type -> switchyard.v1.PingResponse
+	16, // 21: switchyard.v1.Fetcher.Feedback:output_type -> switchyard.v1.FeedbackResponse
+	17, // [17:22] is the sub-list for method output_type
+	12, // [12:17] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_fetch_proto_init() }
@@ -1347,7 +1416,7 @@ func file_fetch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fetch_proto_rawDesc), len(file_fetch_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
