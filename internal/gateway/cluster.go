@@ -1,6 +1,12 @@
 package gateway
 
-import "github.com/switchyard/switchyard/internal/admit"
+import (
+	"net/http"
+	"strings"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/admit"
+)
 
 // TargetKey is the target key the gateway judges routes against for a
 // request to authority (host, and port when not 80), as the target rules
@@ -13,4 +19,43 @@ func (g *Gateway) TargetKey(authority string) string {
 	}
 	key, _ := g.current.Load().targets.Resolve(host)
 	return key
+}
+
+// Forwarder runs a forward-proxy request on another cluster node when one
+// fits it better than this one (docs/design/011-cluster.md). The gateway
+// asks it once the request is authenticated and its control read, and
+// serves the request itself when Forward returns false, having read
+// nothing of its body.
+type Forwarder interface {
+	Forward(w http.ResponseWriter, r *http.Request, user string, labels engine.Labels) bool
+}
+
+// forwardable reports whether the proxy's request r may run on another
+// node: absolute-form http:// (CONNECT tunnels run here), without a
+// sticky session (it binds one of this node's exits), and with a body
+// whose length is known and fits retry.max_body_bytes, since it is sent
+// whole.
+func (g *Gateway) forwardable(r *http.Request, ctl control) bool {
+	switch {
+	case r.Method == http.MethodConnect, !r.URL.IsAbs(), r.URL.Scheme != "http", r.URL.Host == "", ctl.session != "":
+		return false
+	case r.Body == nil || r.Body == http.NoBody:
+		return true
+	}
+	return r.ContentLength >= 0 && r.ContentLength <= g.cfg.MaxBodyBytes
+}
+
+// ForwardHeader is what of a proxy request's header goes to the node that
+// runs it: the control headers, the proxy's credentials and hop-by-hop
+// fields never leave, as they never leave toward an exit.
+func ForwardHeader(h http.Header) http.Header {
+	out := h.Clone()
+	stripHop(out)
+	out.Del("Proxy-Authorization")
+	for name := range out {
+		if strings.HasPrefix(name, headerPrefix) {
+			delete(out, name)
+		}
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,7 @@ type testNode struct {
 	proxy    *routetest.Proxy
 	api      string // its listen.api
 	admin    string
+	proxyAt  string         // its forward proxy
 	cfg      *config.Config // as it started
 	srv      *Server
 	cancel   context.CancelFunc
@@ -103,7 +105,9 @@ func (n *testNode) run(t testing.TB, api net.Listener) {
 	t.Helper()
 	adm := listen(t)
 	n.admin = adm.Addr().String()
-	s, err := New(n.cfg, Listeners{Proxy: listen(t), API: api, Admin: adm}, nil)
+	px := listen(t)
+	n.proxyAt = px.Addr().String()
+	s, err := New(n.cfg, Listeners{Proxy: px, API: api, Admin: adm}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -564,6 +568,66 @@ func TestEntryAvoidsANodeBannedOnTheTarget(t *testing.T) {
 			if _, out := a.fetchJSON(t, &pb.FetchRequest{Url: site.URL, Labels: region("rx")}); out.GetNode() != "b" || out.GetError() != nil {
 				t.Fatalf("ran on %q: %v", out.GetNode(), out.GetError())
 			}
+		}
+	})
+}
+
+// proxyDo sends req through n's forward proxy.
+func (n *testNode) proxyDo(t *testing.T, req *http.Request) (*http.Response, string) {
+	t.Helper()
+	tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: n.proxyAt})}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp, string(body)
+}
+
+// TestProxyRequestsRunWhereTheirExitsAre sends absolute-form requests to
+// node a's forward proxy: labels only c's exit carries run on c (a GET and
+// a POST, its body once at the site), a's own run on a, a sticky session
+// stays on a, and a hostile destination is refused at a.
+func TestProxyRequestsRunWhereTheirExitsAre(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newCountingSite(t)
+		nodes := startCluster(t, nodeSpec{id: "a", region: "ra", ssrf: true}, nodeSpec{id: "c", region: "rc"})
+		a, c := nodes[0], nodes[1]
+		for _, tc := range []struct {
+			desc, method, labels, session, url string
+			status                             int
+			node, entry, errCode               string
+		}{
+			{desc: "GET for c's labels", method: http.MethodGet, labels: "region=rc", url: site.URL + "/g", status: 200, node: "c", entry: "a"},
+			{desc: "POST for c's labels", method: http.MethodPost, labels: "region=rc", url: site.URL + "/p", status: 200, node: "c", entry: "a"},
+			{desc: "a's own labels", method: http.MethodGet, labels: "region=ra", url: site.URL + "/own", status: 200},
+			{desc: "a session stays here", method: http.MethodGet, labels: "region=rc", session: "s1", url: site.URL + "/s", status: 503},
+			{desc: "hostile destination", method: http.MethodGet, labels: "region=rc", url: "http://169.254.169.254/latest/", status: 403, errCode: "blocked_destination"},
+		} {
+			t.Run(tc.desc, func(t *testing.T) {
+				req, err := http.NewRequest(tc.method, tc.url, strings.NewReader("order"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("X-Switchyard-Labels", tc.labels)
+				req.Header.Set("X-Request-Id", tc.desc)
+				if tc.session != "" {
+					req.Header.Set("X-Switchyard-Session", tc.session)
+				}
+				resp, body := a.proxyDo(t, req)
+				if resp.StatusCode != tc.status || resp.Header.Get("X-Switchyard-Node") != tc.node || resp.Header.Get("X-Switchyard-Entry") != tc.entry ||
+					(tc.errCode != "" && resp.Header.Get("X-Switchyard-Error") != tc.errCode) {
+					t.Fatalf("%d %q node %q entry %q error %q", resp.StatusCode, body, resp.Header.Get("X-Switchyard-Node"), resp.Header.Get("X-Switchyard-Entry"), resp.Header.Get("X-Switchyard-Error"))
+				}
+				if tc.status == 200 && (body != "ok" || site.count(tc.method, tc.desc) != 1) {
+					t.Fatalf("body %q, the site saw it %d times", body, site.count(tc.method, tc.desc))
+				}
+			})
+		}
+		if got := getNodes(t, a)[1].ForwardedOut; got != 2 || c.proxy.Requests() != 2 {
+			t.Fatalf("forwarded %d, c's exit carried %d: want 2 and 2", got, c.proxy.Requests())
 		}
 	})
 }

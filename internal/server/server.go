@@ -137,6 +137,12 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 	if cfg.BlockPrivate() {
 		gcfg.Admission = admit.New(cfg.Security.Prefixes(), cfg.Security.AllowHosts)
 	}
+	inCluster := ln.API != nil && cfg.Cluster.ClusterConfig().Enabled()
+	var forwarder *apiForwarder
+	if inCluster {
+		forwarder = &apiForwarder{}
+		gcfg.Forwarder = forwarder
+	}
 	if s.gateway, err = gateway.New(gcfg, e, routes); err != nil {
 		s.closeShared()
 		return nil, err
@@ -162,7 +168,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		})
 	}
 	node := cfg.Cluster.NodeID
-	if ln.API != nil && cfg.Cluster.ClusterConfig().Enabled() {
+	if inCluster {
 		id, err := cluster.Identify(cfg.Cluster.NodeID, log)
 		if err != nil {
 			s.closeShared()
@@ -196,6 +202,9 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 			MaxConcurrency: f.MaxConcurrency, FeedbackTTL: f.FeedbackTTL, MaxFeedback: f.MaxFeedback, Log: log,
 			Cluster: s.cluster, RequestTimeout: cfg.Retry.RequestTimeout,
 		})
+	}
+	if forwarder != nil {
+		forwarder.api.Store(s.api)
 	}
 	return s, nil
 }

@@ -1,0 +1,24 @@
+package server
+
+import (
+	"net/http"
+	"sync/atomic"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/fetchapi"
+	"github.com/switchyard/switchyard/internal/gateway"
+)
+
+// apiForwarder is the gateway's Forwarder in a cluster: the fetch API's,
+// once it exists, since the API is made after the gateway it carries
+// requests with (docs/design/011-cluster.md).
+type apiForwarder struct {
+	api atomic.Pointer[fetchapi.Server]
+}
+
+var _ gateway.Forwarder = (*apiForwarder)(nil)
+
+func (f *apiForwarder) Forward(w http.ResponseWriter, r *http.Request, user string, labels engine.Labels) bool {
+	api := f.api.Load()
+	return api != nil && api.Forward(w, r, user, labels)
+}
