@@ -571,8 +571,7 @@ func (c *Cluster) record(p *peer, r Probe) {
 type Choice struct {
 	Self bool
 	Node string // the node's id
-	Addr string // "" for this node
-	Conn *grpc.ClientConn
+	Conn *grpc.ClientConn // nil for this node
 
 	p       *peer // nil for this node
 	cluster *Cluster
@@ -626,7 +625,7 @@ func (c *Cluster) Pick(labels engine.Labels, target string, tried map[string]boo
 		}
 		if f > 0 {
 			load := p.summary.Inflight + p.inflight.Load() + 1
-			best[f] = append(best[f], cand{Choice{Node: p.id, Addr: p.addr, Conn: p.conn, p: p}, float64(load) / float64(max(p.summary.Usable, 1))})
+			best[f] = append(best[f], cand{Choice{Node: p.id, Conn: p.conn, p: p}, float64(load) / float64(max(p.summary.Usable, 1))})
 		}
 	}
 	c.mu.Unlock()

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"log/slog"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -25,6 +27,7 @@ import (
 
 	"github.com/switchyard/switchyard/internal/cluster"
 	"github.com/switchyard/switchyard/internal/config"
+	"github.com/switchyard/switchyard/internal/logtest"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
@@ -41,6 +44,7 @@ type testNode struct {
 	api      string // its listen.api
 	admin    string
 	proxyAt  string         // its forward proxy
+	log      logtest.Buffer // its server's log
 	cfg      *config.Config // as it started
 	srv      *Server
 	cancel   context.CancelFunc
@@ -107,7 +111,7 @@ func (n *testNode) run(t testing.TB, api net.Listener) {
 	n.admin = adm.Addr().String()
 	px := listen(t)
 	n.proxyAt = px.Addr().String()
-	s, err := New(n.cfg, Listeners{Proxy: px, API: api, Admin: adm}, nil)
+	s, err := New(n.cfg, Listeners{Proxy: px, API: api, Admin: adm}, slog.New(slog.NewTextHandler(&n.log, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +284,31 @@ func TestClusterRunsARequestWhereItsExitsAre(t *testing.T) {
 		if in := getNodes(t, c)[0].ForwardedIn; in != 2 {
 			t.Errorf("c counts %d forwards in, want 2", in)
 		}
+		metrics := adminGet(t, a, "/metrics")
+		for _, want := range []string{`switchyard_cluster_nodes{state="up"} 3`, `switchyard_cluster_node_up{address="` + c.api + `",node="c"} 1`,
+			`switchyard_cluster_forwarded_out_total{address="` + c.api + `",node="c"} 2`} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+		if !strings.Contains(adminGet(t, c, "/metrics"), "switchyard_cluster_forwarded_in_total 2") {
+			t.Error("c's /metrics lacks switchyard_cluster_forwarded_in_total 2")
+		}
 	})
+}
+
+// adminGet is the body of GET path on n's admin listener.
+func adminGet(t *testing.T, n *testNode, path string) string {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{}}
+	defer c.CloseIdleConnections()
+	resp, err := c.Get("http://" + n.admin + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 func getNodes(t *testing.T, n *testNode) []cluster.NodeStatus {
@@ -351,6 +379,18 @@ func TestWrongSecret(t *testing.T) {
 			t.Fatalf("add: %q", got)
 		}
 		waitFor(t, func() bool { return a.state(x.api) == "unauthenticated" })
+		// Neither secret nor any token is logged, though both sides
+		// refused calls and said why.
+		if !strings.Contains(a.log.String(), "wrong or missing node token") {
+			t.Errorf("a did not log x's refused calls:\n%s", a.log.String())
+		}
+		for _, n := range nodes {
+			for _, secret := range []string{testSecret, "another-secret-0123456789", cluster.Token(testSecret, "a"), cluster.Token("another-secret-0123456789", "x")} {
+				if strings.Contains(n.log.String(), secret) {
+					t.Errorf("%s's log holds a secret or a token", n.id)
+				}
+			}
+		}
 	})
 }
 
