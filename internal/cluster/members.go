@@ -11,6 +11,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,7 @@ type Summary struct {
 	Routes, Usable int
 	Groups         []Group
 	Inflight       int64 // requests in flight through its routes
+	ProxyPort      int   // its forward proxy's port; 0 when unknown
 }
 
 // fits reports how well s's routes fit a request for target needing
@@ -149,7 +151,7 @@ func mostCounted(m map[string]int, n int) map[string]int {
 func (s Summary) PingResponse(id string, uptime time.Duration) *pb.PingResponse {
 	out := &pb.PingResponse{
 		Node: id, Version: s.Version, UptimeMs: uptime.Milliseconds(), Routes: int32(s.Routes), RoutesUsable: int32(s.Usable),
-		Inflight: s.Inflight,
+		Inflight: s.Inflight, ProxyPort: int32(s.ProxyPort),
 	}
 	for _, g := range s.Groups {
 		pg := &pb.RouteGroup{Labels: g.Labels.String(), Routes: int32(g.Routes), Usable: int32(g.Usable)}
@@ -164,7 +166,7 @@ func (s Summary) PingResponse(id string, uptime time.Duration) *pb.PingResponse 
 // summaryOf reads a peer's Ping answer; a label set that does not parse
 // (a newer node's syntax) is left out rather than misread.
 func summaryOf(p *pb.PingResponse) Summary {
-	s := Summary{Version: p.GetVersion(), Routes: int(p.GetRoutes()), Usable: int(p.GetRoutesUsable()), Inflight: p.GetInflight()}
+	s := Summary{Version: p.GetVersion(), Routes: int(p.GetRoutes()), Usable: int(p.GetRoutesUsable()), Inflight: p.GetInflight(), ProxyPort: int(p.GetProxyPort())}
 	for _, g := range p.GetGroups() {
 		labels, err := engine.ParseLabels(g.GetLabels())
 		if err != nil {
@@ -570,8 +572,11 @@ func (c *Cluster) record(p *peer, r Probe) {
 // the forward's error.
 type Choice struct {
 	Self bool
-	Node string // the node's id
+	Node string           // the node's id
 	Conn *grpc.ClientConn // nil for this node
+	// Proxy is the node's forward proxy, host:port, for a CONNECT; "" for
+	// this node or one that did not say.
+	Proxy string
 
 	p       *peer // nil for this node
 	cluster *Cluster
@@ -625,7 +630,7 @@ func (c *Cluster) Pick(labels engine.Labels, target string, tried map[string]boo
 		}
 		if f > 0 {
 			load := p.summary.Inflight + p.inflight.Load() + 1
-			best[f] = append(best[f], cand{Choice{Node: p.id, Conn: p.conn, p: p}, float64(load) / float64(max(p.summary.Usable, 1))})
+			best[f] = append(best[f], cand{Choice{Node: p.id, Conn: p.conn, Proxy: proxyAddr(p.addr, p.summary.ProxyPort), p: p}, float64(load) / float64(max(p.summary.Usable, 1))})
 		}
 	}
 	c.mu.Unlock()
@@ -656,6 +661,24 @@ func (c *Cluster) Pick(labels engine.Labels, target string, tried map[string]boo
 	}
 	return Choice{Self: true, Node: c.self}
 }
+
+// proxyAddr is the forward proxy of the node whose API is at api: its
+// host, the port its Ping gave; "" without one.
+func proxyAddr(api string, port int) string {
+	host, _, err := net.SplitHostPort(api)
+	if err != nil || port <= 0 {
+		return ""
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// NodeToken is this node's id and token, for a node call made outside
+// gRPC (a CONNECT tunnelled through a peer's proxy).
+func (c *Cluster) NodeToken() (id, token string) { return c.self, Token(c.cfg.Secret, c.self) }
+
+// Verify reports whether token is node's, for a node call made outside
+// gRPC.
+func (c *Cluster) Verify(node, token string) bool { return validToken(c.cfg.Secret, node, token) }
 
 // markDown takes p out of rotation after a forward failed in transport.
 func (c *Cluster) markDown(p *peer, err error) {

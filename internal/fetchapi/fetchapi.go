@@ -86,8 +86,12 @@ type Options struct {
 	// to the node whose exits fit them (docs/design/011-cluster.md).
 	Cluster *cluster.Cluster
 	// RequestTimeout bounds a forward of a request that sets no
-	// timeout_ms (retry.request_timeout). Default the gateway's.
+	// timeout_ms (retry.request_timeout), and the connect phase of a
+	// CONNECT tunnelled through a peer. Default the gateway's.
 	RequestTimeout time.Duration
+	// ProxyPort is this node's forward proxy's port, which Ping
+	// advertises for tunnels; 0 for none.
+	ProxyPort int
 }
 
 // Defaults applied by New to zero fields.
@@ -379,7 +383,9 @@ var errUnknownAttempt = errors.New("unknown_attempt: no such attempt id, or it e
 
 // Summary is what this node advertises of itself to its peers.
 func (s *Server) Summary() cluster.Summary {
-	return cluster.Summarize(s.opts.Version, s.pool.Routes())
+	sum := cluster.Summarize(s.opts.Version, s.pool.Routes())
+	sum.ProxyPort = s.opts.ProxyPort
+	return sum
 }
 
 // ping answers who this node is, its routes by label set and its load.

@@ -24,8 +24,24 @@ var _ gateway.Forwarder = (*Server)(nil)
 // body as it was. The answer is whole (fetch.max_response_bytes) and
 // names the node and the entry.
 func (s *Server) Forward(w http.ResponseWriter, r *http.Request, user string, labels engine.Labels) bool {
-	if s.opts.Cluster == nil {
+	cl := s.opts.Cluster
+	if cl == nil {
 		return false
+	}
+	if entry := r.Header.Get(headerEntry); entry != "" {
+		// Tunnelled here by an entry (tunnel.go): it runs here, one hop,
+		// once the entry proved itself.
+		if !cl.Verify(entry, r.Header.Get(headerEntryToken)) {
+			h := w.Header()
+			h.Set("X-Switchyard-Error", "unauthenticated")
+			http.Error(w, "switchyard: cluster: wrong or missing node token for entry "+clip(entry)+" (is cluster.secret the same on every node?)", http.StatusForbidden)
+			return true
+		}
+		cl.CountForwardedIn()
+		return false
+	}
+	if r.Method == http.MethodConnect {
+		return s.tunnelThere(w, r, labels)
 	}
 	var body []byte
 	if r.Body != nil && r.Body != http.NoBody {

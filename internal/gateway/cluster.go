@@ -31,13 +31,16 @@ type Forwarder interface {
 }
 
 // forwardable reports whether the proxy's request r may run on another
-// node: absolute-form http:// (CONNECT tunnels run here), without a
-// sticky session (it binds one of this node's exits), and with a body
-// whose length is known and fits retry.max_body_bytes, since it is sent
-// whole.
+// node: a CONNECT, or an absolute-form http:// request whose body has a
+// known length that fits retry.max_body_bytes (it is sent whole); never
+// one with a sticky session, which binds one of this node's exits.
 func (g *Gateway) forwardable(r *http.Request, ctl control) bool {
 	switch {
-	case r.Method == http.MethodConnect, !r.URL.IsAbs(), r.URL.Scheme != "http", r.URL.Host == "", ctl.session != "":
+	case ctl.session != "":
+		return false
+	case r.Method == http.MethodConnect:
+		return true
+	case !r.URL.IsAbs(), r.URL.Scheme != "http", r.URL.Host == "":
 		return false
 	case r.Body == nil || r.Body == http.NoBody:
 		return true

@@ -1,9 +1,11 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -668,6 +670,60 @@ func TestProxyRequestsRunWhereTheirExitsAre(t *testing.T) {
 		}
 		if got := getNodes(t, a)[1].ForwardedOut; got != 2 || c.proxy.Requests() != 2 {
 			t.Fatalf("forwarded %d, c's exit carried %d: want 2 and 2", got, c.proxy.Requests())
+		}
+	})
+}
+
+// TestConnectRunsWhereItsExitIs opens CONNECT tunnels through node a's
+// forward proxy: for labels only c's exit carries, the tunnel is built on
+// c, one hop, and carries bytes both ways; a CONNECT claiming to come
+// from an entry without its token is refused.
+func TestConnectRunsWhereItsExitIs(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		echo := routetest.ServeTCP(t, func(c net.Conn) { io.Copy(c, c) })
+		nodes := startCluster(t, nodeSpec{id: "a", region: "ra"}, nodeSpec{id: "c", region: "rc"})
+		a, c := nodes[0], nodes[1]
+		for _, tc := range []struct {
+			desc, header string
+			status       int
+			node, entry  string
+		}{
+			{"c's labels", "X-Switchyard-Labels: region=rc\r\n", 200, "c", "a"},
+			{"a forged entry", "X-Switchyard-Labels: region=rc\r\nX-Switchyard-Entry: b\r\nX-Switchyard-Entry-Token: guess\r\n", 403, "", ""},
+		} {
+			t.Run(tc.desc, func(t *testing.T) {
+				conn, err := net.Dial("tcp", a.proxyAt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				conn.SetDeadline(time.Now().Add(10 * time.Second))
+				fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", echo, echo, tc.header)
+				br := bufio.NewReader(conn)
+				resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.StatusCode != tc.status || resp.Header.Get("X-Switchyard-Node") != tc.node || resp.Header.Get("X-Switchyard-Entry") != tc.entry {
+					t.Fatalf("%d node %q entry %q", resp.StatusCode, resp.Header.Get("X-Switchyard-Node"), resp.Header.Get("X-Switchyard-Entry"))
+				}
+				if tc.status != 200 {
+					return
+				}
+				if resp.Header.Get("X-Switchyard-Route") != "exit-c" {
+					t.Errorf("route %q, want exit-c", resp.Header.Get("X-Switchyard-Route"))
+				}
+				if _, err := io.WriteString(conn, "ping"); err != nil {
+					t.Fatal(err)
+				}
+				got := make([]byte, 4)
+				if _, err := io.ReadFull(br, got); err != nil || string(got) != "ping" {
+					t.Fatalf("through the tunnel: %q, %v", got, err)
+				}
+			})
+		}
+		if got := getNodes(t, c)[0].ForwardedIn; got != 1 || c.proxy.Requests() != 1 {
+			t.Fatalf("c ran %d forwards, its exit carried %d: want 1 and 1", got, c.proxy.Requests())
 		}
 	})
 }

@@ -200,7 +200,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		s.api = fetchapi.New(s.gateway, e, fetchapi.Options{
 			Node: node, MaxRequestBytes: f.MaxRequestBytes, BodyTimeout: cfg.Server.BodyTimeout, MaxBatch: f.MaxBatch, Concurrency: f.Concurrency,
 			MaxConcurrency: f.MaxConcurrency, FeedbackTTL: f.FeedbackTTL, MaxFeedback: f.MaxFeedback, Log: log,
-			Cluster: s.cluster, RequestTimeout: cfg.Retry.RequestTimeout,
+			Cluster: s.cluster, RequestTimeout: cfg.Retry.RequestTimeout, ProxyPort: portOf(ln.Proxy.Addr()),
 		})
 	}
 	if forwarder != nil {

@@ -1021,7 +1021,10 @@ type PingResponse struct {
 	// instance is random per process: a node that finds its own instance
 	// behind a peer's address knows the address is its own, and that a peer
 	// with its id but another instance is a second node claiming it.
-	Instance      string `protobuf:"bytes,9,opt,name=instance,proto3" json:"instance,omitempty"`
+	Instance string `protobuf:"bytes,9,opt,name=instance,proto3" json:"instance,omitempty"`
+	// proxy_port is the port of this node's forward proxy, on the host its
+	// API is reached at: an entry tunnels a CONNECT through it.
+	ProxyPort     int32 `protobuf:"varint,10,opt,name=proxy_port,json=proxyPort,proto3" json:"proxy_port,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1117,6 +1120,13 @@ func (x *PingResponse) GetInstance() string {
 		return x.Instance
 	}
 	return ""
+}
+
+func (x *PingResponse) GetProxyPort() int32 {
+	if x != nil {
+		return x.ProxyPort
+	}
+	return 0
 }
 
 type FeedbackRequest struct {
@@ -1317,7 +1327,7 @@ const file_fetch_proto_rawDesc = "" +
 	"\acooling\x18\x04 \x03(\v2\x1a.switchyard.v1.TargetCountR\acooling\"=\n" +
 	"\vTargetCount\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x16\n" +
-	"\x06routes\x18\x02 \x01(\x05R\x06routes\"\xa4\x02\n" +
+	"\x06routes\x18\x02 \x01(\x05R\x06routes\"\xc3\x02\n" +
 	"\fPingResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1b\n" +
@@ -1327,7 +1337,10 @@ const file_fetch_proto_rawDesc = "" +
 	"\x06groups\x18\x06 \x03(\v2\x19.switchyard.v1.RouteGroupR\x06groups\x12\x1a\n" +
 	"\binflight\x18\a \x01(\x03R\binflight\x12!\n" +
 	"\fcluster_auth\x18\b \x01(\bR\vclusterAuth\x12\x1a\n" +
-	"\binstance\x18\t \x01(\tR\binstance\"b\n" +
+	"\binstance\x18\t \x01(\tR\binstance\x12\x1d\n" +
+	"\n" +
+	"proxy_port\x18\n" +
+	" \x01(\x05R\tproxyPort\"b\n" +
 	"\x0fFeedbackRequest\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x18\n" +
