@@ -37,6 +37,7 @@ type Fetcher interface {
 	Fetch(ctx context.Context, req gateway.FetchRequest) (*gateway.FetchResult, error)
 	Admit(ctx context.Context, authority string) (string, error)
 	TargetKey(authority string) string
+	PaceForward(ctx context.Context, target string) (release func(), err error)
 	Authenticate(ctx context.Context, user, password, remote string) (string, engine.Labels, error)
 	RequiresAuth() bool
 }

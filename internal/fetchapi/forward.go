@@ -73,8 +73,16 @@ func (s *Server) route(ctx context.Context, c caller, req *pb.FetchRequest) *pb.
 			resp.Trace.Attempts = append(trace, resp.Trace.Attempts...)
 			return resp
 		}
+		// The entry's pacing holds for what it forwards, as for what it
+		// runs (the local path paces itself).
+		release, perr := s.fetcher.PaceForward(ctx, target)
+		if perr != nil {
+			ch.Done(nil)
+			return &pb.FetchResponse{Trace: &pb.Trace{Attempts: trace}, Entry: cl.Self(), Error: apiError(perr)}
+		}
 		start := time.Now()
 		resp, err := s.forward(ctx, ch, c, req)
+		release()
 		ch.Done(err)
 		if err == nil {
 			s.rememberForwarded(c, resp)

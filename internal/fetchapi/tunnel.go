@@ -52,11 +52,20 @@ func (s *Server) tunnelThere(w http.ResponseWriter, r *http.Request, labels engi
 			ch.Done(nil)
 			continue
 		}
+		// A tunnel holds its target's pacing slot at the entry for as
+		// long as it lives, as a local one does.
+		release, perr := s.fetcher.PaceForward(r.Context(), target)
+		if perr != nil {
+			ch.Done(nil)
+			return false // the local path answers the pacing as it does
+		}
 		upstream, br, resp, err := s.connectVia(r, ch, labels)
 		if err != nil {
+			release()
 			ch.Done(status.Error(codes.Unavailable, err.Error()))
 			continue
 		}
+		defer release()
 		defer ch.Done(nil) // the tunnel counts in flight for as long as it lives
 		relayTunnel(w, r, ch.Node, cl.Self(), upstream, br, resp)
 		return true

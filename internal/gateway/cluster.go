@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"net/http"
 	"strings"
 
@@ -19,6 +20,19 @@ func (g *Gateway) TargetKey(authority string) string {
 	}
 	key, _ := g.current.Load().targets.Resolve(host)
 	return key
+}
+
+// PaceForward takes, at a cluster's entry, the pacing slot of target (the
+// operator's [[targets]] rate and max_concurrent) for a request another
+// node will run, so that a target's limits hold for all that entered here,
+// whichever node carries it (docs/design/011-cluster.md); release gives
+// it back once the forward has ended. A refusal is a *FetchError, paced.
+func (g *Gateway) PaceForward(ctx context.Context, target string) (release func(), err error) {
+	release, err = g.pace(ctx, g.current.Load(), target)
+	if err != nil {
+		return nil, fetchAcquireError(err, &record{}, false)
+	}
+	return release, nil
 }
 
 // Forwarder runs a forward-proxy request on another cluster node when one

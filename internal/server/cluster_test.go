@@ -61,6 +61,7 @@ type nodeSpec struct {
 	ssrf       bool               // admission on, 127.0.0.1 allowed
 	tls        [3]string          // cluster.tls_cert, tls_key, tls_ca; none for h2c
 	exit       routetest.Behavior // its exit's
+	targets    []config.Target    // its [[targets]] rules
 }
 
 // startCluster starts one node per spec, each listing every node's API
@@ -87,6 +88,7 @@ func startCluster(t testing.TB, specs ...nodeSpec) []*testNode {
 		cfg.Listen.API = peers[i]
 		cfg.Admin.Token = config.LiteralSecret(adminToken)
 		cfg.Cluster.TLSCert, cfg.Cluster.TLSKey, cfg.Cluster.TLSCA = sp.tls[0], sp.tls[1], sp.tls[2]
+		cfg.Targets = sp.targets
 		if sp.ssrf {
 			on := true
 			cfg.Security.BlockPrivateNetworks, cfg.Security.AllowCIDRs = &on, []string{"127.0.0.1/32"}
@@ -724,6 +726,32 @@ func TestConnectRunsWhereItsExitIs(t *testing.T) {
 		}
 		if got := getNodes(t, c)[0].ForwardedIn; got != 1 || c.proxy.Requests() != 1 {
 			t.Fatalf("c ran %d forwards, its exit carried %d: want 1 and 1", got, c.proxy.Requests())
+		}
+	})
+}
+
+// TestEntryPacesWhatItForwards gives entry a the rule max_concurrent = 1
+// for every target: while one forwarded request waits at the site,
+// another for the same site is refused paced at a, never reaching c.
+func TestEntryPacesWhatItForwards(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newCountingSite(t)
+		nodes := startCluster(t, nodeSpec{id: "a", region: "ra", targets: []config.Target{{Hosts: []string{"*"}, MaxConcurrent: 1}}}, nodeSpec{id: "c", region: "rc"})
+		a, c := nodes[0], nodes[1]
+		held := make(chan *pb.FetchResponse, 1)
+		client := pb.NewFetcherClient(a.conn(t))
+		go func() {
+			out, _ := client.Fetch(t.Context(), &pb.FetchRequest{Url: site.URL + "/held", Labels: region("rc")})
+			held <- out
+		}()
+		waitFor(t, func() bool { return inflight(c) == 1 })
+		_, out := a.fetchJSON(t, &pb.FetchRequest{Url: site.URL + "/second", Labels: region("rc")})
+		if out.GetError().GetCode() != "paced" || out.GetNode() != "" || site.count(http.MethodGet, "") != 1 {
+			t.Fatalf("second: node %q error %v; the site saw %d", out.GetNode(), out.GetError(), site.count(http.MethodGet, ""))
+		}
+		site.release()
+		if first := <-held; first.GetNode() != "c" || first.GetError() != nil {
+			t.Fatalf("first: %v", first)
 		}
 	})
 }
