@@ -20,7 +20,11 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"net"
 	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -35,8 +39,18 @@ import (
 // Client calls the fetch API of a gateway, or of the nodes of a cluster
 // (NewNodes). The node it calls is chosen per call (pick).
 type Client struct {
-	opts  options
-	nodes []*node // immutable after New
+	// Immutable after New.
+	opts   options
+	dial   []grpc.DialOption
+	static []string // NewNodes' addresses
+
+	mu    sync.Mutex              // serializes setNodes
+	nodes atomic.Pointer[[]*node] // replaced whole by setNodes
+
+	// The resolver loop of WithDNS runs until stop closes, then closes
+	// stopped; both nil without it.
+	stop, stopped chan struct{}
+	closeOnce     sync.Once
 }
 
 // options are a Client's settings.
@@ -50,6 +64,11 @@ type options struct {
 	// cooldown is how long a node that failed in transport is left out.
 	cooldown time.Duration
 	now      func() time.Time
+	// dns is WithDNS's name, resolved every dnsEvery with resolver; ""
+	// for none.
+	dns      string
+	dnsEvery time.Duration
+	resolver *net.Resolver
 }
 
 // Option configures a Client.
@@ -89,12 +108,15 @@ func New(addr string, opts ...Option) (*Client, error) {
 // an idempotent request that failed in transport goes to another node
 // (nodes.go). It does not connect until the first call.
 func NewNodes(addrs []string, opts ...Option) (*Client, error) {
-	if len(addrs) == 0 {
-		return nil, errors.New("switchyard client: no node address")
-	}
 	o := options{retries: 2, backoff: 100 * time.Millisecond, maxMsg: 64 << 20, cooldown: 5 * time.Second, now: time.Now}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if len(addrs) == 0 && o.dns == "" {
+		return nil, errors.New("switchyard client: no node address")
+	}
+	if o.dns != "" && o.dnsEvery <= 0 {
+		o.dnsEvery = defaultDNSEvery
 	}
 	creds := insecure.NewCredentials()
 	if o.tls != nil {
@@ -106,24 +128,78 @@ func NewNodes(addrs []string, opts ...Option) (*Client, error) {
 	if o.token != "" {
 		dial = append(dial, grpc.WithPerRPCCredentials(bearer{token: o.token, secure: o.tls != nil}))
 	}
-	c := &Client{opts: o}
-	for _, addr := range addrs {
-		conn, err := grpc.NewClient(addr, dial...)
-		if err != nil {
-			c.Close()
-			return nil, fmt.Errorf("switchyard client: %w", err)
-		}
-		c.nodes = append(c.nodes, &node{addr: addr, conn: conn, client: pb.NewFetcherClient(conn)})
+	c := &Client{opts: o, dial: dial, static: slices.Clone(addrs)}
+	found, err := c.lookup()
+	if err == nil {
+		err = c.setNodes(found)
+	}
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	if o.dns != "" {
+		c.stop, c.stopped = make(chan struct{}), make(chan struct{})
+		go c.resolveEvery(o.dnsEvery)
 	}
 	return c, nil
 }
 
-// Close closes the client's connections.
+// list is the nodes the client calls now.
+func (c *Client) list() []*node {
+	if p := c.nodes.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// setNodes makes the client call the nodes at addrs and NewNodes' own:
+// a node still listed keeps its connection and counts, one no longer
+// listed is closed (calls in flight on it end).
+func (c *Client) setNodes(found []string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := map[string]*node{}
+	for _, n := range c.list() {
+		old[n.addr] = n
+	}
+	var next []*node
+	for _, addr := range slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(c.static), found...)))) {
+		if n, ok := old[addr]; ok {
+			next = append(next, n)
+			delete(old, addr)
+			continue
+		}
+		conn, err := grpc.NewClient(addr, c.dial...)
+		if err != nil {
+			return fmt.Errorf("switchyard client: %w", err)
+		}
+		next = append(next, &node{addr: addr, conn: conn, client: pb.NewFetcherClient(conn)})
+	}
+	if len(next) == 0 {
+		return errors.New("switchyard client: no node: " + c.opts.dns + " has no records")
+	}
+	c.nodes.Store(&next)
+	for _, n := range old {
+		n.conn.Close()
+	}
+	return nil
+}
+
+// Close stops the DNS resolution and closes the client's connections.
 func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		if c.stop != nil {
+			close(c.stop)
+			<-c.stopped
+		}
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var err error
-	for _, n := range c.nodes {
+	for _, n := range c.list() {
 		err = errors.Join(err, n.conn.Close())
 	}
+	c.nodes.Store(&[]*node{})
 	return err
 }
 
@@ -213,7 +289,7 @@ func (c *Client) call(ctx context.Context, idempotent bool, f func(context.Conte
 		if err == nil || !idempotent || try >= c.opts.retries || !transportFailed(err) {
 			return callError(err)
 		}
-		if len(tried) < len(c.nodes) {
+		if len(tried) < len(c.list()) {
 			continue
 		}
 		t := time.NewTimer(wait)

@@ -258,7 +258,7 @@ func TestBatchAndStream(t *testing.T) {
 // TestRetries checks which failures are tried again: transport failures
 // of idempotent calls only, as many times as allowed.
 func TestRetries(t *testing.T) {
-	c := &Client{opts: options{retries: 2, backoff: time.Millisecond, now: time.Now}, nodes: []*node{{addr: "n1"}}}
+	c := withNodes(options{retries: 2, backoff: time.Millisecond, now: time.Now}, "n1")
 	unavailable := status.Error(codes.Unavailable, "gone")
 	tests := []struct {
 		desc       string

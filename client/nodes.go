@@ -2,13 +2,16 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 
+	"github.com/switchyard/switchyard/internal/cluster"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -77,7 +80,7 @@ func (n *node) done(start, now time.Time, failed bool, cooldown time.Duration) {
 func (c *Client) pick(tried map[*node]bool) *node {
 	now := c.opts.now()
 	var healthy, rest []*node
-	for _, n := range c.nodes {
+	for _, n := range c.list() {
 		switch {
 		case tried[n]:
 		case n.healthy(now):
@@ -111,8 +114,9 @@ func (c *Client) pick(tried map[*node]bool) *node {
 // is in rotation now.
 func (c *Client) Nodes() map[string]bool {
 	now := c.opts.now()
-	out := make(map[string]bool, len(c.nodes))
-	for _, n := range c.nodes {
+	nodes := c.list()
+	out := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
 		out[n.addr] = n.healthy(now)
 	}
 	return out
@@ -121,6 +125,65 @@ func (c *Client) Nodes() map[string]bool {
 // WithNodeCooldown sets how long a node that failed in transport is left
 // out of rotation before it is tried again. Default 5s.
 func WithNodeCooldown(d time.Duration) Option { return func(o *options) { o.cooldown = d } }
+
+// WithDNS makes the client find nodes from name's records, besides the
+// addresses given to NewNodes, as a node's cluster.dns does: "name:port"
+// for its A and AAAA records, "_service._proto.name" for its SRV records.
+// It is resolved by New, then every interval (0: 30s), with r (nil: the
+// system's resolver); a failed lookup keeps the nodes found last.
+func WithDNS(name string, every time.Duration, r *net.Resolver) Option {
+	return func(o *options) { o.dns, o.dnsEvery, o.resolver = name, every, r }
+}
+
+// defaultDNSEvery is WithDNS's interval when it is given none, as
+// cluster.dns_interval's default.
+const defaultDNSEvery = 30 * time.Second
+
+// lookupTimeout bounds one resolution of WithDNS's name.
+const lookupTimeout = 5 * time.Second
+
+// lookup is the addresses WithDNS's name gives now; none without it.
+func (c *Client) lookup() ([]string, error) {
+	if c.opts.dns == "" {
+		return nil, nil
+	}
+	r := c.opts.resolver
+	if r == nil {
+		r = net.DefaultResolver
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+	defer cancel()
+	found, err := cluster.Lookup(ctx, r, c.opts.dns)
+	if err != nil {
+		return nil, fmt.Errorf("switchyard client: resolving %s: %w", c.opts.dns, err)
+	}
+	return found, nil
+}
+
+// resolveEvery resolves WithDNS's name every interval until Close.
+func (c *Client) resolveEvery(every time.Duration) {
+	defer close(c.stopped)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-tick.C:
+			c.Resolve()
+		}
+	}
+}
+
+// Resolve resolves WithDNS's name now and calls the nodes it gives (and
+// NewNodes' own); on an error the nodes stay as they were.
+func (c *Client) Resolve() error {
+	found, err := c.lookup()
+	if err != nil {
+		return err
+	}
+	return c.setNodes(found)
+}
 
 // withClock sets the clock of node cooldowns and latencies (tests).
 func withClock(now func() time.Time) Option { return func(o *options) { o.now = now } }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchyard/switchyard/internal/dnstest"
 	"github.com/switchyard/switchyard/internal/gateway"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
@@ -67,7 +68,7 @@ func TestNodesBalanceAndFailOver(t *testing.T) {
 // TestNodesNeverResendAPost: a POST whose node failed in transport is
 // not sent to another node.
 func TestNodesNeverResendAPost(t *testing.T) {
-	c := &Client{opts: options{retries: 2, backoff: time.Millisecond, now: time.Now, cooldown: time.Minute}, nodes: []*node{{addr: "n1"}, {addr: "n2"}}}
+	c := withNodes(options{retries: 2, backoff: time.Millisecond, now: time.Now, cooldown: time.Minute}, "n1", "n2")
 	for _, tc := range []struct {
 		desc       string
 		idempotent bool
@@ -77,7 +78,7 @@ func TestNodesNeverResendAPost(t *testing.T) {
 		{"POST: once", false, 1},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
-			for _, n := range c.nodes {
+			for _, n := range c.list() {
 				n.downUntil = time.Time{}
 			}
 			tries := 0
@@ -89,5 +90,62 @@ func TestNodesNeverResendAPost(t *testing.T) {
 				t.Fatalf("%d tries (%v), want %d", tries, err, tc.want)
 			}
 		})
+	}
+}
+
+// withNodes is a client of nodes at addrs that calls nothing: for tests
+// of call's decisions, whose calls never reach a node's connection.
+func withNodes(o options, addrs ...string) *Client {
+	c := &Client{opts: o}
+	nodes := make([]*node, len(addrs))
+	for i, a := range addrs {
+		nodes[i] = &node{addr: a}
+	}
+	c.nodes.Store(&nodes)
+	return c
+}
+
+// TestNodesFromDNS finds two gateways by the SRV records of a DNS server
+// on 127.0.0.1: calls reach both; with one record removed and resolved
+// again, only the other.
+func TestNodesFromDNS(t *testing.T) {
+	s := site(t)
+	d := dnstest.Start(t)
+	var srvs []dnstest.SRV
+	for _, id := range []string{"n1", "n2"} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		serveNode(t, ln, 1, gateway.Config{}, id)
+		d.Set(id+".nodes.test.", []string{"127.0.0.1"}, nil)
+		srvs = append(srvs, dnstest.SRV{Target: id + ".nodes.test.", Port: uint16(ln.Addr().(*net.TCPAddr).Port)})
+	}
+	d.Set("_api._tcp.nodes.test.", nil, srvs)
+	c, err := NewNodes(nil, WithToken("alice:pw"), WithDNS("_api._tcp.nodes.test.", time.Hour, d.Resolver()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ran := func() map[string]int {
+		out := map[string]int{}
+		for range 10 {
+			resp, err := c.Fetch(testContext(t), s.URL+"/p")
+			if resp == nil {
+				t.Fatal(err)
+			}
+			out[resp.Node]++
+		}
+		return out
+	}
+	if got := ran(); got["n1"] == 0 || got["n2"] == 0 {
+		t.Fatalf("calls by node: %v, want both", got)
+	}
+	d.Set("_api._tcp.nodes.test.", nil, srvs[:1])
+	if err := c.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	if got := ran(); got["n1"] != 10 || len(c.Nodes()) != 1 {
+		t.Fatalf("after n2's record went: calls %v, nodes %v", got, c.Nodes())
 	}
 }

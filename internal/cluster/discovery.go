@@ -8,9 +8,8 @@ import (
 	"strings"
 )
 
-// Resolve resolves cluster.dns once and makes its records the peers found
-// by DNS: "name:port" by its A and AAAA records, "_service._proto.name" by
-// its SRV records (their own ports). A failed lookup keeps the last
+// Resolve resolves cluster.dns once (Lookup) and makes its records the
+// peers found by DNS. A failed lookup keeps the last
 // answer, so that a DNS outage does not empty the cluster; it is logged
 // and returned.
 func (c *Cluster) Resolve(ctx context.Context) error {
@@ -20,12 +19,11 @@ func (c *Cluster) Resolve(ctx context.Context) error {
 	if name == "" {
 		return nil
 	}
-	found, err := c.lookup(ctx, name)
+	found, err := Lookup(ctx, c.res, name)
 	if err != nil {
 		c.log.Warn("cluster: DNS discovery failed; the peers it found last stay", "dns", name, "err", err)
 		return err
 	}
-	slices.Sort(found)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dnsName == name && !slices.Equal(found, c.found) {
@@ -35,30 +33,39 @@ func (c *Cluster) Resolve(ctx context.Context) error {
 	return nil
 }
 
-// lookup is the peers' addresses name's records give.
-func (c *Cluster) lookup(ctx context.Context, name string) ([]string, error) {
+// Lookup is the API addresses name's records give, as cluster.dns reads
+// it: "name:port" by its A and AAAA records, "_service._proto.name" by its
+// SRV records, whose targets are resolved by r too, so that one resolver
+// answers for the whole list. Sorted; the Go SDK's node list uses it too.
+func Lookup(ctx context.Context, r *net.Resolver, name string) ([]string, error) {
+	var out []string
 	if strings.HasPrefix(name, "_") {
-		_, srvs, err := c.res.LookupSRV(ctx, "", "", name)
+		_, srvs, err := r.LookupSRV(ctx, "", "", name)
 		if err != nil {
 			return nil, err
 		}
-		out := make([]string, 0, len(srvs))
 		for _, s := range srvs {
-			out = append(out, net.JoinHostPort(strings.TrimSuffix(s.Target, "."), strconv.Itoa(int(s.Port))))
+			ips, err := r.LookupIPAddr(ctx, s.Target)
+			if err != nil {
+				return nil, err
+			}
+			for _, ip := range ips {
+				out = append(out, net.JoinHostPort(ip.IP.String(), strconv.Itoa(int(s.Port))))
+			}
 		}
-		return out, nil
+	} else {
+		host, port, err := net.SplitHostPort(name)
+		if err != nil {
+			return nil, err
+		}
+		ips, err := r.LookupIPAddr(ctx, host)
+		if err != nil {
+			return nil, err
+		}
+		for _, ip := range ips {
+			out = append(out, net.JoinHostPort(ip.IP.String(), port))
+		}
 	}
-	host, port, err := net.SplitHostPort(name)
-	if err != nil {
-		return nil, err
-	}
-	ips, err := c.res.LookupIPAddr(ctx, host)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, 0, len(ips))
-	for _, ip := range ips {
-		out = append(out, net.JoinHostPort(ip.IP.String(), port))
-	}
-	return out, nil
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
