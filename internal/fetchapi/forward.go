@@ -63,6 +63,7 @@ func (s *Server) route(ctx context.Context, c caller, req *pb.FetchRequest) *pb.
 	}
 	var trace []*pb.Attempt
 	tried := map[string]bool{}
+	began := time.Now()
 	for n := 0; ; n++ {
 		ch := cl.Pick(labels, target, tried)
 		if ch.Self {
@@ -98,7 +99,8 @@ func (s *Server) route(ctx context.Context, c caller, req *pb.FetchRequest) *pb.
 		}
 		tried[ch.Node] = true
 		// The trace names the node of every try, the failed ones too.
-		trace = append(trace, &pb.Attempt{Node: ch.Node, Class: "node_unavailable", LatencyUs: time.Since(start).Microseconds(), Detail: clip(status.Convert(err).Message())})
+		trace = append(trace, &pb.Attempt{Node: ch.Node, Class: "node_unavailable", LatencyUs: time.Since(start).Microseconds(),
+			StartOffsetUs: start.Sub(began).Microseconds(), Detail: clip(status.Convert(err).Message())})
 		switch {
 		case !transportFailure(err) || ctx.Err() != nil:
 			return nodeFailed(cl, trace, "node_failed", "node "+ch.Node+" could not run the request: "+status.Convert(err).Message())
