@@ -12,11 +12,9 @@ import (
 )
 
 // Config is the [cluster] section as the package reads it; each field is
-// the key of the same name (snake_case in TOML).
+// the key of the same name (snake_case in TOML). node_id is not here: it
+// is resolved before (Identify) and given as Options.Self.
 type Config struct {
-	// NodeID is this node's id (node_id); "" means the host's name, with a
-	// warning. SWITCHYARD_NODE_ID overrides it (internal/config).
-	NodeID string
 	// Secret is the shared cluster secret (secret) every node token is
 	// derived from (Token). Required when the cluster has peers.
 	Secret string

@@ -293,7 +293,7 @@ type Cluster struct {
 // ClusterConfig is the section as internal/cluster takes it.
 func (c Cluster) ClusterConfig() cluster.Config {
 	return cluster.Config{
-		NodeID: c.NodeID, Secret: c.Secret.Value(), Peers: c.Peers, DNS: c.DNS, DNSInterval: c.DNSInterval,
+		Secret: c.Secret.Value(), Peers: c.Peers, DNS: c.DNS, DNSInterval: c.DNSInterval,
 		CheckInterval: c.CheckInterval, CheckTimeout: c.CheckTimeout, DownAfter: c.DownAfter, UpAfter: c.UpAfter, MaxFailover: c.MaxFailover,
 		TLSCert: c.TLSCert, TLSKey: c.TLSKey, TLSCA: c.TLSCA,
 	}

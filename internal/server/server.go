@@ -183,6 +183,8 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		}
 		aopts.Cluster = s.cluster
 		metrics.WatchCluster(s.cluster)
+		log.Info("cluster node", "node", id.ID, "id_from_host_name", id.Detected, "peers", len(cfg.Cluster.Peers), "dns", cfg.Cluster.DNS,
+			"tls", cfg.Cluster.TLSCert != "")
 		if t := s.cluster.ServerTLS(); t != nil {
 			// Peers call over TLS (cluster.tls_*): the API serves it,
 			// to users too.
