@@ -18,6 +18,7 @@ import (
 const (
 	mdNode      = "x-switchyard-node"       // the calling node's id
 	mdToken     = "x-switchyard-node-token" // its Token
+	mdInstance  = "x-switchyard-instance"   // its process's instance (PingResponse.instance)
 	mdEntry     = "x-switchyard-entry"      // a forward: the entry node that took the request
 	mdUser      = "x-switchyard-user"       // a forward: the user the entry authenticated
 	mdUserLabel = "x-switchyard-user-labels"
@@ -57,8 +58,8 @@ func Forwarded(ctx context.Context) bool {
 // authenticator checks node calls' tokens on the server side.
 type authenticator struct {
 	// Immutable.
-	self, secret string
-	log          *slog.Logger
+	self, secret, instance string
+	log                    *slog.Logger
 
 	warned sync.Map // node ids claiming ours already warned of
 }
@@ -85,7 +86,9 @@ func (a *authenticator) check(ctx context.Context, method string) (context.Conte
 		a.log.Warn("cluster: node call refused: wrong or missing node token (is cluster.secret the same on every node?)", "node", clip(node), "method", method)
 		return ctx, status.Error(codes.Unauthenticated, "switchyard: cluster: wrong or missing node token for node "+clip(node)+" (is cluster.secret the same on every node?)")
 	}
-	if node == a.self {
+	// This process calling its own address (listed under another
+	// spelling) is no second node.
+	if node == a.self && get(mdInstance) != a.instance {
 		if _, seen := a.warned.LoadOrStore(node, true); !seen {
 			a.log.Warn("CLUSTER NODE ID CLAIMED TWICE: a peer calls with this node's own id; give every node its own SWITCHYARD_NODE_ID", "node", node)
 		}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/logtest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -86,8 +87,9 @@ type node struct {
 
 type pinger struct {
 	pb.UnimplementedFetcherServer
-	id      string
-	summary Summary
+	id       string
+	instance string
+	summary  Summary
 }
 
 func (p pinger) Ping(ctx context.Context, _ *pb.PingRequest) (*pb.PingResponse, error) {
@@ -95,7 +97,7 @@ func (p pinger) Ping(ctx context.Context, _ *pb.PingRequest) (*pb.PingResponse, 
 		return nil, status.Error(codes.Unauthenticated, "not a node")
 	}
 	resp := p.summary.PingResponse(p.id, time.Second)
-	resp.ClusterAuth = true
+	resp.ClusterAuth, resp.Instance = true, p.instance
 	return resp, nil
 }
 
@@ -361,5 +363,35 @@ func TestFits(t *testing.T) {
 				t.Errorf("fits after a Ping = %d, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestOwnAddressIsNoSecondNode lists a node's own address under another
+// spelling (localhost for 127.0.0.1): its Ping gives its own instance, so
+// it is dropped quietly, never warned of as a second node with its id;
+// another process with the same id is warned of.
+func TestOwnAddressIsNoSecondNode(t *testing.T) {
+	var logged logtest.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	self := newCluster(t, "me", "s3cret", []string{"localhost:" + port}, func(o *Options) { o.Log = log })
+	srv := grpc.NewServer(self.ServerOptions()...)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	pb.RegisterFetcherServer(srv, pinger{id: "me", instance: self.Instance()})
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Serve(ln) }()
+	defer func() { srv.Stop(); <-done }()
+	self.Check(t.Context())
+	if got := len(self.Nodes()); got != 1 || strings.Contains(logged.String(), "CLAIMED TWICE") {
+		t.Fatalf("own address: %d nodes listed, log:\n%s", got, logged.String())
+	}
+	twin := newCluster(t, "me", "s3cret", []string{ln.Addr().String()})
+	twin.Check(t.Context())
+	if !strings.Contains(logged.String(), "CLAIMED TWICE") {
+		t.Fatalf("a second process with this id was not warned of:\n%s", logged.String())
 	}
 }

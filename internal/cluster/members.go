@@ -290,10 +290,10 @@ func New(cfg Config, opts Options) (*Cluster, error) {
 		cfg:       cfg, self: opts.Self, addr: opts.Address, local: opts.Local, res: opts.Resolver, now: opts.Now, log: opts.Log,
 		added: map[string]bool{}, peers: map[string]*peer{}, instance: rand.Text(),
 	}
-	c.auth = &authenticator{self: opts.Self, secret: cfg.Secret, log: opts.Log}
+	c.auth = &authenticator{self: opts.Self, secret: cfg.Secret, instance: c.instance, log: opts.Log}
 	c.dial = []grpc.DialOption{
 		grpc.WithTransportCredentials(transport),
-		grpc.WithPerRPCCredentials(nodeCredentials{md: map[string]string{mdNode: opts.Self, mdToken: Token(cfg.Secret, opts.Self)}, secure: clientTLS != nil}),
+		grpc.WithPerRPCCredentials(nodeCredentials{md: map[string]string{mdNode: opts.Self, mdToken: Token(cfg.Secret, opts.Self), mdInstance: c.instance}, secure: clientTLS != nil}),
 		grpc.WithUnaryInterceptor(oneHop),
 		grpc.WithStreamInterceptor(oneHopStream),
 	}
