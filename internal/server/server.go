@@ -323,6 +323,13 @@ func (s *Server) Reload(next *config.Config) error {
 	}
 	if s.cluster != nil {
 		s.cluster.SetPeers(next.Cluster.Peers, next.Cluster.DNS)
+		if next.Cluster.DNS != "" {
+			// A new name is resolved now, not at the next dns_interval;
+			// a failure is logged and keeps the peers found last.
+			ctx, cancel := context.WithTimeout(context.Background(), s.started.Cluster.CheckTimeout)
+			s.cluster.Resolve(ctx)
+			cancel()
+		}
 	}
 	if s.admin != nil {
 		all := make([]*route.Route, 0, len(s.routes))
