@@ -20,7 +20,11 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"net"
 	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -32,13 +36,21 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// Client calls the fetch API of a gateway. The node it calls is chosen per
-// call (node), so that a list of nodes with balancing and failover can
-// come without a change to its methods.
+// Client calls the fetch API of a gateway, or of the nodes of a cluster
+// (NewNodes). The node it calls is chosen per call (pick).
 type Client struct {
-	opts  options
-	conn  *grpc.ClientConn
-	nodes []pb.FetcherClient // one today: the gateway New was given
+	// Immutable after New.
+	opts   options
+	dial   []grpc.DialOption
+	static []string // NewNodes' addresses
+
+	mu    sync.Mutex              // serializes setNodes
+	nodes atomic.Pointer[[]*node] // replaced whole by setNodes
+
+	// The resolver loop of WithDNS runs until stop closes, then closes
+	// stopped; both nil without it.
+	stop, stopped chan struct{}
+	closeOnce     sync.Once
 }
 
 // options are a Client's settings.
@@ -49,6 +61,14 @@ type options struct {
 	backoff time.Duration
 	timeout time.Duration // default per-call deadline; 0: the caller's context
 	maxMsg  int           // the largest answer taken
+	// cooldown is how long a node that failed in transport is left out.
+	cooldown time.Duration
+	now      func() time.Time
+	// dns is WithDNS's name, resolved every dnsEvery with resolver; ""
+	// for none.
+	dns      string
+	dnsEvery time.Duration
+	resolver *net.Resolver
 }
 
 // Option configures a Client.
@@ -80,9 +100,23 @@ func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout =
 // New returns a client of the gateway whose fetch API listens at addr
 // ("host:port"). It does not connect until the first call.
 func New(addr string, opts ...Option) (*Client, error) {
-	o := options{retries: 2, backoff: 100 * time.Millisecond, maxMsg: 64 << 20}
+	return NewNodes([]string{addr}, opts...)
+}
+
+// NewNodes returns a client of the cluster whose nodes' fetch APIs listen
+// at addrs: each call goes to the less loaded of two healthy nodes, and
+// an idempotent request that failed in transport goes to another node
+// (nodes.go). It does not connect until the first call.
+func NewNodes(addrs []string, opts ...Option) (*Client, error) {
+	o := options{retries: 2, backoff: 100 * time.Millisecond, maxMsg: 64 << 20, cooldown: 5 * time.Second, now: time.Now}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if len(addrs) == 0 && o.dns == "" {
+		return nil, errors.New("switchyard client: no node address")
+	}
+	if o.dns != "" && o.dnsEvery <= 0 {
+		o.dnsEvery = defaultDNSEvery
 	}
 	creds := insecure.NewCredentials()
 	if o.tls != nil {
@@ -94,18 +128,80 @@ func New(addr string, opts ...Option) (*Client, error) {
 	if o.token != "" {
 		dial = append(dial, grpc.WithPerRPCCredentials(bearer{token: o.token, secure: o.tls != nil}))
 	}
-	conn, err := grpc.NewClient(addr, dial...)
-	if err != nil {
-		return nil, fmt.Errorf("switchyard client: %w", err)
+	c := &Client{opts: o, dial: dial, static: slices.Clone(addrs)}
+	found, err := c.lookup()
+	if err == nil {
+		err = c.setNodes(found)
 	}
-	return &Client{opts: o, conn: conn, nodes: []pb.FetcherClient{pb.NewFetcherClient(conn)}}, nil
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	if o.dns != "" {
+		c.stop, c.stopped = make(chan struct{}), make(chan struct{})
+		go c.resolveEvery(o.dnsEvery)
+	}
+	return c, nil
 }
 
-// Close closes the client's connections.
-func (c *Client) Close() error { return c.conn.Close() }
+// list is the nodes the client calls now.
+func (c *Client) list() []*node {
+	if p := c.nodes.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
-// node is the gateway a call goes to.
-func (c *Client) node() pb.FetcherClient { return c.nodes[0] }
+// setNodes makes the client call the nodes at addrs and NewNodes' own:
+// a node still listed keeps its connection and counts, one no longer
+// listed is closed (calls in flight on it end).
+func (c *Client) setNodes(found []string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := map[string]*node{}
+	for _, n := range c.list() {
+		old[n.addr] = n
+	}
+	var next []*node
+	for _, addr := range slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(c.static), found...)))) {
+		if n, ok := old[addr]; ok {
+			next = append(next, n)
+			delete(old, addr)
+			continue
+		}
+		conn, err := grpc.NewClient(addr, c.dial...)
+		if err != nil {
+			return fmt.Errorf("switchyard client: %w", err)
+		}
+		next = append(next, &node{addr: addr, conn: conn, client: pb.NewFetcherClient(conn)})
+	}
+	if len(next) == 0 {
+		return errors.New("switchyard client: no node: " + c.opts.dns + " has no records")
+	}
+	c.nodes.Store(&next)
+	for _, n := range old {
+		n.conn.Close()
+	}
+	return nil
+}
+
+// Close stops the DNS resolution and closes the client's connections.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		if c.stop != nil {
+			close(c.stop)
+			<-c.stopped
+		}
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var err error
+	for _, n := range c.list() {
+		err = errors.Join(err, n.conn.Close())
+	}
+	c.nodes.Store(&[]*node{})
+	return err
+}
 
 // bearer sends the token with every call.
 type bearer struct {
@@ -167,19 +263,34 @@ func callError(err error) error {
 	return &Error{Code: code, Message: st.Message()}
 }
 
-// call runs f, again after a transport failure while retries are left and
-// the request is idempotent, waiting backoff (doubling) between tries.
-func (c *Client) call(ctx context.Context, idempotent bool, f func(context.Context) error) error {
+// transportFailed reports whether a call failed in transport: the node out
+// of reach or the connection cut before an answer.
+func transportFailed(err error) bool { return status.Code(err) == codes.Unavailable }
+
+// call runs f on a node, again after a transport failure while retries
+// are left and the request is idempotent: at once on another node while
+// one is left untried, else after backoff (doubling) on any.
+func (c *Client) call(ctx context.Context, idempotent bool, f func(context.Context, pb.FetcherClient) error) error {
 	if _, ok := ctx.Deadline(); !ok && c.opts.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.opts.timeout)
 		defer cancel()
 	}
 	wait := c.opts.backoff
+	tried := map[*node]bool{}
 	for try := 0; ; try++ {
-		err := f(ctx)
-		if err == nil || !idempotent || try >= c.opts.retries || status.Code(err) != codes.Unavailable {
+		n := c.pick(tried)
+		if n == nil { // every node tried: again from the start, after a wait
+			clear(tried)
+			n = c.pick(tried)
+		}
+		tried[n] = true
+		err := c.callOn(ctx, n, f)
+		if err == nil || !idempotent || try >= c.opts.retries || !transportFailed(err) {
 			return callError(err)
+		}
+		if len(tried) < len(c.list()) {
+			continue
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -335,6 +446,9 @@ type Response struct {
 	Body      []byte
 	Truncated bool // the body was cut at the gateway's fetch.max_response_bytes
 	Trace     Trace
+	// Node is the id of the node that ran the request, and Entry that of
+	// the node that forwarded it there ("" when it ran where it arrived).
+	Node, Entry string
 }
 
 // Trace is every attempt the gateway made for a request.
@@ -359,7 +473,8 @@ type Attempt struct {
 
 // response is m as a Response, and its error as an *Error.
 func response(m *pb.FetchResponse) (*Response, error) {
-	r := &Response{Status: int(m.GetStatus()), Body: m.GetBody(), Truncated: m.GetBodyTruncated(), Trace: Trace{RequestID: m.GetTrace().GetRequestId()}}
+	r := &Response{Status: int(m.GetStatus()), Body: m.GetBody(), Truncated: m.GetBodyTruncated(), Trace: Trace{RequestID: m.GetTrace().GetRequestId()},
+		Node: m.GetNode(), Entry: m.GetEntry()}
 	if len(m.GetHeaders()) > 0 {
 		r.Header = http.Header{}
 		for _, h := range m.GetHeaders() {
@@ -390,8 +505,8 @@ func (c *Client) Fetch(ctx context.Context, url string, opts ...CallOption) (*Re
 // Do has the gateway carry req; see Fetch.
 func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 	var m *pb.FetchResponse
-	err := c.call(ctx, req.idempotent(), func(ctx context.Context) (err error) {
-		m, err = c.node().Fetch(ctx, req.wire())
+	err := c.call(ctx, req.idempotent(), func(ctx context.Context, node pb.FetcherClient) (err error) {
+		m, err = node.Fetch(ctx, req.wire())
 		return err
 	})
 	if err != nil {
@@ -420,7 +535,12 @@ func (c *Client) Batch(ctx context.Context, reqs []Request, concurrency int) ite
 		for i := range reqs {
 			in.Requests[i] = reqs[i].wire()
 		}
-		stream, err := c.node().Batch(ctx, in)
+		// A batch goes to one node, whole: failing over part of it would
+		// send again requests that may have run (docs/design/013-cluster.md).
+		n := c.pick(nil)
+		n.inflight.Add(1)
+		defer n.inflight.Add(-1)
+		stream, err := n.client.Batch(ctx, in)
 		for err == nil {
 			var m *pb.BatchResult
 			if m, err = stream.Recv(); err != nil {
@@ -449,7 +569,9 @@ type Stream struct {
 // Stream opens a stream; Close ends it.
 func (c *Client) Stream(ctx context.Context) (*Stream, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	s, err := c.node().Stream(ctx)
+	// A stream stays on the node it opened on: its requests are not sent
+	// again elsewhere when it breaks.
+	s, err := c.pick(nil).client.Stream(ctx)
 	if err != nil {
 		cancel()
 		return nil, callError(err)
@@ -495,8 +617,8 @@ const (
 // is an *Error with code not_found.
 func (c *Client) Feedback(ctx context.Context, attemptID, verdict, reason string) error {
 	// A verdict given twice is taken once, so it may be sent again.
-	return c.call(ctx, true, func(ctx context.Context) error {
-		_, err := c.node().Feedback(ctx, &pb.FeedbackRequest{AttemptId: attemptID, Verdict: verdict, Reason: reason})
+	return c.call(ctx, true, func(ctx context.Context, node pb.FetcherClient) error {
+		_, err := node.Feedback(ctx, &pb.FeedbackRequest{AttemptId: attemptID, Verdict: verdict, Reason: reason})
 		return err
 	})
 }
@@ -514,8 +636,8 @@ type Node struct {
 // *Error with code unauthenticated, a gateway out of reach unavailable.
 func (c *Client) Ping(ctx context.Context) (*Node, error) {
 	var m *pb.PingResponse
-	err := c.call(ctx, true, func(ctx context.Context) (err error) {
-		m, err = c.node().Ping(ctx, &pb.PingRequest{})
+	err := c.call(ctx, true, func(ctx context.Context, node pb.FetcherClient) (err error) {
+		m, err = node.Ping(ctx, &pb.PingRequest{})
 		return err
 	})
 	if err != nil {

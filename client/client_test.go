@@ -22,6 +22,7 @@ import (
 	"github.com/switchyard/switchyard/internal/gateway"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/route/routetest"
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
 // gatewayAPI starts a gateway over n fake proxies (taken round-robin) with
@@ -47,6 +48,12 @@ func gatewayAPIWith(t *testing.T, n int, cfg gateway.Config) string {
 // with cfg as gatewayAPIWith sets it; the server is returned, to cut.
 func serveAPI(t *testing.T, ln net.Listener, n int, cfg gateway.Config) *http.Server {
 	t.Helper()
+	return serveNode(t, ln, n, cfg, "n1")
+}
+
+// serveNode is serveAPI for the node named id.
+func serveNode(t *testing.T, ln net.Listener, n int, cfg gateway.Config, id string) *http.Server {
+	t.Helper()
 	e, err := engine.New(engine.Config{Picker: &engine.RoundRobin{}, Seed: 1, MaxRemovedShare: -1}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +75,7 @@ func serveAPI(t *testing.T, ln net.Listener, n int, cfg gateway.Config) *http.Se
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := fetchapi.New(g, e, fetchapi.Options{Node: "n1"})
+	api := fetchapi.New(g, e, fetchapi.Options{Node: id})
 	srv := &http.Server{Handler: api.Handler(), Protocols: fetchapi.Protocols()}
 	go srv.Serve(ln)
 	t.Cleanup(func() {
@@ -251,7 +258,7 @@ func TestBatchAndStream(t *testing.T) {
 // TestRetries checks which failures are tried again: transport failures
 // of idempotent calls only, as many times as allowed.
 func TestRetries(t *testing.T) {
-	c := &Client{opts: options{retries: 2, backoff: time.Millisecond}}
+	c := withNodes(options{retries: 2, backoff: time.Millisecond, now: time.Now}, "n1")
 	unavailable := status.Error(codes.Unavailable, "gone")
 	tests := []struct {
 		desc       string
@@ -267,7 +274,7 @@ func TestRetries(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			tries := 0
-			c.call(context.Background(), tc.idempotent, func(context.Context) error { tries++; return tc.err })
+			c.call(context.Background(), tc.idempotent, func(context.Context, pb.FetcherClient) error { tries++; return tc.err })
 			if tries != tc.wantTries {
 				t.Errorf("%d tries, want %d", tries, tc.wantTries)
 			}

@@ -79,6 +79,9 @@ type Options struct {
 	SeriesPoints int
 	// Now is the clock of the dashboard's views; nil means time.Now.
 	Now func() time.Time
+	// Cluster is the node cluster of GET /api/nodes and its actions; nil
+	// outside a cluster.
+	Cluster Cluster
 }
 
 // subscriptionBuffer is the engine subscription's capacity: it absorbs
@@ -101,6 +104,7 @@ type Server struct {
 	mux      *http.ServeMux
 	now      func() time.Time
 	fetcher  Fetcher // nil: no "try a request"
+	cluster  Cluster // nil outside a cluster
 	budget   engine.BudgetConfig
 	// stateAddr is the Redis address of shared state, "" in memory.
 	stateAddr string
@@ -177,6 +181,7 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 
 		now:         opts.Now,
 		fetcher:     opts.Fetcher,
+		cluster:     opts.Cluster,
 		budget:      opts.Budget,
 		stateAddr:   opts.StateAddr,
 		series:      NewSeries(opts.SeriesPoints),
@@ -212,6 +217,8 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 	// them (url.PathEscape); the mux matches and unescapes each segment.
 	s.mux.HandleFunc("/api/routes/{id}/{action}", s.act)
 	s.mux.HandleFunc("/api/reload", s.reloadConfig)
+	s.mux.Handle("/api/nodes", readOnly(gzipped(http.HandlerFunc(s.listNodes))))
+	s.mux.HandleFunc("/api/nodes/{action}", s.nodeAction)
 	if opts.Pprof && s.hasToken {
 		s.mux.Handle("/debug/pprof/", s.tokenOnly(http.HandlerFunc(pprof.Index)))
 		s.mux.Handle("/debug/pprof/cmdline", s.tokenOnly(http.HandlerFunc(pprof.Cmdline)))

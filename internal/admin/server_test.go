@@ -542,7 +542,7 @@ func TestUnknownPaths(t *testing.T) {
 	}{
 		{"beside the dashboard", http.MethodGet, "/index.html", http.StatusNotFound},
 		{"the dashboard's folder", http.MethodGet, "/ui/", http.StatusNotFound},
-		{"unknown api", http.MethodGet, "/api/nodes", http.StatusNotFound},
+		{"unknown api", http.MethodGet, "/api/clusters", http.StatusNotFound},
 		{"unknown route", http.MethodGet, "/api/routes/" + url.PathEscape("http://alice-Kx7:s3cr3t-Pa55@10.0.0.1:8080"), http.StatusNotFound},
 		{"trailing segment", http.MethodPost, actionPath(bob, "drain") + "/now", http.StatusNotFound},
 		{"POST to a read endpoint", http.MethodPost, "/api/routes", http.StatusMethodNotAllowed},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine/redisstore"
+	"github.com/switchyard/switchyard/internal/cluster"
 	"github.com/switchyard/switchyard/internal/gateway"
 	"github.com/switchyard/switchyard/internal/mitm"
 	"github.com/switchyard/switchyard/internal/pacing"
@@ -34,6 +35,7 @@ type Config struct {
 	Fetch    Fetch    `toml:"fetch"`
 	State    State    `toml:"state"`
 	MITM     MITM     `toml:"mitm"`
+	Cluster  Cluster  `toml:"cluster"`
 	Targets  []Target `toml:"targets"`
 	Users    []User   `toml:"users"`
 
@@ -286,6 +288,52 @@ type MITM struct {
 	UpstreamRoots *x509.CertPool `toml:"-"`
 }
 
+// Cluster makes this gateway a node of a cluster of nodes that each own
+// exits (docs/design/013-cluster.md): every node takes requests and runs
+// each on the node whose exits fit it. Nodes talk over the fetch API's
+// gRPC (listen.api). Each field is the cluster.Config field of the same
+// name; the defaults are cluster.DefaultConfig's. A reload applies peers
+// and dns; the rest needs a restart.
+type Cluster struct {
+	// NodeID names this node; SWITCHYARD_NODE_ID overrides it. "" means
+	// the host's name, with a loud warning.
+	NodeID string `toml:"node_id"`
+	// Secret is shared by every node; each node's token is derived from
+	// it. Required with peers or dns; at least 16 bytes; best given as
+	// "env:NAME" or "file:PATH".
+	Secret Secret `toml:"secret"`
+	// Peers are the nodes' API addresses (their listen.api), host:port;
+	// this node's own may be listed, so that one list serves all.
+	Peers []string `toml:"peers"`
+	// DNS is a name whose records are peers: "name:port" (A and AAAA
+	// records) or "_service._proto.name" (SRV records); "" for none.
+	DNS           string        `toml:"dns"`
+	DNSInterval   time.Duration `toml:"dns_interval"`   // re-resolution period; default 30s
+	CheckInterval time.Duration `toml:"check_interval"` // health checks of every peer; default 5s
+	CheckTimeout  time.Duration `toml:"check_timeout"`  // one check; default 2s
+	DownAfter     int           `toml:"down_after"`     // failed checks in a row that take a peer out; default 2
+	UpAfter       int           `toml:"up_after"`       // passed checks in a row that put it back; default 2
+	// MaxFailover is how many more nodes a GET, HEAD or OPTIONS is sent
+	// to after its node failed in transport; 0 means none. Default 2.
+	MaxFailover int `toml:"max_failover"`
+	// TLSCert and TLSKey are PEM files of this node's certificate and
+	// key, TLSCA of the CA that signs every node's: all three or none.
+	// With them the API listener serves TLS (to users too) and calls to
+	// peers are TLS checked against the CA; "" for h2c.
+	TLSCert string `toml:"tls_cert"`
+	TLSKey  string `toml:"tls_key"`
+	TLSCA   string `toml:"tls_ca"`
+}
+
+// ClusterConfig is the section as internal/cluster takes it.
+func (c Cluster) ClusterConfig() cluster.Config {
+	return cluster.Config{
+		Secret: c.Secret.Value(), Peers: c.Peers, DNS: c.DNS, DNSInterval: c.DNSInterval,
+		CheckInterval: c.CheckInterval, CheckTimeout: c.CheckTimeout, DownAfter: c.DownAfter, UpAfter: c.UpAfter, MaxFailover: c.MaxFailover,
+		TLSCert: c.TLSCert, TLSKey: c.TLSKey, TLSCA: c.TLSCA,
+	}
+}
+
 // Shared reports whether the state is in Redis.
 func (s State) Shared() bool { return s.URL != "memory" }
 
@@ -345,7 +393,7 @@ type User struct {
 // Default is the configuration in force before the file, the environment
 // and flags: every default in one place.
 func Default() Config {
-	g, r := gateway.DefaultConfig(), redisstore.DefaultOptions()
+	g, r, cl := gateway.DefaultConfig(), redisstore.DefaultOptions(), cluster.DefaultConfig()
 	c := Config{
 		Listen: Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9090", API: "127.0.0.1:9091"},
 		Server: Server{HeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 1024, MaxClientConns: 10000,
@@ -358,6 +406,8 @@ func Default() Config {
 			FeedbackTTL: g.FeedbackTTL, MaxFeedback: 100000},
 		State: State{URL: "memory", Prefix: r.Prefix, Timeout: r.Timeout, Resync: r.Resync},
 		MITM:  MITM{StateDir: mitm.DefaultStateDir(), CertCache: mitm.DefaultCacheSize},
+		Cluster: Cluster{DNSInterval: cl.DNSInterval, CheckInterval: cl.CheckInterval, CheckTimeout: cl.CheckTimeout,
+			DownAfter: cl.DownAfter, UpAfter: cl.UpAfter, MaxFailover: cl.MaxFailover},
 	}
 	c.Engine = engineDefaults()
 	return c

@@ -201,6 +201,7 @@ func (l *loader) warnLiteralSecrets() {
 		}
 	}
 	warn("admin.token", l.c.Admin.Token, `"env:NAME" or "file:PATH", or set SWITCHYARD_ADMIN_TOKEN`)
+	warn("cluster.secret", l.c.Cluster.Secret, `"env:NAME" or "file:PATH", or set SWITCHYARD_CLUSTER_SECRET`)
 	for i, u := range l.c.Users {
 		warn(fmt.Sprintf("users[%d].password", i+1), u.Password, `password_hash (htpasswd -nbB), "env:NAME" or "file:PATH"`)
 	}
@@ -328,6 +329,15 @@ func (l *loader) applyEnv() error {
 			}
 		}
 	}
+	// SWITCHYARD_NODE_ID names the node (docs/design/013-cluster.md):
+	// one config serves every node, each given its id in its
+	// environment, so it wins over cluster.node_id from anywhere.
+	known[nodeIDVariable] = true
+	if v, ok := l.env[nodeIDVariable]; ok {
+		if err := l.set("cluster.node_id", v, "environment variable "+nodeIDVariable); err != nil {
+			return err
+		}
+	}
 	var unknown []string
 	for name := range l.env {
 		if !known[name] && strings.HasPrefix(name, "SWITCHYARD_") && !isToolVariable(name) {
@@ -352,6 +362,10 @@ func (l *loader) applyEnv() error {
 	}
 	return nil
 }
+
+// nodeIDVariable overrides cluster.node_id (and
+// SWITCHYARD_CLUSTER_NODE_ID).
+const nodeIDVariable = "SWITCHYARD_NODE_ID"
 
 // envName is the variable that overrides key: "listen.proxy" is
 // SWITCHYARD_LISTEN_PROXY.

@@ -25,7 +25,7 @@ import (
 func (l *loader) validate() error {
 	for _, check := range []func() error{
 		l.checkListen, l.checkServer, l.checkLog, l.checkEngine, l.checkRetry, l.checkProbe,
-		l.checkSecurity, l.checkAdmin, l.checkPacing, l.checkFetch, l.checkState, l.checkMITM, l.checkTargets, l.checkUsers, l.loadRoutes,
+		l.checkSecurity, l.checkAdmin, l.checkPacing, l.checkFetch, l.checkState, l.checkMITM, l.checkCluster, l.checkTargets, l.checkUsers, l.loadRoutes,
 	} {
 		if err := check(); err != nil {
 			return err
@@ -265,6 +265,106 @@ func (l *loader) checkState() error {
 		return l.errAt("state.resync", "must be positive")
 	}
 	return nil
+}
+
+// minClusterSecret is the shortest cluster secret taken: every node token
+// is derived from it, and a short one can be guessed offline from one.
+const minClusterSecret = 16
+
+// nodeID is what a node id may hold: it appears in headers, metrics and
+// logs.
+var nodeID = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
+
+func (l *loader) checkCluster() error {
+	if err := l.c.Cluster.Secret.resolve(l.lookupEnv); err != nil {
+		return l.errAt("cluster.secret", err.Error())
+	}
+	c := l.c.Cluster
+	if c.NodeID != "" && !nodeID.MatchString(c.NodeID) {
+		return l.errAt("cluster.node_id", fmt.Sprintf("%q: 1 to 64 letters, digits and _.:- only", clipValue(c.NodeID)))
+	}
+	for i, p := range c.Peers {
+		if err := checkAddr(p); err != nil {
+			return l.errAt("cluster.peers", fmt.Sprintf("peer %d: %v", i+1, err))
+		}
+	}
+	if c.DNS != "" {
+		if err := checkDNSName(c.DNS); err != nil {
+			return l.errAt("cluster.dns", err.Error())
+		}
+	}
+	for _, d := range []struct {
+		key string
+		ok  bool
+	}{
+		{"cluster.dns_interval", c.DNSInterval > 0},
+		{"cluster.check_interval", c.CheckInterval > 0},
+		{"cluster.check_timeout", c.CheckTimeout > 0},
+		{"cluster.down_after", c.DownAfter > 0},
+		{"cluster.up_after", c.UpAfter > 0},
+	} {
+		if !d.ok {
+			return l.errAt(d.key, "must be positive")
+		}
+	}
+	if c.MaxFailover < 0 {
+		return l.errAt("cluster.max_failover", "must not be negative")
+	}
+	var tlsSet []string
+	for _, k := range []struct{ key, v string }{{"cluster.tls_cert", c.TLSCert}, {"cluster.tls_key", c.TLSKey}, {"cluster.tls_ca", c.TLSCA}} {
+		if k.v != "" {
+			tlsSet = append(tlsSet, k.key)
+		}
+	}
+	switch len(tlsSet) {
+	case 0:
+	case 3:
+		if _, _, err := l.c.Cluster.ClusterConfig().TLS(); err != nil {
+			key := "cluster.tls_cert"
+			if strings.Contains(err.Error(), "tls_ca:") {
+				key = "cluster.tls_ca"
+			}
+			return l.errAt(key, strings.TrimPrefix(err.Error(), "cluster: "))
+		}
+	default:
+		return l.errAt(tlsSet[0], "set cluster.tls_cert, cluster.tls_key and cluster.tls_ca together, or none")
+	}
+	if len(c.Peers) == 0 && c.DNS == "" {
+		return nil
+	}
+	switch {
+	case !c.Secret.IsSet():
+		return l.errAt("cluster.secret", `required with cluster.peers or cluster.dns: nodes prove themselves with tokens derived from it (give it as "env:NAME" or "file:PATH", the same on every node)`)
+	case len(c.Secret.Value()) < minClusterSecret:
+		return l.errAt("cluster.secret", fmt.Sprintf("shorter than %d bytes: a node token would let it be guessed", minClusterSecret))
+	case l.c.Listen.API == "":
+		return l.errAt("cluster.peers", "nodes talk over the fetch API's gRPC: set listen.api")
+	}
+	return nil
+}
+
+// checkDNSName accepts "name:port" (A and AAAA records) or
+// "_service._proto.name" (SRV records).
+func checkDNSName(name string) error {
+	if strings.HasPrefix(name, "_") {
+		if !hostName.MatchString(name) {
+			return fmt.Errorf("%q: not a DNS name", clipValue(name))
+		}
+		return nil
+	}
+	host, _, err := net.SplitHostPort(name)
+	if err != nil || checkAddr(name) != nil || !hostName.MatchString(host) {
+		return fmt.Errorf("%q: want name:port (A and AAAA records) or _service._proto.name (SRV records)", clipValue(name))
+	}
+	return nil
+}
+
+// clipValue cuts what a message quotes of a value to 64 bytes.
+func clipValue(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }
 
 // keyPrefix is what a Redis key prefix may hold.

@@ -139,7 +139,7 @@ func clip(s string) string {
 func fetchResponse(res *gateway.FetchResult, err error, node string) *pb.FetchResponse {
 	out := &pb.FetchResponse{
 		Status: int32(res.Status), Body: res.Body, BodyTruncated: res.Truncated,
-		Trace: &pb.Trace{RequestId: res.RequestID, Attempts: make([]*pb.Attempt, len(res.Attempts))},
+		Trace: &pb.Trace{RequestId: res.RequestID, Attempts: make([]*pb.Attempt, len(res.Attempts))}, Node: node,
 	}
 	for name, values := range res.Header {
 		for _, v := range values {

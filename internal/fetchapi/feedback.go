@@ -31,6 +31,9 @@ type attempt struct {
 	latency time.Duration      // an ok verdict reports it, as the attempt's own report did
 	expires time.Time
 	verdict engine.Class // the last verdict given; Canceled for none
+	// node is the cluster node that ran the attempt, for one forwarded
+	// there: its verdict is that node's to take. "" for this node.
+	node string
 }
 
 func newAttempts(ttl time.Duration, max int) *attempts {

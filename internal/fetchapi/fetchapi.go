@@ -26,14 +26,18 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/cluster"
 	"github.com/switchyard/switchyard/internal/gateway"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// Fetcher is what the API carries requests with and checks callers
-// against; *gateway.Gateway is one.
+// Fetcher is what the API carries requests with and checks callers and
+// destinations against; *gateway.Gateway is one.
 type Fetcher interface {
 	Fetch(ctx context.Context, req gateway.FetchRequest) (*gateway.FetchResult, error)
+	Admit(ctx context.Context, authority string) (string, error)
+	TargetKey(authority string) string
+	PaceForward(ctx context.Context, target string) (release func(), err error)
 	Authenticate(ctx context.Context, user, password, remote string) (string, engine.Labels, error)
 	RequiresAuth() bool
 }
@@ -79,6 +83,16 @@ type Options struct {
 	MaxFeedback int
 	// Log receives the late verdicts given; nil means none.
 	Log *slog.Logger
+	// Cluster, when set, authenticates node calls and forwards requests
+	// to the node whose exits fit them (docs/design/013-cluster.md).
+	Cluster *cluster.Cluster
+	// RequestTimeout bounds a forward of a request that sets no
+	// timeout_ms (retry.request_timeout), and the connect phase of a
+	// CONNECT tunnelled through a peer. Default the gateway's.
+	RequestTimeout time.Duration
+	// ProxyPort is this node's forward proxy's port, which Ping
+	// advertises for tunnels; 0 for none.
+	ProxyPort int
 }
 
 // Defaults applied by New to zero fields.
@@ -122,6 +136,9 @@ func (o Options) withDefaults() Options {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = gateway.DefaultConfig().RequestTimeout
+	}
 	return o
 }
 
@@ -143,11 +160,14 @@ type Server struct {
 func New(f Fetcher, p Pool, opts Options) *Server {
 	opts = opts.withDefaults()
 	s := &Server{opts: opts, fetcher: f, pool: p, start: opts.Now(), attempts: newAttempts(opts.FeedbackTTL, opts.MaxFeedback)}
-	s.grpc = grpc.NewServer(
-		grpc.MaxRecvMsgSize(opts.MaxRequestBytes),
-		grpc.UnaryInterceptor(s.authUnary),
-		grpc.StreamInterceptor(s.authStream),
-	)
+	var sopts []grpc.ServerOption
+	if opts.Cluster != nil {
+		// Node calls are authenticated first: a forward carries the
+		// user the entry authenticated, not the user's credentials.
+		sopts = opts.Cluster.ServerOptions()
+	}
+	sopts = append(sopts, grpc.MaxRecvMsgSize(opts.MaxRequestBytes), grpc.ChainUnaryInterceptor(s.authUnary), grpc.ChainStreamInterceptor(s.authStream))
+	s.grpc = grpc.NewServer(sopts...)
 	pb.RegisterFetcherServer(s.grpc, s)
 	healthpb.RegisterHealthServer(s.grpc, health.NewServer()) // SERVING while the process runs
 	reflection.Register(s.grpc)
@@ -242,6 +262,15 @@ func (s *Server) grpcAuth(ctx context.Context, method string) (context.Context, 
 	if !strings.HasPrefix(method, "/"+pb.Fetcher_ServiceDesc.ServiceName+"/") {
 		return ctx, nil
 	}
+	if call, ok := cluster.CallFrom(ctx); ok {
+		// A node's call, its token checked: a forward runs as the user
+		// the entry authenticated, under that user's labels.
+		labels, err := engine.ParseLabels(call.UserLabels)
+		if err != nil {
+			return ctx, status.Error(codes.InvalidArgument, "switchyard: cluster: the forward's user labels: "+err.Error())
+		}
+		return context.WithValue(ctx, callerKey{}, caller{user: call.User, labels: labels}), nil
+	}
 	var auth, remote string
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if v := md.Get("authorization"); len(v) > 0 {
@@ -298,26 +327,26 @@ type authedStream struct {
 
 func (a *authedStream) Context() context.Context { return a.ctx }
 
-// fetch carries one request for c and remembers its answered attempts for
-// late verdicts. A request that cannot be carried at all is answered with
-// its error and no attempt.
+// fetch carries one request for c, here or, in a cluster, on the node
+// whose exits fit it, unless it was forwarded here (one hop only). A
+// request that cannot be carried at all is answered with its error and no
+// attempt.
 func (s *Server) fetch(ctx context.Context, c caller, req *pb.FetchRequest) *pb.FetchResponse {
-	freq, err := fetchRequest(req, c.user, c.labels)
-	if err != nil {
-		return &pb.FetchResponse{Trace: &pb.Trace{}, Error: apiError(err)}
-	}
-	res, err := s.fetcher.Fetch(ctx, freq)
-	now := s.opts.Now()
-	for _, a := range res.Attempts {
-		if a.Status != 0 { // an answer: a page a caller may judge later
-			s.attempts.add(a.ID, attempt{user: c.user, route: a.Route, target: a.Target, gens: a.Gens, latency: a.Latency}, now)
+	switch {
+	case s.opts.Cluster == nil:
+	case cluster.Forwarded(ctx):
+		s.opts.Cluster.CountForwardedIn()
+	default:
+		if resp := s.route(ctx, c, req); resp != nil {
+			return resp
 		}
 	}
-	return fetchResponse(res, err, s.opts.Node)
+	return s.fetchHere(ctx, c, req)
 }
 
-// feedback reports a late verdict of c's on an attempt.
-func (s *Server) feedback(c caller, req *pb.FeedbackRequest) (*pb.FeedbackResponse, error) {
+// feedback reports a late verdict of c's on an attempt: here, or on the
+// cluster node that ran it.
+func (s *Server) feedback(ctx context.Context, c caller, req *pb.FeedbackRequest) (*pb.FeedbackResponse, error) {
 	var class engine.Class
 	switch req.GetVerdict() {
 	case "content_invalid":
@@ -331,6 +360,9 @@ func (s *Server) feedback(c caller, req *pb.FeedbackRequest) (*pb.FeedbackRespon
 	a, fresh, ok := s.attempts.judge(req.GetAttemptId(), c.user, class, now)
 	if !ok {
 		return nil, errUnknownAttempt
+	}
+	if a.node != "" {
+		return s.feedbackThere(ctx, c, a.node, req)
 	}
 	if fresh {
 		o := engine.Outcome{Class: class}
@@ -350,19 +382,20 @@ func (s *Server) feedback(c caller, req *pb.FeedbackRequest) (*pb.FeedbackRespon
 // hold.
 var errUnknownAttempt = errors.New("unknown_attempt: no such attempt id, or it expired (verdicts are taken for fetch.feedback_ttl after the fetch, on this gateway only)")
 
-// ping answers who this node is.
+// Summary is what this node advertises of itself to its peers.
+func (s *Server) Summary() cluster.Summary {
+	sum := cluster.Summarize(s.opts.Version, s.pool.Routes())
+	sum.ProxyPort = s.opts.ProxyPort
+	return sum
+}
+
+// ping answers who this node is, its routes by label set and its load.
 func (s *Server) ping() *pb.PingResponse {
-	routes := s.pool.Routes()
-	usable := 0
-	for _, r := range routes {
-		if r.Health.State.Usable() {
-			usable++
-		}
+	p := s.Summary().PingResponse(s.opts.Node, s.opts.Now().Sub(s.start))
+	if s.opts.Cluster != nil {
+		p.ClusterAuth, p.Instance = true, s.opts.Cluster.Instance()
 	}
-	return &pb.PingResponse{
-		Node: s.opts.Node, Version: s.opts.Version, UptimeMs: s.opts.Now().Sub(s.start).Milliseconds(),
-		Routes: int32(len(routes)), RoutesUsable: int32(usable),
-	}
+	return p
 }
 
 // batch carries reqs for c, at most concurrency at once, and hands each

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
@@ -25,6 +26,15 @@ var _ pb.FetcherServer = (*Server)(nil)
 // whose error field says why it is not valid, beside the trace.
 func (s *Server) Fetch(ctx context.Context, req *pb.FetchRequest) (*pb.FetchResponse, error) {
 	resp := s.fetch(ctx, callerOf(ctx), req)
+	md := metadata.MD{}
+	if resp.GetNode() != "" {
+		md.Set("x-switchyard-node", resp.GetNode())
+	}
+	if resp.GetEntry() != "" {
+		md.Set("x-switchyard-entry", resp.GetEntry())
+	}
+	// Best effort: the header goes with the answer or not at all.
+	_ = grpc.SetHeader(ctx, md)
 	if code, refused := refusedCode(resp.GetError()); refused {
 		return nil, status.Error(code, "switchyard: "+resp.GetError().GetCode()+": "+resp.GetError().GetMessage())
 	}
@@ -104,7 +114,7 @@ func (s *Server) Ping(context.Context, *pb.PingRequest) (*pb.PingResponse, error
 
 // Feedback reports a late verdict.
 func (s *Server) Feedback(ctx context.Context, req *pb.FeedbackRequest) (*pb.FeedbackResponse, error) {
-	resp, err := s.feedback(callerOf(ctx), req)
+	resp, err := s.feedback(ctx, callerOf(ctx), req)
 	var fe *fieldError
 	switch {
 	case err == nil:

@@ -40,6 +40,7 @@ func (s *Server) httpFetch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp := s.fetch(r.Context(), c, req)
+	nodeHeaders(w.Header(), resp)
 	if code, refused := refusedCode(resp.GetError()); refused {
 		status := http.StatusForbidden
 		if code == codes.InvalidArgument {
@@ -49,6 +50,18 @@ func (s *Server) httpFetch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// nodeHeaders name the node that ran resp (X-Switchyard-Node) and the
+// entry that forwarded it there (X-Switchyard-Entry), as the proxy's
+// answers do (README, The cluster).
+func nodeHeaders(h http.Header, resp *pb.FetchResponse) {
+	if resp.GetNode() != "" {
+		h.Set("X-Switchyard-Node", resp.GetNode())
+	}
+	if resp.GetEntry() != "" {
+		h.Set("X-Switchyard-Entry", resp.GetEntry())
+	}
 }
 
 // httpBatch is POST /v1/batch: a BatchRequest in, one BatchResult per line
@@ -93,7 +106,7 @@ func (s *Server) httpFeedback(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, req) {
 		return
 	}
-	resp, err := s.feedback(c, req)
+	resp, err := s.feedback(r.Context(), c, req)
 	var fe *fieldError
 	switch {
 	case err == nil:

@@ -71,6 +71,9 @@ type Config struct {
 	// API keeps; a longer one is cut there and marked truncated (fetch it
 	// in ranges). Default 16 MiB.
 	MaxFetchBody int64
+	// Forwarder, when set, may run proxy requests on another cluster node
+	// (cluster.go); nil runs every request here.
+	Forwarder Forwarder
 	// Budget caps retries and hedges pool-wide, so that a failing pool
 	// cannot turn into a retry storm (docs/design/007-attempts.md). The
 	// zero value means engine.DefaultBudget.
@@ -362,6 +365,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctl, ok := g.control(w, r, rec, user)
 	if !ok {
 		return
+	}
+	if f := g.cfg.Forwarder; f != nil && g.forwardable(r, ctl) && f.Forward(w, r, rec.user, ctl.labels) {
+		return // run on another cluster node (cluster.go)
 	}
 	if r.Method == http.MethodConnect {
 		g.serveConnect(w, r, s, ctl, rec, user)

@@ -134,7 +134,7 @@ func (g *Gateway) exchange(ctx context.Context, req *http.Request, c *route.Targ
 type ownedBody struct {
 	io.ReadCloser
 	c    *route.TargetConn
-	stop func() bool           // detaches c from the attempt's end; false if it came first
+	stop func() bool             // detaches c from the attempt's end; false if it came first
 	keep func(*route.TargetConn) // nil: c closes at the end
 	done bool
 }

@@ -21,7 +21,7 @@ import (
 )
 
 // configOf is the default configuration over a list of route lines.
-func configOf(t *testing.T, lines string) *config.Config {
+func configOf(t testing.TB, lines string) *config.Config {
 	t.Helper()
 	routes, err := route.ParseList("test", []byte(lines))
 	if err != nil {
@@ -179,7 +179,7 @@ func waitChecked(t *testing.T, e *engine.Engine) {
 }
 
 // waitFor polls cond for up to 5 s.
-func waitFor(t *testing.T, cond func() bool) {
+func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for !cond() {

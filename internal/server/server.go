@@ -21,6 +21,7 @@ import (
 	"github.com/switchyard/switchyard/engine/redisstore"
 	"github.com/switchyard/switchyard/internal/admin"
 	"github.com/switchyard/switchyard/internal/admit"
+	"github.com/switchyard/switchyard/internal/cluster"
 	"github.com/switchyard/switchyard/internal/config"
 	"github.com/switchyard/switchyard/internal/fetchapi"
 	"github.com/switchyard/switchyard/internal/gateway"
@@ -50,6 +51,7 @@ type Server struct {
 	prober  *probe.Prober
 	metrics *admin.Metrics
 	shared  *redisstore.Store // nil with in-memory state
+	cluster *cluster.Cluster  // nil outside a cluster
 	ln      Listeners
 	clients *clientListener // ln.Proxy, counted and capped
 	log     *slog.Logger
@@ -144,6 +146,12 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		s.closeShared()
 		return nil, err
 	}
+	inCluster := ln.API != nil && cfg.Cluster.ClusterConfig().Enabled()
+	var forwarder *apiForwarder
+	if inCluster {
+		forwarder = &apiForwarder{}
+		gcfg.Forwarder = forwarder
+	}
 	if s.gateway, err = gateway.New(gcfg, e, routes); err != nil {
 		s.closeShared()
 		return nil, err
@@ -168,15 +176,46 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 			return admin.StateStats{Degraded: st.Degraded, Errors: st.Errors, Writes: st.Writes, Outages: st.Outages, Conflicts: st.Conflicts, RemoteChanges: st.RemoteNotes}
 		})
 	}
+	node := cfg.Cluster.NodeID
+	if inCluster {
+		id, err := cluster.Identify(cfg.Cluster.NodeID, log)
+		if err != nil {
+			s.closeShared()
+			return nil, err
+		}
+		node = id.ID
+		if s.cluster, err = cluster.New(cfg.Cluster.ClusterConfig(), cluster.Options{
+			Self: id.ID, Address: ln.API.Addr().String(), Local: func() cluster.Summary { return s.api.Summary() }, Log: log,
+		}); err != nil {
+			s.closeShared()
+			return nil, err
+		}
+		aopts.Cluster = s.cluster
+		metrics.WatchCluster(s.cluster)
+		log.Info("cluster node", "node", id.ID, "id_from_host_name", id.Detected, "peers", len(cfg.Cluster.Peers), "dns", cfg.Cluster.DNS,
+			"tls", cfg.Cluster.TLSCert != "")
+		if t := s.cluster.ServerTLS(); t != nil {
+			// Peers call over TLS (cluster.tls_*): the API serves it,
+			// to users too.
+			s.ln.API = tls.NewListener(ln.API, t)
+		}
+	}
+	if node == "" {
+		node = hostName()
+	}
 	if ln.Admin != nil {
 		s.admin = admin.NewServer(e, routes, metrics, aopts)
 	}
 	if ln.API != nil {
 		f := cfg.Fetch
 		s.api = fetchapi.New(s.gateway, e, fetchapi.Options{
-			Node: nodeName(), MaxRequestBytes: f.MaxRequestBytes, BodyTimeout: cfg.Server.BodyTimeout, MaxBatch: f.MaxBatch, Concurrency: f.Concurrency,
+			Node: node, MaxRequestBytes: f.MaxRequestBytes, BodyTimeout: cfg.Server.BodyTimeout, MaxBatch: f.MaxBatch, Concurrency: f.Concurrency,
 			MaxConcurrency: f.MaxConcurrency, FeedbackTTL: f.FeedbackTTL, MaxFeedback: f.MaxFeedback, Log: log,
+			Cluster: s.cluster, RequestTimeout: cfg.Retry.RequestTimeout, ProxyPort: portOf(ln.Proxy.Addr()),
 		})
+	}
+	if forwarder != nil {
+		forwarder.api.Store(s.api)
 	}
 	return s, nil
 }
@@ -207,9 +246,9 @@ func interception(cfg *config.Config, log *slog.Logger) (*gateway.MITM, error) {
 	return &gateway.MITM{Authority: ca, Bypass: m.Bypass, HandshakeTimeout: cfg.Server.HeaderTimeout, IdleTimeout: cfg.Server.IdleTimeout}, nil
 }
 
-// nodeName names this gateway in the fetch API's traces: the host's name,
-// until the cluster gives nodes identities of their own.
-func nodeName() string {
+// hostName names a gateway outside a cluster, and without cluster.node_id,
+// in the fetch API's traces.
+func hostName() string {
 	if h, err := os.Hostname(); err == nil && h != "" {
 		return h
 	}
@@ -317,6 +356,16 @@ func (s *Server) Reload(next *config.Config) error {
 	if err := s.gateway.Update(current, users, next.TargetRules()); err != nil {
 		return err
 	}
+	if s.cluster != nil {
+		s.cluster.SetPeers(next.Cluster.Peers, next.Cluster.DNS)
+		if next.Cluster.DNS != "" {
+			// A new name is resolved now, not at the next dns_interval;
+			// a failure is logged and keeps the peers found last.
+			ctx, cancel := context.WithTimeout(context.Background(), s.started.Cluster.CheckTimeout)
+			s.cluster.Resolve(ctx)
+			cancel()
+		}
+	}
 	if s.admin != nil {
 		all := make([]*route.Route, 0, len(s.routes))
 		for _, r := range s.routes {
@@ -400,6 +449,7 @@ func restartOnly(old, next *config.Config) []string {
 		{"fetch", old.Fetch, next.Fetch},
 		{"state", old.State, next.State},
 		{"mitm", mitmSection(old), mitmSection(next)},
+		{"cluster", restartOnlyCluster(old.Cluster), restartOnlyCluster(next.Cluster)},
 	}
 	var changed []string
 	for _, s := range sections {
@@ -416,6 +466,13 @@ func mitmSection(c *config.Config) config.MITM {
 	m := c.MITM
 	m.UpstreamRoots = nil
 	return m
+}
+
+// restartOnlyCluster is c without what a reload applies: its peers and
+// dns.
+func restartOnlyCluster(c config.Cluster) config.Cluster {
+	c.Peers, c.DNS = nil, ""
+	return c
 }
 
 // Run serves until ctx ends or a listener fails, then stops accepting and
@@ -486,6 +543,12 @@ func (s *Server) background(ctx context.Context) {
 		stored := make(chan struct{})
 		go func() { s.shared.Run(ctx); close(stored) }()
 		defer func() { <-stored }()
+	}
+	if s.cluster != nil {
+		defer s.cluster.Close()
+		checked := make(chan struct{})
+		go func() { s.cluster.Run(ctx); close(checked) }()
+		defer func() { <-checked }()
 	}
 	done := make(chan struct{})
 	go func() { s.prober.Run(ctx, time.Second); close(done) }()

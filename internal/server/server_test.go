@@ -18,7 +18,7 @@ import (
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
 
-func listen(t *testing.T) net.Listener {
+func listen(t testing.TB) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

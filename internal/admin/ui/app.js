@@ -620,6 +620,41 @@ pages.targets = {
   async load() { targetRows = await get('/api/dash/targets'); drawTargets(); },
 };
 
+// --- cluster (GET /api/nodes; docs/design/013-cluster.md) ----------------
+
+// testNode runs "test connection" (health, then an authenticated Ping) on
+// the node at addr, with the admin token.
+async function testNode(addr) {
+  const out = $('cl-test');
+  out.textContent = 'testing ' + addr + '…';
+  try {
+    const r = await post('/api/nodes/test', { address: addr });
+    if (!r) { out.textContent = ''; return; }
+    out.textContent = addr + ': ' + r.verdict + (r.node ? ' (node ' + r.node + (r.version ? ', ' + r.version : '') + ')' : '') +
+      (r.error ? ' — ' + r.error : '') + ', ' + fmt(r.latency_ms, 1) + ' ms';
+  } catch (e) {
+    out.textContent = addr + ': ' + e.message;
+  }
+}
+
+pages.cluster = {
+  async load() {
+    const nodes = await get('/api/nodes');
+    $('cl-none').hidden = nodes.length > 0;
+    $('cl-body').replaceChildren(...nodes.map((n) => el('tr', {},
+      el('td', {}, (n.id || '?') + (n.self ? ' (this node)' : '')),
+      el('td', {}, el('code', {}, n.address || '–')),
+      el('td', {}, badge(n.state), n.last_error ? ' ' + n.last_error : ''),
+      el('td', {}, n.version || '–'),
+      el('td', { className: 'num' }, fmt(n.routes_usable, 0) + ' / ' + fmt(n.routes, 0)),
+      el('td', {}, (n.labels || []).map((l) => l || '(none)').join('; ')),
+      el('td', { className: 'num' }, fmt(n.inflight, 0)),
+      el('td', { className: 'num' }, n.self ? fmt(n.forwarded_in, 0) + ' in' : fmt(n.forwarded_out, 0) + ' out'),
+      el('td', {}, timeOf(n.last_check)),
+      el('td', {}, n.self ? '' : el('button', { type: 'button', onclick: () => testNode(n.address) }, 'Test')))));
+  },
+};
+
 // --- events (live, paused while the reader scrolls) ----------------------
 
 // source is the stream's state: 'up' or 'down' (reconnecting).

@@ -526,7 +526,12 @@ type FetchResponse struct {
 	// code such as no_route, no_eligible_route, paced, request_timeout, or
 	// the last attempt's class (content_invalid, target_5xx…); status,
 	// headers and body are then the last answer's, if one came back.
-	Error         *Error `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	Error *Error `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	// node is the id of the node that ran the request, and entry the id of
+	// the node that took it from the caller and forwarded it there
+	// (docs/design/013-cluster.md); entry is "" when the node ran it itself.
+	Node          string `protobuf:"bytes,7,opt,name=node,proto3" json:"node,omitempty"`
+	Entry         string `protobuf:"bytes,8,opt,name=entry,proto3" json:"entry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -601,6 +606,20 @@ func (x *FetchResponse) GetError() *Error {
 		return x.Error
 	}
 	return nil
+}
+
+func (x *FetchResponse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *FetchResponse) GetEntry() string {
+	if x != nil {
+		return x.Entry
+	}
+	return ""
 }
 
 type Error struct {
@@ -858,20 +877,161 @@ func (*PingRequest) Descriptor() ([]byte, []int) {
 	return file_fetch_proto_rawDescGZIP(), []int{11}
 }
 
-type PingResponse struct {
+// RouteGroup counts a node's routes that carry one set of labels, so that
+// an entry node can tell which node's exits fit a request's labels.
+type RouteGroup struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Labels string                 `protobuf:"bytes,1,opt,name=labels,proto3" json:"labels,omitempty"` // as the proxy list writes them: "provider=acme region=us"
+	Routes int32                  `protobuf:"varint,2,opt,name=routes,proto3" json:"routes,omitempty"`
+	Usable int32                  `protobuf:"varint,3,opt,name=usable,proto3" json:"usable,omitempty"` // of them, usable now
+	// cooling counts, by target, the usable routes of the group that are
+	// not usable for that target (cooling, ejected for it): at most 64
+	// targets, the most counted kept.
+	Cooling       []*TargetCount `protobuf:"bytes,4,rep,name=cooling,proto3" json:"cooling,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteGroup) Reset() {
+	*x = RouteGroup{}
+	mi := &file_fetch_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteGroup) ProtoMessage() {}
+
+func (x *RouteGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_fetch_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteGroup.ProtoReflect.Descriptor instead.
+func (*RouteGroup) Descriptor() ([]byte, []int) {
+	return file_fetch_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RouteGroup) GetLabels() string {
+	if x != nil {
+		return x.Labels
+	}
+	return ""
+}
+
+func (x *RouteGroup) GetRoutes() int32 {
+	if x != nil {
+		return x.Routes
+	}
+	return 0
+}
+
+func (x *RouteGroup) GetUsable() int32 {
+	if x != nil {
+		return x.Usable
+	}
+	return 0
+}
+
+func (x *RouteGroup) GetCooling() []*TargetCount {
+	if x != nil {
+		return x.Cooling
+	}
+	return nil
+}
+
+type TargetCount struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
-	UptimeMs      int64                  `protobuf:"varint,3,opt,name=uptime_ms,json=uptimeMs,proto3" json:"uptime_ms,omitempty"`
-	Routes        int32                  `protobuf:"varint,4,opt,name=routes,proto3" json:"routes,omitempty"`                                 // routes in the pool
-	RoutesUsable  int32                  `protobuf:"varint,5,opt,name=routes_usable,json=routesUsable,proto3" json:"routes_usable,omitempty"` // of them, usable now
+	Target        string                 `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	Routes        int32                  `protobuf:"varint,2,opt,name=routes,proto3" json:"routes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TargetCount) Reset() {
+	*x = TargetCount{}
+	mi := &file_fetch_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TargetCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TargetCount) ProtoMessage() {}
+
+func (x *TargetCount) ProtoReflect() protoreflect.Message {
+	mi := &file_fetch_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TargetCount.ProtoReflect.Descriptor instead.
+func (*TargetCount) Descriptor() ([]byte, []int) {
+	return file_fetch_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *TargetCount) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *TargetCount) GetRoutes() int32 {
+	if x != nil {
+		return x.Routes
+	}
+	return 0
+}
+
+type PingResponse struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Node         string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Version      string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	UptimeMs     int64                  `protobuf:"varint,3,opt,name=uptime_ms,json=uptimeMs,proto3" json:"uptime_ms,omitempty"`
+	Routes       int32                  `protobuf:"varint,4,opt,name=routes,proto3" json:"routes,omitempty"`                                 // routes in the pool
+	RoutesUsable int32                  `protobuf:"varint,5,opt,name=routes_usable,json=routesUsable,proto3" json:"routes_usable,omitempty"` // of them, usable now
+	// groups are the routes by label set (at most 256 sets, the largest
+	// kept).
+	Groups []*RouteGroup `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
+	// inflight is the requests in flight through this node's routes: its
+	// load.
+	Inflight int64 `protobuf:"varint,7,opt,name=inflight,proto3" json:"inflight,omitempty"`
+	// cluster_auth says this node verifies node tokens, so that a Ping
+	// that passed proves the caller's token and not an open door.
+	ClusterAuth bool `protobuf:"varint,8,opt,name=cluster_auth,json=clusterAuth,proto3" json:"cluster_auth,omitempty"`
+	// instance is random per process: a node that finds its own instance
+	// behind a peer's address knows the address is its own, and that a peer
+	// with its id but another instance is a second node claiming it.
+	Instance string `protobuf:"bytes,9,opt,name=instance,proto3" json:"instance,omitempty"`
+	// proxy_port is the port of this node's forward proxy, on the host its
+	// API is reached at: an entry tunnels a CONNECT through it.
+	ProxyPort     int32 `protobuf:"varint,10,opt,name=proxy_port,json=proxyPort,proto3" json:"proxy_port,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_fetch_proto_msgTypes[12]
+	mi := &file_fetch_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +1043,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fetch_proto_msgTypes[12]
+	mi := &file_fetch_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +1056,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_fetch_proto_rawDescGZIP(), []int{12}
+	return file_fetch_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PingResponse) GetNode() string {
@@ -934,6 +1094,41 @@ func (x *PingResponse) GetRoutesUsable() int32 {
 	return 0
 }
 
+func (x *PingResponse) GetGroups() []*RouteGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *PingResponse) GetInflight() int64 {
+	if x != nil {
+		return x.Inflight
+	}
+	return 0
+}
+
+func (x *PingResponse) GetClusterAuth() bool {
+	if x != nil {
+		return x.ClusterAuth
+	}
+	return false
+}
+
+func (x *PingResponse) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
+
+func (x *PingResponse) GetProxyPort() int32 {
+	if x != nil {
+		return x.ProxyPort
+	}
+	return 0
+}
+
 type FeedbackRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	AttemptId string                 `protobuf:"bytes,1,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
@@ -947,7 +1142,7 @@ type FeedbackRequest struct {
 
 func (x *FeedbackRequest) Reset() {
 	*x = FeedbackRequest{}
-	mi := &file_fetch_proto_msgTypes[13]
+	mi := &file_fetch_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1154,7 @@ func (x *FeedbackRequest) String() string {
 func (*FeedbackRequest) ProtoMessage() {}
 
 func (x *FeedbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fetch_proto_msgTypes[13]
+	mi := &file_fetch_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1167,7 @@ func (x *FeedbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeedbackRequest.ProtoReflect.Descriptor instead.
 func (*FeedbackRequest) Descriptor() ([]byte, []int) {
-	return file_fetch_proto_rawDescGZIP(), []int{13}
+	return file_fetch_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FeedbackRequest) GetAttemptId() string {
@@ -1006,7 +1201,7 @@ type FeedbackResponse struct {
 
 func (x *FeedbackResponse) Reset() {
 	*x = FeedbackResponse{}
-	mi := &file_fetch_proto_msgTypes[14]
+	mi := &file_fetch_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1213,7 @@ func (x *FeedbackResponse) String() string {
 func (*FeedbackResponse) ProtoMessage() {}
 
 func (x *FeedbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fetch_proto_msgTypes[14]
+	mi := &file_fetch_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1226,7 @@ func (x *FeedbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeedbackResponse.ProtoReflect.Descriptor instead.
 func (*FeedbackResponse) Descriptor() ([]byte, []int) {
-	return file_fetch_proto_rawDescGZIP(), []int{14}
+	return file_fetch_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FeedbackResponse) GetRoute() string {
@@ -1100,14 +1295,16 @@ const file_fetch_proto_rawDesc = "" +
 	"\x05Trace\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x122\n" +
-	"\battempts\x18\x02 \x03(\v2\x16.switchyard.v1.AttemptR\battempts\"\xeb\x01\n" +
+	"\battempts\x18\x02 \x03(\v2\x16.switchyard.v1.AttemptR\battempts\"\x95\x02\n" +
 	"\rFetchResponse\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\x05R\x06status\x12/\n" +
 	"\aheaders\x18\x02 \x03(\v2\x15.switchyard.v1.HeaderR\aheaders\x12\x12\n" +
 	"\x04body\x18\x03 \x01(\fR\x04body\x12%\n" +
 	"\x0ebody_truncated\x18\x04 \x01(\bR\rbodyTruncated\x12*\n" +
 	"\x05trace\x18\x05 \x01(\v2\x14.switchyard.v1.TraceR\x05trace\x12*\n" +
-	"\x05error\x18\x06 \x01(\v2\x14.switchyard.v1.ErrorR\x05error\"[\n" +
+	"\x05error\x18\x06 \x01(\v2\x14.switchyard.v1.ErrorR\x05error\x12\x12\n" +
+	"\x04node\x18\a \x01(\tR\x04node\x12\x14\n" +
+	"\x05entry\x18\b \x01(\tR\x05entry\"[\n" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12$\n" +
@@ -1121,13 +1318,29 @@ const file_fetch_proto_rawDesc = "" +
 	"\vBatchResult\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x03R\x05index\x128\n" +
 	"\bresponse\x18\x02 \x01(\v2\x1c.switchyard.v1.FetchResponseR\bresponse\"\r\n" +
-	"\vPingRequest\"\x96\x01\n" +
+	"\vPingRequest\"\x8a\x01\n" +
+	"\n" +
+	"RouteGroup\x12\x16\n" +
+	"\x06labels\x18\x01 \x01(\tR\x06labels\x12\x16\n" +
+	"\x06routes\x18\x02 \x01(\x05R\x06routes\x12\x16\n" +
+	"\x06usable\x18\x03 \x01(\x05R\x06usable\x124\n" +
+	"\acooling\x18\x04 \x03(\v2\x1a.switchyard.v1.TargetCountR\acooling\"=\n" +
+	"\vTargetCount\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12\x16\n" +
+	"\x06routes\x18\x02 \x01(\x05R\x06routes\"\xc3\x02\n" +
 	"\fPingResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1b\n" +
 	"\tuptime_ms\x18\x03 \x01(\x03R\buptimeMs\x12\x16\n" +
 	"\x06routes\x18\x04 \x01(\x05R\x06routes\x12#\n" +
-	"\rroutes_usable\x18\x05 \x01(\x05R\froutesUsable\"b\n" +
+	"\rroutes_usable\x18\x05 \x01(\x05R\froutesUsable\x121\n" +
+	"\x06groups\x18\x06 \x03(\v2\x19.switchyard.v1.RouteGroupR\x06groups\x12\x1a\n" +
+	"\binflight\x18\a \x01(\x03R\binflight\x12!\n" +
+	"\fcluster_auth\x18\b \x01(\bR\vclusterAuth\x12\x1a\n" +
+	"\binstance\x18\t \x01(\tR\binstance\x12\x1d\n" +
+	"\n" +
+	"proxy_port\x18\n" +
+	" \x01(\x05R\tproxyPort\"b\n" +
 	"\x0fFeedbackRequest\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x18\n" +
@@ -1155,7 +1368,7 @@ func file_fetch_proto_rawDescGZIP() []byte {
 	return file_fetch_proto_rawDescData
 }
 
-var file_fetch_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_fetch_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_fetch_proto_goTypes = []any{
 	(*Header)(nil),           // 0: switchyard.v1.Header
 	(*Label)(nil),            // 1: switchyard.v1.Label
@@ -1169,9 +1382,11 @@ var file_fetch_proto_goTypes = []any{
 	(*StreamRequest)(nil),    // 9: switchyard.v1.StreamRequest
 	(*BatchResult)(nil),      // 10: switchyard.v1.BatchResult
 	(*PingRequest)(nil),      // 11: switchyard.v1.PingRequest
-	(*PingResponse)(nil),     // 12: switchyard.v1.PingResponse
-	(*FeedbackRequest)(nil),  // 13: switchyard.v1.FeedbackRequest
-	(*FeedbackResponse)(nil), // 14: switchyard.v1.FeedbackResponse
+	(*RouteGroup)(nil),       // 12: switchyard.v1.RouteGroup
+	(*TargetCount)(nil),      // 13: switchyard.v1.TargetCount
+	(*PingResponse)(nil),     // 14: switchyard.v1.PingResponse
+	(*FeedbackRequest)(nil),  // 15: switchyard.v1.FeedbackRequest
+	(*FeedbackResponse)(nil), // 16: switchyard.v1.FeedbackResponse
 }
 var file_fetch_proto_depIdxs = []int32{
 	0,  // 0: switchyard.v1.FetchRequest.headers:type_name -> switchyard.v1.Header
@@ -1184,21 +1399,23 @@ var file_fetch_proto_depIdxs = []int32{
 	3,  // 7: switchyard.v1.BatchRequest.requests:type_name -> switchyard.v1.FetchRequest
 	3,  // 8: switchyard.v1.StreamRequest.request:type_name -> switchyard.v1.FetchRequest
 	6,  // 9: switchyard.v1.BatchResult.response:type_name -> switchyard.v1.FetchResponse
-	3,  // 10: switchyard.v1.Fetcher.Fetch:input_type -> switchyard.v1.FetchRequest
-	8,  // 11: switchyard.v1.Fetcher.Batch:input_type -> switchyard.v1.BatchRequest
-	9,  // 12: switchyard.v1.Fetcher.Stream:input_type -> switchyard.v1.StreamRequest
-	11, // 13: switchyard.v1.Fetcher.Ping:input_type -> switchyard.v1.PingRequest
-	13, // 14: switchyard.v1.Fetcher.Feedback:input_type -> switchyard.v1.FeedbackRequest
-	6,  // 15: switchyard.v1.Fetcher.Fetch:output_type -> switchyard.v1.FetchResponse
-	10, // 16: switchyard.v1.Fetcher.Batch:output_type -> switchyard.v1.BatchResult
-	10, // 17: switchyard.v1.Fetcher.Stream:output_type -> switchyard.v1.BatchResult
-	12, // 18: switchyard.v1.Fetcher.Ping:output_type -> switchyard.v1.PingResponse
-	14, // 19: switchyard.v1.Fetcher.Feedback:output_type -> switchyard.v1.FeedbackResponse
-	15, // [15:20] is the sub-list for method output_type
-	10, // [10:15] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	13, // 10: switchyard.v1.RouteGroup.cooling:type_name -> switchyard.v1.TargetCount
+	12, // 11: switchyard.v1.PingResponse.groups:type_name -> switchyard.v1.RouteGroup
+	3,  // 12: switchyard.v1.Fetcher.Fetch:input_type -> switchyard.v1.FetchRequest
+	8,  // 13: switchyard.v1.Fetcher.Batch:input_type -> switchyard.v1.BatchRequest
+	9,  // 14: switchyard.v1.Fetcher.Stream:input_type -> switchyard.v1.StreamRequest
+	11, // 15: switchyard.v1.Fetcher.Ping:input_type -> switchyard.v1.PingRequest
+	15, // 16: switchyard.v1.Fetcher.Feedback:input_type -> switchyard.v1.FeedbackRequest
+	6,  // 17: switchyard.v1.Fetcher.Fetch:output_type -> switchyard.v1.FetchResponse
+	10, // 18: switchyard.v1.Fetcher.Batch:output_type -> switchyard.v1.BatchResult
+	10, // 19: switchyard.v1.Fetcher.Stream:output_type -> switchyard.v1.BatchResult
+	14, // 20: switchyard.v1.Fetcher.Ping:output_type -> switchyard.v1.PingResponse
+	16, // 21: switchyard.v1.Fetcher.Feedback:output_type -> switchyard.v1.FeedbackResponse
+	17, // [17:22] is the sub-list for method output_type
+	12, // [12:17] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_fetch_proto_init() }
@@ -1212,7 +1429,7 @@ func file_fetch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fetch_proto_rawDesc), len(file_fetch_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
