@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -1165,5 +1166,62 @@ func TestFeedbackAtHonoursGenerations(t *testing.T) {
 	}
 	if err := e.FeedbackAt(now, "nope", "a.com", old.Gens, Outcome{Class: ContentInvalid}); !errors.Is(err, ErrUnknownRoute) {
 		t.Errorf("a verdict on an unknown route: %v", err)
+	}
+}
+
+// slowIncidents is a MemoryStore whose first SetIncident waits, as a
+// shared store's round trip would, until released.
+type slowIncidents struct {
+	*MemoryStore
+	entered, release chan struct{}
+	waited           atomic.Bool
+}
+
+func (s *slowIncidents) SetIncident(target int32, c Class, open bool) bool {
+	if s.waited.CompareAndSwap(false, true) {
+		close(s.entered)
+		<-s.release
+	}
+	return s.MemoryStore.SetIncident(target, c, open)
+}
+
+// TestIncidentFlagIsSetOutsideTheGuard checks that the incident guard does
+// not hold its lock across the store's SetIncident: while one outcome's
+// call to set the flag waits on the store, another outcome for the same
+// target is counted, not held behind it.
+func TestIncidentFlagIsSetOutsideTheGuard(t *testing.T) {
+	t.Parallel()
+	store := &slowIncidents{MemoryStore: NewMemoryStore(), entered: make(chan struct{}), release: make(chan struct{})}
+	e, err := New(Config{Seed: 1, UncheckedCandidates: true}, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if err := e.AddRoute(start, RouteSpec{ID: fmt.Sprintf("r%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opening := make(chan struct{})
+	go func() {
+		defer close(opening)
+		for s := range 40 { // as TestIncidentGuard: the site fails every route
+			report(t, e, start.Add(time.Duration(s)*time.Second), fmt.Sprintf("r%d", s%10), "down.com", Target5xx, 1)
+		}
+	}()
+	<-store.entered // an outcome is setting the flag
+	counted := make(chan struct{})
+	go func() {
+		defer close(counted)
+		report(t, e, start.Add(39*time.Second), "r9", "down.com", Target5xx, 1)
+	}()
+	select {
+	case <-counted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("an outcome waited on another's SetIncident: the guard's lock is held across it")
+	}
+	close(store.release)
+	<-opening
+	if inc := e.Incidents(); len(inc) != 1 {
+		t.Errorf("incidents %+v, want down.com's", inc)
 	}
 }

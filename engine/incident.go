@@ -166,7 +166,11 @@ func (e *Engine) guardObserve(ns int64, r *route, t *target, c Class, rule Rule)
 		g.mu.Unlock()
 		return false
 	}
-	var opened, closed bool
+	// What the counts decide is settled under the guard's lock; the flag
+	// itself is the store's, which may be a Redis round trip away, so it
+	// is set after the lock is let go (SetIncident reports whether this
+	// call flipped it: of two callers deciding alike, one announces).
+	var toOpen, toClose bool
 	var lift [guardRoutes]int32
 	lifts := lift[:0]
 	switch {
@@ -175,24 +179,27 @@ func (e *Engine) guardObserve(ns int64, r *route, t *target, c Class, rule Rule)
 	case ok && c == OK:
 		// Successes are back when, in the current half-window, enough
 		// routes succeed and few fail.
-		if f, s := int(cur.fails[open]), cur.ok; s >= e.cfg.IncidentRoutes && float64(f) < e.cfg.IncidentShare/2*float64(f+s) {
-			closed = e.store.SetIncident(t.n, open, false)
-		}
+		f, s := int(cur.fails[open]), cur.ok
+		toClose = s >= e.cfg.IncidentRoutes && float64(f) < e.cfg.IncidentShare/2*float64(f+s)
 	case !ok && c != OK && int(cur.fails[c]+prev.fails[c]) >= e.cfg.IncidentRoutes &&
 		ns-g.born >= int64(e.cfg.IncidentWindow)/2:
 		f, s := routes(c, cur, prev)
 		if f < e.cfg.IncidentRoutes || float64(f) < e.cfg.IncidentShare*float64(f+s) {
 			break
 		}
-		opened = e.store.SetIncident(t.n, c, true)
-		frozen = true
+		toOpen, frozen = true, true
 		for _, k := range g.cooled {
-			if opened && k.class == c && k.at >= ns-int64(e.cfg.IncidentWindow) {
+			if k.class == c && k.at >= ns-int64(e.cfg.IncidentWindow) {
 				lifts = append(lifts, k.slot)
 			}
 		}
 	}
 	g.mu.Unlock()
+	opened := toOpen && e.store.SetIncident(t.n, c, true)
+	closed := toClose && e.store.SetIncident(t.n, open, false)
+	if !opened {
+		lifts = lifts[:0]
+	}
 	// Routes cooled by this class before the incident was recognised were
 	// punished for the site's failure: lift those coolings.
 	for _, slot := range lifts {

@@ -119,6 +119,16 @@ type IncidentStore interface {
 }
 
 // Store is the engine's whole shared state.
+//
+// Which calls may block: a shared store (engine/redisstore) serves Read,
+// Pairs, EvictPairs, Inflight, Expired, Incident, AddRoute and AddTarget
+// from its local view, never waiting on I/O; Update, Lease, Release,
+// SetIncident, Bind, ExpireSessions and a Session not in its view make a
+// round trip to the shared state, bounded by its timeout (then served
+// locally while it is out of reach). A lock that every request's outcome
+// takes must not be held across the second kind: the incident guard
+// decides under its own and sets the flag after letting it go
+// (docs/design/002-store-port.md).
 type Store interface {
 	HealthStore
 	LeaseStore
