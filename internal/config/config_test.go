@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/tomlpos"
 )
 
 // writeConfig writes a config file holding body in a fresh directory, with
@@ -469,11 +470,12 @@ func TestKeyLine(t *testing.T) {
 		want int
 	}{
 		{"a", 1}, {"engine.alpha", 3}, {"engine.cooldowns.blocked", 5},
-		{"users[1].name", 7}, {"users[2].name", 9}, {"users[?].name", 7}, {"engine.gamma", 0},
+		{"users[1].name", 7}, {"users[2].name", 9}, {"users[?].name", 7}, {"engine.gamma", 2}, {"gamma", 0},
 	}
+	l := &loader{lines: tomlpos.Scan(data)}
 	for _, tc := range tests {
-		if got := keyLine(data, tc.key); got != tc.want {
-			t.Errorf("keyLine(%s) = %d, want %d", tc.key, got, tc.want)
+		if got := l.line(tc.key); got != tc.want {
+			t.Errorf("line(%s) = %d, want %d", tc.key, got, tc.want)
 		}
 	}
 }
