@@ -8,8 +8,10 @@ package config
 
 import (
 	"crypto/x509"
+	"net/netip"
 	"time"
 
+	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/engine/redisstore"
 	"github.com/switchyard/switchyard/internal/cluster"
 	"github.com/switchyard/switchyard/internal/gateway"
@@ -190,6 +192,9 @@ type Security struct {
 	// ResolveProxyTargets resolves the targets of proxy routes at the
 	// gateway too, refusing names that resolve to blocked addresses.
 	ResolveProxyTargets bool `toml:"resolve_proxy_targets"`
+
+	// AllowPrefixes is AllowCIDRs, parsed by Load.
+	AllowPrefixes []netip.Prefix `toml:"-"`
 }
 
 // Admin configures the admin listener's actions.
@@ -388,6 +393,9 @@ type User struct {
 	// Labels are hard constraints the user cannot escape, e.g.
 	// "provider=acme".
 	Labels string `toml:"labels"`
+
+	// LabelList is Labels, parsed by Load.
+	LabelList engine.Labels `toml:"-"`
 }
 
 // Default is the configuration in force before the file, the environment

@@ -6,14 +6,17 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/tomlpos"
 )
 
 // writeConfig writes a config file holding body in a fresh directory, with
@@ -203,6 +206,44 @@ func TestPrecedence(t *testing.T) {
 	}
 	if got := c.Security.AllowCIDRs; !reflect.DeepEqual(got, []string{"10.0.0.0/8", "192.168.0.0/16"}) || !c.BlockPrivate() {
 		t.Errorf("allow_cidrs %q, block %v", got, c.BlockPrivate())
+	}
+}
+
+// Load keeps what it parses to validate, so the server never parses
+// the labels or the ranges a second time; the parsed forms follow the
+// value in force, the environment's over the file's.
+func TestParsedForms(t *testing.T) {
+	t.Parallel()
+	path := writeConfig(t, routesOK+"[security]\nallow_cidrs = [\"10.0.0.0/8\"]\n"+
+		"[[users]]\nname = \"a\"\npassword = \"x\"\nlabels = \"region=us,provider=acme\"\n"+
+		"[[users]]\nname = \"b\"\npassword = \"y\"\n")
+	tests := []struct {
+		desc string
+		env  []string
+		want []netip.Prefix
+	}{
+		{"from the file", []string{}, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}},
+		{"from the environment", []string{"SWITCHYARD_SECURITY_ALLOW_CIDRS=192.168.0.0/16, fd00::/8"},
+			[]netip.Prefix{netip.MustParsePrefix("192.168.0.0/16"), netip.MustParsePrefix("fd00::/8")}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			c, err := Load(Source{Path: path, Env: tc.env})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Security.AllowPrefixes; !slices.Equal(got, tc.want) {
+				t.Errorf("AllowPrefixes = %v, want %v", got, tc.want)
+			}
+			want, _ := engine.ParseLabels("region=us,provider=acme")
+			if got := c.Users[0].LabelList; got.String() != want.String() || len(got) != 2 {
+				t.Errorf("users[1] LabelList = %v, want %v", got, want)
+			}
+			if got := c.Users[1].LabelList; got != nil {
+				t.Errorf("users[2] LabelList = %v, want none", got)
+			}
+		})
 	}
 }
 
@@ -469,11 +510,12 @@ func TestKeyLine(t *testing.T) {
 		want int
 	}{
 		{"a", 1}, {"engine.alpha", 3}, {"engine.cooldowns.blocked", 5},
-		{"users[1].name", 7}, {"users[2].name", 9}, {"users[?].name", 7}, {"engine.gamma", 0},
+		{"users[1].name", 7}, {"users[2].name", 9}, {"users[?].name", 7}, {"engine.gamma", 2}, {"gamma", 0},
 	}
+	l := &loader{lines: tomlpos.Scan(data)}
 	for _, tc := range tests {
-		if got := keyLine(data, tc.key); got != tc.want {
-			t.Errorf("keyLine(%s) = %d, want %d", tc.key, got, tc.want)
+		if got := l.line(tc.key); got != tc.want {
+			t.Errorf("line(%s) = %d, want %d", tc.key, got, tc.want)
 		}
 	}
 }

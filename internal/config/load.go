@@ -15,6 +15,8 @@ import (
 	"unicode"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/switchyard/switchyard/internal/tomlpos"
 )
 
 // Source is where a Config comes from. Later sources override earlier
@@ -131,10 +133,10 @@ func load(src Source, data []byte) (*Config, error) {
 
 // loader holds what Load needs to name the origin of a bad value.
 type loader struct {
-	c    *Config
-	env  map[string]string
-	file string // as given; "" without a file
-	data []byte
+	c     *Config
+	env   map[string]string
+	file  string         // as given; "" without a file
+	lines *tomlpos.Index // where the file defines each key, once it decoded
 	// fromFile are the keys the file set, so an error about a key the
 	// environment or a flag did not override can cite its line.
 	fromFile map[string]bool
@@ -145,7 +147,7 @@ type loader struct {
 
 // decode reads the file's settings over the defaults.
 func (l *loader) decode(path string, data []byte) error {
-	l.file, l.data = path, data
+	l.file = path
 	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(l.c)
 	if err != nil {
 		var pe toml.ParseError
@@ -159,6 +161,7 @@ func (l *loader) decode(path string, data []byte) error {
 		}
 		return errors.New(oneLine(path + ": " + strings.TrimPrefix(err.Error(), "toml: ")))
 	}
+	l.lines = tomlpos.Scan(data)
 	l.fromFile = make(map[string]bool)
 	for _, k := range md.Keys() {
 		l.fromFile[keyPath(md, k)] = true
@@ -168,11 +171,8 @@ func (l *loader) decode(path string, data []byte) error {
 		if t := md.Type(k...); t == "Hash" || t == "ArrayHash" {
 			// A table nothing reads: a misspelt [section] (its keys are
 			// undecoded too, but the header is the mistake).
-			e := &Error{File: path, Line: headerLine(data, k.String()), Key: k.String(), Msg: "unknown section"}
-			if e.Line == 0 {
-				e.Line = keyLine(data, k.String())
-			}
-			return e
+			_, line := l.lines.First(k)
+			return &Error{File: path, Line: line, Key: k.String(), Msg: "unknown section"}
 		}
 		return l.errAt(keyPath(md, k), "unknown key")
 	}
@@ -197,7 +197,7 @@ func (l *loader) warnLiteralSecrets() {
 	warn := func(key string, s Secret, instead string) {
 		if s.literal() && l.fromFile[wildIndex(key)] {
 			l.c.Warnings = append(l.c.Warnings, fmt.Sprintf("%s:%d: %s is written in the file as is, where anyone who can read the file has it: use %s",
-				l.file, keyLine(l.data, key), strings.Replace(key, "[?]", "", 1), instead))
+				l.file, l.line(key), strings.Replace(key, "[?]", "", 1), instead))
 		}
 	}
 	warn("admin.token", l.c.Admin.Token, `"env:NAME" or "file:PATH", or set SWITCHYARD_ADMIN_TOKEN`)
@@ -226,7 +226,7 @@ func (l *loader) errAt(key, msg string) *Error {
 	if from, ok := l.overridden[key]; ok {
 		e.From = from
 	} else if l.fromFile[wildIndex(key)] {
-		e.File, e.Line = l.file, keyLine(l.data, key)
+		e.File, e.Line = l.file, l.line(key)
 	}
 	return e
 }
@@ -241,60 +241,21 @@ func wildIndex(key string) string {
 	return key[:open] + "[?]" + key[close+1:]
 }
 
-// keyLine finds the line of key in a TOML file written the usual way
-// (tables as [section] or [[array]] headers, keys one per line); 0 when it
-// cannot. It is for messages only: the decoder has validated the syntax.
-func keyLine(data []byte, key string) int {
-	section, name, ok := strings.Cut(key, ".")
-	if !ok {
-		section, name = "", key
+// line finds key's line in the file, 0 when it cannot. Keys name an
+// element of an array of tables as messages do, counting from 1
+// ("targets[2].rate"), or as "[?]", the first element that has the key.
+func (l *loader) line(key string) int {
+	head, rest, indexed := strings.Cut(key, "[")
+	if !indexed {
+		return l.lines.Line(key)
 	}
-	index := 0
-	if open := strings.IndexByte(section, '['); open >= 0 {
-		index, _ = strconv.Atoi(strings.TrimSuffix(section[open+1:], "]"))
-		section = section[:open]
+	index, tail, _ := strings.Cut(rest, "]")
+	if index == "?" {
+		_, line := l.lines.First(strings.Split(head+tail, "."))
+		return line
 	}
-	if sub, leaf, nested := strings.Cut(name, "."); nested {
-		section, name = section+"."+sub, leaf // [engine.cooldowns] blocked = …
-	}
-	current, seen := "", 0
-	for n, line := range strings.Split(string(data), "\n") {
-		line = strings.TrimSpace(line)
-		switch {
-		case strings.HasPrefix(line, "[["):
-			current = strings.TrimSpace(strings.Trim(line, "[] \t"))
-			if current == section {
-				seen++
-			}
-		case strings.HasPrefix(line, "["):
-			current = strings.TrimSpace(strings.Trim(line, "[] \t"))
-		case current == section && (index == 0 || seen == index):
-			if k, _, ok := strings.Cut(line, "="); ok && strings.Trim(strings.TrimSpace(k), `"`) == name {
-				return n + 1
-			}
-		}
-	}
-	return 0
-}
-
-// headerLine finds the line of the [name] or [[name]] table header, 0 when
-// there is none (a table written inline or as dotted keys).
-func headerLine(data []byte, name string) int {
-	for n, line := range strings.Split(string(data), "\n") {
-		line = strings.TrimSpace(line)
-		if !strings.HasPrefix(line, "[") {
-			continue
-		}
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
-		}
-		header := strings.Trim(strings.TrimSpace(line), "[]")
-		header = strings.NewReplacer(" ", "", "\t", "", `"`, "", "'", "").Replace(header)
-		if header == name {
-			return n + 1
-		}
-	}
-	return 0
+	n, _ := strconv.Atoi(index)
+	return l.lines.Line(fmt.Sprintf("%s[%d]%s", head, n-1, tail))
 }
 
 // toolVariables are the SWITCHYARD_ variables that are not settings, and

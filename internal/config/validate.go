@@ -165,28 +165,21 @@ func (l *loader) checkProbe() error {
 }
 
 func (l *loader) checkSecurity() error {
-	for _, s := range l.c.Security.AllowCIDRs {
-		if _, err := netip.ParsePrefix(s); err != nil {
+	sec := &l.c.Security
+	sec.AllowPrefixes = nil
+	for _, s := range sec.AllowCIDRs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
 			return l.errAt("security.allow_cidrs", fmt.Sprintf("%q: want a CIDR range such as 10.1.0.0/16", s))
 		}
+		sec.AllowPrefixes = append(sec.AllowPrefixes, p)
 	}
-	for _, h := range l.c.Security.AllowHosts {
+	for _, h := range sec.AllowHosts {
 		if !hostName.MatchString(h) {
 			return l.errAt("security.allow_hosts", fmt.Sprintf("%q: want a host name", h))
 		}
 	}
 	return nil
-}
-
-// Prefixes are the allow_cidrs ranges, parsed (Load has validated them).
-func (s Security) Prefixes() []netip.Prefix {
-	out := make([]netip.Prefix, 0, len(s.AllowCIDRs))
-	for _, c := range s.AllowCIDRs {
-		if p, err := netip.ParsePrefix(c); err == nil {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // BlockPrivate says whether SSRF admission is on: as configured, else on
@@ -486,7 +479,8 @@ func (l *loader) checkUsers() error {
 		if u.Password.IsSet() && u.Password.Value() == "" {
 			return l.errAt(at("password"), fmt.Sprintf("user %s: empty password", u.Name))
 		}
-		if _, err := engine.ParseLabels(u.Labels); err != nil {
+		var err error
+		if u.LabelList, err = engine.ParseLabels(u.Labels); err != nil {
 			return l.errAt(at("labels"), fmt.Sprintf("user %s: %v", u.Name, err))
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -91,6 +92,7 @@ func startCluster(t testing.TB, specs ...nodeSpec) []*testNode {
 		if sp.ssrf {
 			on := true
 			cfg.Security.BlockPrivateNetworks, cfg.Security.AllowCIDRs = &on, []string{"127.0.0.1/32"}
+			cfg.Security.AllowPrefixes = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
 		}
 		n.cfg = cfg
 		n.run(t, apis[i])

@@ -111,11 +111,6 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		}
 		routes[i], s.routes[r.ID] = r, r
 	}
-	users, err := gatewayUsers(cfg)
-	if err != nil {
-		s.closeShared()
-		return nil, err
-	}
 	metrics := admin.NewMetrics(e, log)
 	metrics.WatchRestart(s.restartRequired)
 	s.clients = newClientListener(ln.Proxy, cfg.Server.MaxClientConns, metrics)
@@ -126,7 +121,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		MaxBodyBytes:         cfg.Retry.MaxBodyBytes,
 		Budget:               engine.BudgetConfig{BudgetRatio: cfg.Retry.BudgetRatio, HedgeRatio: cfg.Retry.HedgeRatio},
 		Observer:             metrics,
-		Users:                users,
+		Users:                gatewayUsers(cfg),
 		Targets:              cfg.TargetRules(),
 		MaxPacedTargets:      cfg.Pacing.MaxTargets,
 		LearnedMaxWait:       cfg.Pacing.LearnedMaxWait,
@@ -137,7 +132,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		FeedbackTTL:          cfg.Fetch.FeedbackTTL,
 	}
 	if cfg.BlockPrivate() {
-		gcfg.Admission = admit.New(cfg.Security.Prefixes(), cfg.Security.AllowHosts)
+		gcfg.Admission = admit.New(cfg.Security.AllowPrefixes, cfg.Security.AllowHosts)
 	}
 	if roots := cfg.MITM.UpstreamRoots; roots != nil {
 		gcfg.TargetTLS = &tls.Config{RootCAs: roots}
@@ -273,19 +268,15 @@ func (s *Server) StateAddr() string {
 
 // gatewayUsers are cfg's users as the gateway checks them; none means no
 // client auth.
-func gatewayUsers(cfg *config.Config) (map[string]gateway.User, error) {
+func gatewayUsers(cfg *config.Config) map[string]gateway.User {
 	if len(cfg.Users) == 0 {
-		return nil, nil
+		return nil
 	}
 	users := make(map[string]gateway.User, len(cfg.Users))
 	for _, u := range cfg.Users {
-		labels, err := engine.ParseLabels(u.Labels)
-		if err != nil {
-			return nil, err // Load has validated them
-		}
-		users[u.Name] = gateway.User{Password: u.Password.Value(), PasswordHash: u.PasswordHash.Value(), Labels: labels}
+		users[u.Name] = gateway.User{Password: u.Password.Value(), PasswordHash: u.PasswordHash.Value(), Labels: u.LabelList}
 	}
-	return users, nil
+	return users
 }
 
 // Engine is the server's engine, for status views.
@@ -303,10 +294,7 @@ func (s *Server) Engine() *engine.Engine { return s.engine }
 func (s *Server) Reload(next *config.Config) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	users, err := gatewayUsers(next)
-	if err != nil {
-		return err
-	}
+	users := gatewayUsers(next)
 	now := time.Now()
 	previous := maps.Clone(s.routes)
 	var added, updated, removed int

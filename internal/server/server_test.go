@@ -3,11 +3,14 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -171,6 +174,55 @@ func TestTryMeetsAdmission(t *testing.T) {
 		}
 		if resp.StatusCode != http.StatusOK || got.Status != 0 || got.Error != "blocked_destination" || reached.Load() != 0 {
 			t.Errorf("try of a loopback site: %d %+v, the site reached %d times; want no answer, blocked_destination", resp.StatusCode, got, reached.Load())
+		}
+	})
+}
+
+// New takes users' labels and the allowed ranges as Load parsed them: a
+// user held to region=eu reaches a loopback site, which admission lets
+// through by security.allow_cidrs, over the eu route only.
+func TestLoadedLabelsAndRanges(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+		defer site.Close()
+		us, eu := routetest.NewProxy(t, routetest.Behavior{}), routetest.NewProxy(t, routetest.Behavior{})
+		path := filepath.Join(t.TempDir(), "switchyard.toml")
+		file := fmt.Sprintf("[routes]\ninline = [%q, %q]\n", us.URL.String()+" id=us region=us", eu.URL.String()+" id=eu region=eu") +
+			"[security]\nblock_private_networks = true\nallow_cidrs = [\"127.0.0.1/32\"]\n" +
+			"[[users]]\nname = \"alice\"\npassword = \"env:ALICE_PASSWORD\"\nlabels = \"region=eu\"\n"
+		if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Load(config.Source{Path: path, Env: []string{"ALICE_PASSWORD=pw"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxy := listen(t)
+		s, err := New(cfg, Listeners{Proxy: proxy}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx, time.Second) }()
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}()
+		via := &url.URL{Scheme: "http", User: url.UserPassword("alice", "pw"), Host: proxy.Addr().String()}
+		client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(via)}}
+		defer client.CloseIdleConnections()
+		for range 16 {
+			resp, err := client.Get(site.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Switchyard-Route") != "eu" {
+				t.Fatalf("alice's request: %d by route %q, want 200 by eu", resp.StatusCode, resp.Header.Get("X-Switchyard-Route"))
+			}
 		}
 	})
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/tomlpos"
 )
 
 // Scenario describes a simulated pool, its targets and the load. Files use
@@ -204,9 +205,9 @@ func ParseScenario(name string, data []byte) (*Scenario, error) {
 		}
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	lines := scanKeyLines(string(data))
+	lines := tomlpos.Scan(data)
 	if u := md.Undecoded(); len(u) > 0 {
-		path, line := lines.first(u[0])
+		path, line := lines.First(u[0])
 		return nil, locate(name, line, &fieldError{path: path, msg: "unknown key"})
 	}
 	s, err := f.scenario(strings.TrimSuffix(filepath.Base(name), filepath.Ext(name)))
@@ -214,7 +215,7 @@ func ParseScenario(name string, data []byte) (*Scenario, error) {
 		err = s.Validate()
 	}
 	if fe, ok := errors.AsType[*fieldError](err); ok {
-		return nil, locate(name, lines.find(fe.lookup()), fe)
+		return nil, locate(name, lines.Line(fe.lookup()), fe)
 	}
 	return s, err
 }
@@ -773,161 +774,6 @@ func formatDuration(d time.Duration) string {
 		s = s[:len(s)-2]
 	}
 	return s
-}
-
-// keyLines records the line that defines each key and table of a file,
-// under indexed paths ("routes[1].behaviours[0].kind"). The TOML library
-// keeps one position per key name, the last, so errors in an array of
-// tables need this to name the right line.
-type keyLines []struct {
-	path string
-	line int
-}
-
-// scanKeyLines indexes a file the TOML library has accepted. It reads
-// headers and "key = value" lines and skips multi-line strings; keys inside
-// inline tables are found through their parent's line.
-func scanKeyLines(src string) keyLines {
-	var (
-		out    keyLines
-		table  string
-		counts = map[string]int{} // array-of-tables path → elements so far
-		open   string             // delimiter of the multi-line string we are in
-	)
-	add := func(path string, line int) {
-		out = append(out, struct {
-			path string
-			line int
-		}{path, line})
-	}
-	// resolve makes a dotted name under prefix an indexed path: a part
-	// that names an array of tables means its latest element.
-	resolve := func(prefix string, parts []string) string {
-		p := prefix
-		for i, part := range parts {
-			if p != "" {
-				p += "."
-			}
-			p += toml.Key{part}.String()
-			if n := counts[p]; n > 0 && i < len(parts)-1 {
-				p += fmt.Sprintf("[%d]", n-1)
-			}
-		}
-		return p
-	}
-	for i, raw := range strings.Split(src, "\n") {
-		line := strings.TrimSpace(raw)
-		if open != "" {
-			if strings.Count(line, open)%2 == 1 {
-				open = ""
-			}
-			continue
-		}
-		switch {
-		case strings.HasPrefix(line, "[["):
-			name, _, _ := strings.Cut(line[2:], "]]")
-			p := resolve("", splitKey(name))
-			table = fmt.Sprintf("%s[%d]", p, counts[p])
-			counts[p]++
-			add(table, i+1)
-		case strings.HasPrefix(line, "["):
-			name, _, _ := strings.Cut(line[1:], "]")
-			table = resolve("", splitKey(name))
-			add(table, i+1)
-		default:
-			key, value, ok := strings.Cut(line, "=")
-			parts := splitKey(key)
-			if !ok || parts == nil {
-				continue
-			}
-			add(resolve(table, parts), i+1)
-			for _, q := range []string{`"""`, `'''`} {
-				if strings.Count(value, q)%2 == 1 {
-					open = q
-				}
-			}
-		}
-	}
-	return out
-}
-
-// splitKey splits a dotted TOML key into its unquoted parts; nil if s is
-// not a key (a value line inside a multi-line array, say).
-func splitKey(s string) []string {
-	var parts []string
-	for s = strings.TrimSpace(s); s != ""; {
-		var part string
-		if q := s[0]; q == '"' || q == '\'' {
-			end := strings.IndexByte(s[1:], q)
-			if end < 0 {
-				return nil
-			}
-			part, s = s[1:end+1], s[end+2:]
-		} else {
-			end := strings.IndexFunc(s, func(r rune) bool {
-				return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-')
-			})
-			if end < 0 {
-				end = len(s)
-			}
-			if end == 0 {
-				return nil
-			}
-			part, s = s[:end], s[end:]
-		}
-		parts = append(parts, part)
-		s = strings.TrimSpace(s)
-		if s == "" {
-			break
-		}
-		if s[0] != '.' {
-			return nil
-		}
-		s = strings.TrimSpace(s[1:])
-	}
-	return parts
-}
-
-// find returns the line of path, or of its nearest recorded parent; 0 if
-// none is recorded.
-func (kl keyLines) find(path string) int {
-	for path != "" {
-		for _, k := range kl {
-			if k.path == path {
-				return k.line
-			}
-		}
-		path = path[:max(strings.LastIndexAny(path, ".["), 0)]
-	}
-	return 0
-}
-
-// first returns the indexed path and line of the first occurrence of key,
-// which the TOML library names without array indices.
-func (kl keyLines) first(key toml.Key) (string, int) {
-	want := key.String()
-	for _, k := range kl {
-		if stripIndices(k.path) == want {
-			return k.path, k.line
-		}
-	}
-	return want, 0
-}
-
-// stripIndices turns "routes[1].behaviours[0].kind" into
-// "routes.behaviours.kind".
-func stripIndices(path string) string {
-	var b strings.Builder
-	for {
-		i := strings.IndexByte(path, '[')
-		if i < 0 {
-			b.WriteString(path)
-			return b.String()
-		}
-		b.WriteString(path[:i])
-		j := strings.IndexByte(path[i:], ']')
-		path = path[i+j+1:]
-	}
 }
 
 // RouteWeights returns each route's static weight, in route order: what a

@@ -386,49 +386,6 @@ func TestBuiltinFilesMatchExamples(t *testing.T) {
 	}
 }
 
-func TestKeyLines(t *testing.T) {
-	t.Parallel()
-	src := `# comment = 1
-description = """
-tasks = 1
-"""
-"quoted.key" = 1
-[[routes]]
-name = "a" # comment
-[[routes.behaviours]]
-kind = "x"
-[[routes]]
-behaviours = [
-  { kind = "y" },
-]
-[[routes.behaviours]]
-a.b = 2
-[extra]
-k = 3
-`
-	lines := scanKeyLines(src)
-	for _, tt := range []struct {
-		path string
-		line int
-	}{
-		{"description", 2},
-		{"tasks", 0},
-		{`"quoted.key"`, 5},
-		{"routes[0]", 6},
-		{"routes[0].name", 7},
-		{"routes[0].behaviours[0].kind", 9},
-		{"routes[1].behaviours", 11},
-		{"routes[1].behaviours[0]", 14},
-		{"routes[1].behaviours[0].a.b", 15},
-		{"routes[1].behaviours[0].nope", 14},
-		{"extra.k", 17},
-	} {
-		if got := lines.find(tt.path); got != tt.line {
-			t.Errorf("line of %s = %d, want %d", tt.path, got, tt.line)
-		}
-	}
-}
-
 // FuzzParseScenario checks that no input panics the parser and that what
 // it accepts encodes and parses back unchanged.
 func FuzzParseScenario(f *testing.F) {
