@@ -213,25 +213,37 @@ func TestFetchCaps(t *testing.T) {
 }
 
 // TestFetchHedgeTraced fetches until a fetch's first attempt lands on a
-// silent route: the hedge beside it answers, and the trace shows both,
-// the hedge marked and the silent one still running or cut.
+// silent route: the hedge beside it answers (or, on a loaded machine, the
+// retry after its deadline), and the trace shows both, a hedge marked and
+// the silent one still running or cut.
 func TestFetchHedgeTraced(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
-		v, site, silent := silentBehindFast(t, Config{AttemptTimeout: time.Second}, 20)
-		for range 4 {
+		v, site, _ := silentBehindFast(t, Config{AttemptTimeout: time.Second}, 20)
+		for range 8 {
 			res, err := v.g.Fetch(context.Background(), FetchRequest{URL: site.URL})
-			if silent.Requests() == 0 {
+			// The case is a fetch whose first attempt went to the silent
+			// route. Under load the fast route's own answer may come late
+			// enough for a hedge to go to the silent one instead: that
+			// fetch is not the case.
+			if err == nil && (len(res.Attempts) == 0 || res.Attempts[0].Route != v.id(1)) {
 				continue
 			}
 			if err != nil || len(res.Attempts) != 2 {
 				t.Fatalf("fetch: %v, trace %+v", err, res.Attempts)
 			}
-			first, hedge := res.Attempts[0], res.Attempts[1]
-			if first.Route != v.id(1) || first.Hedge || !(first.Running || first.Class == engine.ProxyTimeout) {
+			first, second := res.Attempts[0], res.Attempts[1]
+			if first.Hedge || !(first.Running || first.Class == engine.ProxyTimeout) {
 				t.Errorf("first attempt %+v, want the silent route, running or cut", first)
 			}
-			if hedge.Route != v.id(0) || !hedge.Hedge || hedge.Class != engine.OK || hedge.Start <= 0 {
-				t.Errorf("second attempt %+v, want a hedge on the fast route that answered", hedge)
+			if second.Route != v.id(0) || second.Class != engine.OK || second.Start <= 0 {
+				t.Errorf("second attempt %+v, want the fast route, answering", second)
+			}
+			// A hedge, marked, beside a first attempt still running; or,
+			// when the machine is slow enough that the site's hedge delay
+			// comes after the silent route's deadline (its floor), a retry,
+			// unmarked, after the first was cut there.
+			if !second.Hedge && (first.Running || first.Class != engine.ProxyTimeout) {
+				t.Errorf("second attempt %+v after %+v: a retry must follow a cut attempt, else it is a hedge", second, first)
 			}
 			v.waitOutcome(t, 1, engine.ProxyTimeout)
 			return
