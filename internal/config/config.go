@@ -14,6 +14,7 @@ import (
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/engine/redisstore"
 	"github.com/switchyard/switchyard/internal/cluster"
+	"github.com/switchyard/switchyard/internal/fetchapi"
 	"github.com/switchyard/switchyard/internal/gateway"
 	"github.com/switchyard/switchyard/internal/mitm"
 	"github.com/switchyard/switchyard/internal/pacing"
@@ -401,7 +402,7 @@ type User struct {
 // Default is the configuration in force before the file, the environment
 // and flags: every default in one place.
 func Default() Config {
-	g, r, cl := gateway.DefaultConfig(), redisstore.DefaultOptions(), cluster.DefaultConfig()
+	g, r, cl, f := gateway.DefaultConfig(), redisstore.DefaultOptions(), cluster.DefaultConfig(), fetchapi.DefaultOptions()
 	c := Config{
 		Listen: Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9090", API: "127.0.0.1:9091"},
 		Server: Server{HeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 1024, MaxClientConns: 10000,
@@ -410,8 +411,8 @@ func Default() Config {
 		Retry: Retry{MaxAttempts: g.MaxAttempts, AttemptTimeout: g.AttemptTimeout, RequestTimeout: g.RequestTimeout,
 			BudgetRatio: g.Budget.BudgetRatio, HedgeRatio: g.Budget.HedgeRatio, MaxBodyBytes: g.MaxBodyBytes},
 		Pacing: Pacing{MaxTargets: 10000},
-		Fetch: Fetch{MaxRequestBytes: 4 << 20, MaxResponseBytes: g.MaxFetchBody, MaxBatch: 10000, Concurrency: 8, MaxConcurrency: 64,
-			FeedbackTTL: g.FeedbackTTL, MaxFeedback: 100000},
+		Fetch: Fetch{MaxRequestBytes: f.MaxRequestBytes, MaxResponseBytes: g.MaxFetchBody, MaxBatch: f.MaxBatch, Concurrency: f.Concurrency,
+			MaxConcurrency: f.MaxConcurrency, FeedbackTTL: f.FeedbackTTL, MaxFeedback: f.MaxFeedback},
 		State: State{URL: "memory", Prefix: r.Prefix, Timeout: r.Timeout, Resync: r.Resync},
 		MITM:  MITM{StateDir: mitm.DefaultStateDir(), CertCache: mitm.DefaultCacheSize},
 		Cluster: Cluster{DNSInterval: cl.DNSInterval, CheckInterval: cl.CheckInterval, CheckTimeout: cl.CheckTimeout,

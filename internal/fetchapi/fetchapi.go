@@ -95,19 +95,25 @@ type Options struct {
 	ProxyPort int
 }
 
-// Defaults applied by New to zero fields.
+// Defaults of the fields DefaultOptions leaves zero.
 const (
-	defaultNode            = "local"
-	defaultVersion         = "(devel)"
-	defaultMaxRequestBytes = 4 << 20
-	defaultMaxBatch        = 10000
-	defaultConcurrency     = 8
-	defaultMaxConcurrency  = 64
-	defaultFeedbackTTL     = 15 * time.Minute
-	defaultMaxFeedback     = 100000
+	defaultNode    = "local"
+	defaultVersion = "(devel)"
 )
 
+// DefaultOptions is what New gives zero limits, the one place they are
+// defined: config.Default starts the [fetch] section from it. The
+// feedback TTL is the gateway's (gateway.Config.FeedbackTTL), which the
+// proxy's late verdicts share.
+func DefaultOptions() Options {
+	return Options{
+		MaxRequestBytes: 4 << 20, MaxBatch: 10000, Concurrency: 8, MaxConcurrency: 64,
+		FeedbackTTL: gateway.DefaultConfig().FeedbackTTL, MaxFeedback: 100000,
+	}
+}
+
 func (o Options) withDefaults() Options {
+	d := DefaultOptions()
 	set := func(v *int, d int) {
 		if *v <= 0 {
 			*v = d
@@ -125,13 +131,13 @@ func (o Options) withDefaults() Options {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	set(&o.MaxRequestBytes, defaultMaxRequestBytes)
-	set(&o.MaxBatch, defaultMaxBatch)
-	set(&o.MaxConcurrency, defaultMaxConcurrency)
-	set(&o.Concurrency, min(defaultConcurrency, o.MaxConcurrency))
-	set(&o.MaxFeedback, defaultMaxFeedback)
+	set(&o.MaxRequestBytes, d.MaxRequestBytes)
+	set(&o.MaxBatch, d.MaxBatch)
+	set(&o.MaxConcurrency, d.MaxConcurrency)
+	set(&o.Concurrency, min(d.Concurrency, o.MaxConcurrency))
+	set(&o.MaxFeedback, d.MaxFeedback)
 	if o.FeedbackTTL <= 0 {
-		o.FeedbackTTL = defaultFeedbackTTL
+		o.FeedbackTTL = d.FeedbackTTL
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
