@@ -1225,3 +1225,25 @@ func TestIncidentFlagIsSetOutsideTheGuard(t *testing.T) {
 		t.Errorf("incidents %+v, want down.com's", inc)
 	}
 }
+
+// conflictedSessions is a MemoryStore that found every session bound
+// twice.
+type conflictedSessions struct{ *MemoryStore }
+
+func (conflictedSessions) Session(string, int64) (int32, bool) { return SessionConflict, true }
+
+// A session the store found bound to two routes fails loudly: the engine
+// picks neither.
+func TestSessionConflictRestarts(t *testing.T) {
+	t.Parallel()
+	e, err := New(Config{Seed: 1, UncheckedCandidates: true}, conflictedSessions{NewMemoryStore()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.AddRoute(start, RouteSpec{ID: "r0"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Acquire(start, Request{Target: "t", Session: "s"}); !errors.Is(err, ErrSessionRestartRequired) {
+		t.Errorf("Acquire: %v, want ErrSessionRestartRequired", err)
+	}
+}

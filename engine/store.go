@@ -100,13 +100,20 @@ type LeaseStore interface {
 
 // SessionStore binds session ids to routes.
 type SessionStore interface {
-	// Session returns the route bound to id, if the binding is live at now.
+	// Session returns the route bound to id, if the binding is live at now:
+	// SessionConflict when the store found it bound to two routes (by
+	// processes cut off from each other), which the engine answers with
+	// ErrSessionRestartRequired rather than pick one of them silently.
 	Session(id string, now int64) (route int32, ok bool)
 	// Bind binds id to route until the given time (Unix ns).
 	Bind(id string, route int32, until int64)
 	// ExpireSessions drops bindings expired at now.
 	ExpireSessions(now int64)
 }
+
+// SessionConflict is the route SessionStore.Session gives a session bound
+// to two routes: no route's slot.
+const SessionConflict int32 = -1
 
 // IncidentStore holds the open incident flag per target.
 type IncidentStore interface {

@@ -170,3 +170,51 @@ func TestRedisRestartedEmpty(t *testing.T) {
 		return h.State == engine.Cooling
 	})
 }
+
+// A session bound while a process was cut off from Redis is put into the
+// shared state when Redis returns: kept where no other process bound it,
+// or bound it to the same route; where another bound it to another route,
+// it is a conflict for every process, so that neither exit carries it on
+// silently.
+func TestSessionsBoundOffline(t *testing.T) {
+	addr := redisAddr(t)
+	prefix := testPrefix(t, addr)
+	link := newCutter(t, addr)
+	a := newStore(t, link.addr, prefix, Options{Resync: time.Hour})
+	b := newStore(t, addr, prefix, Options{})
+	for _, s := range []*Store{a, b} {
+		s.AddRoute(0, "r0")
+		s.AddRoute(1, "r1")
+	}
+	until := time.Now().Add(time.Hour).UnixNano()
+	link.cut()
+	cfg := engine.DefaultConfig()
+	a.Update(&cfg, engine.Key{Route: 0}, engine.Op{Kind: engine.OpObserve, Obs: engine.Observation{Class: engine.OK}}, time.Now().UnixNano())
+	waitFor(t, "a degrades", func() bool { return a.Stats().Degraded })
+	a.Bind("alone", 0, until)    // nobody else binds it
+	a.Bind("agreed", 1, until)   // b binds it alike
+	a.Bind("disputed", 0, until) // b binds it elsewhere
+	b.Bind("agreed", 1, until+int64(time.Minute))
+	b.Bind("disputed", 1, until)
+
+	link.restore(t)
+	waitFor(t, "a recovers", func() bool { return a.Healthy() == nil })
+	c := newStore(t, addr, prefix, Options{}) // a process that saw none of it
+	c.AddRoute(0, "r0")
+	c.AddRoute(1, "r1")
+	now := time.Now().UnixNano()
+	for _, tc := range []struct {
+		id   string
+		want int32
+	}{
+		{"alone", 0},
+		{"agreed", 1},
+		{"disputed", engine.SessionConflict},
+	} {
+		for name, s := range map[string]*Store{"a": a, "c": c} {
+			if route, ok := s.Session(tc.id, now); !ok || route != tc.want {
+				t.Errorf("%s: session %s on %d (%v), want %d", name, tc.id, route, ok, tc.want)
+			}
+		}
+	}
+}

@@ -20,14 +20,46 @@ type sessions struct {
 }
 
 type binding struct {
-	route int32
+	route int32 // engine.SessionConflict for a session found bound twice
 	until int64
+	// offline marks a binding made while Redis was out of reach, for
+	// recover to reconcile with what other processes bound meanwhile.
+	offline bool
 }
 
-// value is the binding as its session key holds it.
+// value is the binding as its session key holds it; a conflict's has no
+// route name.
 func (s *Store) sessionValue(b binding) string {
-	return s.names.route(b.route) + "\n" + strconv.FormatInt(b.until, 10)
+	name := ""
+	if b.route != engine.SessionConflict {
+		name = s.names.route(b.route)
+	}
+	return name + "\n" + strconv.FormatInt(b.until, 10)
 }
+
+// reconcileScript puts a binding made offline into the shared state: set
+// when the session is unbound there, kept when bound there to the same
+// route (the later deadline wins), and when bound to another route turned
+// into a conflict, which every process then answers with
+// session_restart_required. KEYS[1]: the session. ARGV[1]: the route's
+// name; ARGV[2]: the binding's deadline, Unix ns; ARGV[3]: the key's TTL,
+// ms. Returns 1 when the binding stands, 0 for a conflict.
+var reconcileScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+local name, untilText = ARGV[1], ARGV[2]
+if v then
+	local nl = string.find(v, '\n', 1, true)
+	local theirs, theirUntil = string.sub(v, 1, nl - 1), string.sub(v, nl + 1)
+	if theirs ~= name then
+		if tonumber(theirUntil) > tonumber(untilText) then untilText = theirUntil end
+		redis.call('SET', KEYS[1], '\n' .. untilText, 'PX', ARGV[3])
+		return 0
+	end
+	if tonumber(theirUntil) > tonumber(untilText) then return 1 end
+end
+redis.call('SET', KEYS[1], name .. '\n' .. untilText, 'PX', ARGV[3])
+return 1
+`)
 
 // unbindScript deletes a session key that still holds the binding this
 // process knew, not one another process made since. KEYS[1]: the session.
@@ -65,6 +97,9 @@ func (s *Store) Session(id string, now int64) (int32, bool) {
 	route, untilText, _ := strings.Cut(v, "\n")
 	until, err := strconv.ParseInt(untilText, 10, 64)
 	slot, known := s.names.slot(route)
+	if route == "" {
+		slot, known = engine.SessionConflict, true
+	}
 	if err != nil || !known {
 		return 0, false
 	}
@@ -77,10 +112,11 @@ func (s *Store) Session(id string, now int64) (int32, bool) {
 // Bind implements engine.SessionStore. The key outlives the binding by
 // Options.SessionGrace; Session compares the binding's own deadline.
 func (s *Store) Bind(id string, route int32, until int64) {
+	offline := s.health.degraded.Load()
 	s.sessions.mu.Lock()
-	s.sessions.bound[id] = binding{route: route, until: until}
+	s.sessions.bound[id] = binding{route: route, until: until, offline: offline}
 	s.sessions.mu.Unlock()
-	if s.health.degraded.Load() {
+	if offline {
 		return
 	}
 	ttl := time.Duration(until-s.opts.Now().UnixNano()) + s.opts.SessionGrace
@@ -118,6 +154,47 @@ func (s *Store) ExpireSessions(now int64) {
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		s.failed(err)
 	}
+}
+
+// reconcileSessions writes the bindings made while Redis was out of reach
+// (reconcileScript): a session another process bound to another route
+// meanwhile becomes a conflict here and there, so that no process carries
+// it on either exit silently (docs/design/004-redis-store.md). It stops
+// at the first error, the rest left for the next recovery.
+func (s *Store) reconcileSessions() error {
+	s.sessions.mu.Lock()
+	offline := make(map[string]binding)
+	for id, b := range s.sessions.bound {
+		if b.offline {
+			offline[id] = b
+		}
+	}
+	s.sessions.mu.Unlock()
+	now := s.opts.Now().UnixNano()
+	for id, b := range offline {
+		if b.until <= now || b.route == engine.SessionConflict {
+			continue
+		}
+		ttl := max(time.Duration(b.until-now)+s.opts.SessionGrace, s.opts.SessionGrace)
+		ctx, cancel := s.call()
+		stands, err := reconcileScript.Run(ctx, s.rdb, []string{s.sessionKey(id)}, s.names.route(b.route), b.until, ttl.Milliseconds()).Int()
+		cancel()
+		if err != nil {
+			return err
+		}
+		s.sessions.mu.Lock()
+		if cur, ok := s.sessions.bound[id]; ok && cur == b {
+			cur.offline = false
+			if stands == 0 {
+				cur.route = engine.SessionConflict
+				s.opts.Log.Warn("redis reachable again: a session bound while it was out of reach was bound to another route by another gateway; it must restart",
+					"session", id)
+			}
+			s.sessions.bound[id] = cur
+		}
+		s.sessions.mu.Unlock()
+	}
+	return nil
 }
 
 var _ engine.SessionStore = (*Store)(nil)

@@ -281,6 +281,9 @@ func (s *Store) recover(ctx context.Context) {
 			return // still failing: stay degraded
 		}
 	}
+	if err := s.reconcileSessions(); err != nil {
+		return
+	}
 	if err := s.resync(ctx); err != nil {
 		return
 	}
