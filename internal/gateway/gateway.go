@@ -627,6 +627,28 @@ func (g *Gateway) ProbeURL(target string) string {
 	return "http://" + host + path
 }
 
+// JudgeProbe classifies a probe's answer from target as users' answers
+// there are judged (job.judge): the status's class, then the built-in and
+// the target's own soft-ban signatures, so that a pair cooled for a
+// captcha page is not restored by probes served the same page with a 200.
+// The lookalike detector is left out: a probe fetches one page again and
+// again, which it must not learn from. resp's body may be read; what was
+// read is put back.
+func (g *Gateway) JudgeProbe(targetKey string, resp *http.Response) (engine.Class, time.Duration) {
+	class, wait := route.ClassifyStatus(resp.StatusCode, resp.Header, g.cfg.Now())
+	host := targetKey
+	if v, ok := g.origins.Load(targetKey); ok {
+		host = hostOnly(v.(string))
+	}
+	_, policy := g.current.Load().targets.Resolve(host)
+	j := &job{target: targetKey}
+	j.judgeBy(policy, nil)
+	if err := j.judge(resp, "", &class); err != nil {
+		return engine.TargetReset, 0
+	}
+	return class, wait
+}
+
 // hostOnly is host without a port.
 func hostOnly(hostport string) string {
 	if h, _, err := net.SplitHostPort(hostport); err == nil {

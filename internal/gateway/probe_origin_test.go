@@ -16,6 +16,7 @@ import (
 	"github.com/switchyard/switchyard/internal/admit"
 	"github.com/switchyard/switchyard/internal/probe"
 	"github.com/switchyard/switchyard/internal/route/routetest"
+	"github.com/switchyard/switchyard/internal/target"
 )
 
 // Probes cannot be turned against the network the gateway sits in: a host
@@ -160,4 +161,43 @@ func TestNeutralAuthority(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestJudgeProbe classifies probes' answers with the soft-ban signatures
+// users' answers meet: a challenge page served with a 200 keeps a pair
+// cooled instead of passing its probe.
+func TestJudgeProbe(t *testing.T) {
+	site := newTarget(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		switch r.URL.Path {
+		case "/challenge":
+			io.WriteString(w, "<html><head><title>Just a moment...</title></head></html>")
+		case "/own":
+			io.WriteString(w, "<html>please verify you are human</html>")
+		default:
+			io.WriteString(w, "<html>the page</html>")
+		}
+	})
+	tests := []struct {
+		desc, path string
+		rules      []target.Rule
+		want       engine.Class
+	}{
+		{"a page", "/", nil, engine.OK},
+		{"a built-in challenge", "/challenge", nil, engine.ContentInvalid},
+		{"built-ins off", "/challenge", []target.Rule{{Hosts: []string{"127.0.0.1"}, Policy: target.Policy{NoBuiltinSignatures: true}}}, engine.OK},
+		{"the target's own signature", "/own", []target.Rule{{Hosts: []string{"127.0.0.1"}, Policy: target.Policy{BlockSignatures: []string{"verify you are human"}}}}, engine.ContentInvalid},
+	}
+	for _, tc := range tests {
+		v := newEnv(t, Config{Targets: target.New(tc.rules)}, "direct")
+		resp, err := http.Get(site.URL + tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := v.g.JudgeProbe("127.0.0.1", resp)
+		resp.Body.Close()
+		if got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.desc, got, tc.want)
+		}
+	}
 }

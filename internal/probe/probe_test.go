@@ -268,7 +268,7 @@ func TestBadPagesAreNoEvidence(t *testing.T) {
 	x := exitsOf(t, routes, route.Dialer{})
 	p := New(e, x, Config{})
 	for _, page := range []string{"", "https://x.test/", "::", "ftp://x"} {
-		if c, _ := p.fetch(context.Background(), x[routes[0].ID], page); c != engine.Canceled {
+		if c, _ := p.fetch(context.Background(), x[routes[0].ID], page, ""); c != engine.Canceled {
 			t.Errorf("page %q: %v, want canceled", page, c)
 		}
 	}
@@ -504,6 +504,34 @@ func TestNeutralProbeConnects(t *testing.T) {
 					t.Errorf("admission saw %v, want %s for each probe", admitted, echo)
 				}
 			})
+		}
+	})
+}
+
+// A target probe's answer is judged by Config.Judge, as users' answers
+// are: a 200 it calls content_invalid keeps the pair out.
+func TestTargetProbesAreJudged(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "a captcha") }))
+		defer page.Close()
+		e, routes := setup(t, "direct\n")
+		now := halfOpen(t, e, routes[0].ID, "shop.test")
+		var judged []string
+		p := New(e, exitsOf(t, routes, route.Dialer{}), Config{
+			Now:       func() time.Time { return now },
+			TargetURL: func(string) string { return page.URL + "/" },
+			Judge: func(target string, resp *http.Response) (engine.Class, time.Duration) {
+				body, _ := io.ReadAll(resp.Body)
+				judged = append(judged, target+" "+string(body))
+				return engine.ContentInvalid, 0
+			},
+		})
+		answer(t, p)
+		if len(judged) != 1 || judged[0] != "shop.test a captcha" {
+			t.Errorf("judged %q, want the page of shop.test once", judged)
+		}
+		if s := state(e, routes[0].ID, "shop.test"); s != engine.Cooling {
+			t.Errorf("shop.test: %v after a probe judged content_invalid, want cooling", s)
 		}
 	})
 }

@@ -155,7 +155,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 	// Probes leave through the gateway's own exits, so they see what users'
 	// traffic sees, admission included, and follow its reloads.
 	s.prober = probe.New(e, s.gateway, probe.Config{
-		TargetURL: s.gateway.ProbeURL, NeutralURL: cfg.Probe.URL, NeutralAuthority: s.gateway.NeutralAuthority,
+		TargetURL: s.gateway.ProbeURL, Judge: s.gateway.JudgeProbe, NeutralURL: cfg.Probe.URL, NeutralAuthority: s.gateway.NeutralAuthority,
 		Admit: s.gateway.Admit, Observer: metrics,
 	})
 	s.metrics = metrics
