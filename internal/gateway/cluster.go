@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"net/http"
-	"strings"
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/admit"
@@ -64,15 +63,9 @@ func (g *Gateway) forwardable(r *http.Request, ctl control) bool {
 
 // ForwardHeader is what of a proxy request's header goes to the node that
 // runs it: the control headers, the proxy's credentials and hop-by-hop
-// fields never leave, as they never leave toward an exit.
+// fields never leave (stripHop), as they never leave toward an exit.
 func ForwardHeader(h http.Header) http.Header {
 	out := h.Clone()
 	stripHop(out)
-	out.Del("Proxy-Authorization")
-	for name := range out {
-		if strings.HasPrefix(name, headerPrefix) {
-			delete(out, name)
-		}
-	}
 	return out
 }
