@@ -738,7 +738,9 @@ func TestEntryPacesWhatItForwards(t *testing.T) {
 			out, _ := client.Fetch(t.Context(), &pb.FetchRequest{Url: site.URL + "/held", Labels: region("rc")})
 			held <- out
 		}()
-		waitFor(t, func() bool { return inflight(c) == 1 })
+		// Held at the site, not only leased at c: the count below is the
+		// site's.
+		waitFor(t, func() bool { return inflight(c) == 1 && site.count(http.MethodGet, "") == 1 })
 		_, out := a.fetchJSON(t, &pb.FetchRequest{Url: site.URL + "/second", Labels: region("rc")})
 		if out.GetError().GetCode() != "paced" || out.GetNode() != "" || site.count(http.MethodGet, "") != 1 {
 			t.Fatalf("second: node %q error %v; the site saw %d", out.GetNode(), out.GetError(), site.count(http.MethodGet, ""))
