@@ -44,21 +44,35 @@ type Forwarder interface {
 }
 
 // forwardable reports whether the proxy's request r may run on another
-// node: a CONNECT, or an absolute-form http:// request whose body has a
-// known length that fits retry.max_body_bytes (it is sent whole); never
-// one with a sticky session, which binds one of this node's exits.
-func (g *Gateway) forwardable(r *http.Request, ctl control) bool {
+// node: a CONNECT this node does not intercept, or an absolute-form
+// http:// request (https:// from inside an intercepted tunnel) whose body
+// has a known length that fits retry.max_body_bytes (it is sent whole);
+// never one with a sticky session, which binds one of this node's exits.
+// An intercepted CONNECT stays here: its requests, judged one by one, are
+// each forwarded where they fit.
+func (g *Gateway) forwardable(r *http.Request, ctl control, intercepted bool) bool {
+	scheme := "http"
+	if intercepted {
+		scheme = "https"
+	}
 	switch {
 	case ctl.session != "":
 		return false
 	case r.Method == http.MethodConnect:
-		return true
-	case !r.URL.IsAbs(), r.URL.Scheme != "http", r.URL.Host == "":
+		return !g.intercepts(hostOnly(r.Host))
+	case !r.URL.IsAbs(), r.URL.Scheme != scheme, r.URL.Host == "":
 		return false
 	case r.Body == nil || r.Body == http.NoBody:
 		return true
 	}
 	return r.ContentLength >= 0 && r.ContentLength <= g.cfg.MaxBodyBytes
+}
+
+// toNode runs r on another cluster node when the Forwarder finds one that
+// fits it better, and reports whether it did.
+func (g *Gateway) toNode(w http.ResponseWriter, r *http.Request, rec *record, ctl control) bool {
+	f := g.cfg.Forwarder
+	return f != nil && g.forwardable(r, ctl, rec.intercepted) && f.Forward(w, r, rec.user, ctl.labels)
 }
 
 // ForwardHeader is what of a proxy request's header goes to the node that

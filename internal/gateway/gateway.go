@@ -366,8 +366,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if f := g.cfg.Forwarder; f != nil && g.forwardable(r, ctl) && f.Forward(w, r, rec.user, ctl.labels) {
-		return // run on another cluster node (cluster.go)
+	if g.toNode(w, r, rec, ctl) {
+		return
 	}
 	if r.Method == http.MethodConnect {
 		g.serveConnect(w, r, s, ctl, rec, user)

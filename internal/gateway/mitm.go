@@ -196,7 +196,7 @@ func (g *Gateway) serveIntercepted(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del("Proxy-Authorization")
 	}
 	ctl, ok := g.control(w, r, rec, in.userLabels)
-	if !ok {
+	if !ok || g.toNode(w, r, rec, ctl) {
 		return
 	}
 	g.serveForward(w, r, s, ctl, rec)

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,6 +32,7 @@ import (
 	"github.com/switchyard/switchyard/internal/cluster"
 	"github.com/switchyard/switchyard/internal/config"
 	"github.com/switchyard/switchyard/internal/logtest"
+	"github.com/switchyard/switchyard/internal/mitm"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
@@ -62,6 +65,7 @@ type nodeSpec struct {
 	tls        [3]string          // cluster.tls_cert, tls_key, tls_ca; none for h2c
 	exit       routetest.Behavior // its exit's
 	targets    []config.Target    // its [[targets]] rules
+	tune       func(*config.Config)
 }
 
 // startCluster starts one node per spec, each listing every node's API
@@ -89,6 +93,9 @@ func startCluster(t testing.TB, specs ...nodeSpec) []*testNode {
 		cfg.Admin.Token = config.LiteralSecret(adminToken)
 		cfg.Cluster.TLSCert, cfg.Cluster.TLSKey, cfg.Cluster.TLSCA = sp.tls[0], sp.tls[1], sp.tls[2]
 		cfg.Targets = sp.targets
+		if sp.tune != nil {
+			sp.tune(cfg)
+		}
 		if sp.ssrf {
 			on := true
 			cfg.Security.BlockPrivateNetworks, cfg.Security.AllowCIDRs = &on, []string{"127.0.0.1/32"}
@@ -748,6 +755,49 @@ func TestEntryPacesWhatItForwards(t *testing.T) {
 		site.release()
 		if first := <-held; first.GetNode() != "c" || first.GetError() != nil {
 			t.Fatalf("first: %v", first)
+		}
+	})
+}
+
+// TestInterceptedRequestsRunWhereTheirExitsAre sends HTTPS through entry
+// a, which intercepts TLS: the CONNECT stays at a, and each request inside
+// runs where its labels' exits are, c here, one hop, as an absolute-form
+// one would; c verifies the site with its own roots.
+func TestInterceptedRequestsRunWhereTheirExitsAre(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "secure "+r.URL.Path) }))
+		defer site.Close()
+		siteRoots := x509.NewCertPool()
+		siteRoots.AddCert(site.Certificate())
+		state := t.TempDir()
+		nodes := startCluster(t,
+			nodeSpec{id: "a", region: "ra", tune: func(c *config.Config) { c.MITM.Enabled, c.MITM.StateDir = true, state }},
+			nodeSpec{id: "c", region: "rc", tune: func(c *config.Config) { c.MITM.UpstreamRoots = siteRoots }})
+		a, c := nodes[0], nodes[1]
+		ca, _, err := mitm.LoadOrCreate(state, mitm.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		trust := x509.NewCertPool()
+		trust.AppendCertsFromPEM(ca.CertPEM())
+		tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: a.proxyAt}), TLSClientConfig: &tls.Config{RootCAs: trust}}
+		defer tr.CloseIdleConnections()
+		req, _ := http.NewRequest(http.MethodGet, site.URL+"/page", nil)
+		req.Header.Set("X-Switchyard-Labels", "region=rc")
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(body) != "secure /page" {
+			t.Fatalf("%d %q", resp.StatusCode, body)
+		}
+		if resp.Header.Get("X-Switchyard-Node") != "c" || resp.Header.Get("X-Switchyard-Entry") != "a" || resp.Header.Get("X-Switchyard-Route") != "exit-c" {
+			t.Errorf("answer headers %v: want it run on c's exit, entered at a", resp.Header)
+		}
+		if got := getNodes(t, c)[0].ForwardedIn; got != 1 {
+			t.Errorf("c ran %d forwards, want 1", got)
 		}
 	})
 }
