@@ -42,9 +42,11 @@ type TargetConn struct {
 	puts  uint64        // times put idle: a timer of an earlier idle spell must not close it
 }
 
-// The bounds of a TargetConns besides its total.
+// The bounds of a TargetConns besides its total: those of the shared
+// transport's pools, so that a crawler's workers on one site through one
+// exit keep as many connections as they would to a proxy.
 const (
-	targetConnsPerKey = 4
+	targetConnsPerKey = maxIdlePerKey
 	targetIdleTimeout = upstreamIdleTimeout
 )
 
