@@ -40,8 +40,12 @@ func (e *tlsError) Unwrap() error { return e.err }
 func (g *Gateway) roundTripOwned(ctx context.Context, req *http.Request, x *route.Exit, p *route.Progress) (*http.Response, error) {
 	host, port := req.URL.Hostname(), req.URL.Port()
 	secure := req.URL.Scheme == "https"
-	if port == "" {
-		port = map[bool]string{false: "80", true: "443"}[secure]
+	switch {
+	case port != "":
+	case secure:
+		port = "443"
+	default:
+		port = "80"
 	}
 	addr := net.JoinHostPort(host, port)
 	upgrade := req.Header.Get("Upgrade") != ""
