@@ -82,7 +82,7 @@ func remainingMS(until int64, now time.Time) int64 {
 func (s *Server) dashRoutes(w http.ResponseWriter, _ *http.Request) {
 	now := s.now()
 	snap := s.snapshot()
-	addrs := *s.routes.Load()
+	routes := s.routes()
 	gamma := s.engine.Config().Gamma
 	rows := make([][]any, len(snap))
 	for i := range snap {
@@ -90,7 +90,7 @@ func (s *Server) dashRoutes(w http.ResponseWriter, _ *http.Request) {
 		h := &st.Health
 		attempts, successes, lastFailure := s.metrics.routeTotals(st.ID)
 		url := ""
-		if r, ok := addrs[st.ID]; ok {
+		if r := routes.Route(st.ID); r != nil {
 			url = r.Redacted()
 		}
 		rows[i] = []any{

@@ -22,7 +22,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
@@ -116,7 +115,7 @@ type Server struct {
 	done   chan struct{}
 	events *recentEvents
 
-	routes atomic.Pointer[map[string]*route.Route] // by id, the addresses to show; replaced whole by SetRoutes
+	routes func() *route.Set // the routes the gateway carries, listed and draining: their addresses to show
 
 	// The sampler goroutine fills series every sampleEvery until stop
 	// closes; it closes sampled as it exits. series and streams are safe
@@ -133,20 +132,11 @@ type Server struct {
 	snapAt time.Time            // guarded by snapMu; when snap was taken
 }
 
-// SetRoutes replaces the routes whose addresses the API shows, after a
-// reload.
-func (s *Server) SetRoutes(routes []*route.Route) {
-	byID := make(map[string]*route.Route, len(routes))
-	for _, r := range routes {
-		byID[r.ID] = r
-	}
-	s.routes.Store(&byID)
-}
-
-// NewServer returns the admin server of a gateway running e with routes,
+// NewServer returns the admin server of a gateway running e over the
+// routes that routes gives at each call (the gateway's published set),
 // serving m at /metrics. It starts a goroutine collecting the engine's
 // transitions for /api/events; Close stops it.
-func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options) *Server {
+func NewServer(e *engine.Engine, routes func() *route.Set, m *Metrics, opts Options) *Server {
 	if opts.Events <= 0 {
 		opts.Events = 1000
 	}
@@ -167,6 +157,7 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 	}
 	s := &Server{
 		engine:   e,
+		routes:   routes,
 		metrics:  m,
 		hasToken: opts.Token != "",
 		ready:    opts.Ready,
@@ -193,7 +184,6 @@ func NewServer(e *engine.Engine, routes []*route.Route, m *Metrics, opts Options
 	// Hashing first makes both sides of the comparison the same length,
 	// so neither the comparison's time nor its result leaks the length.
 	s.token = sha256.Sum256([]byte(opts.Token))
-	s.SetRoutes(routes)
 	s.mux.Handle("/healthz", readOnly(http.HandlerFunc(s.healthz)))
 	s.mux.Handle("/readyz", readOnly(http.HandlerFunc(s.readyz)))
 	s.mux.Handle("/metrics", readOnly(m.handler()))
@@ -401,7 +391,7 @@ func (s *Server) routeJSON(st engine.RouteStatus) routeJSON {
 		Cause:               causeName(h.Cause),
 		Targets:             make([]targetJSON, 0, len(st.Targets)),
 	}
-	if r, ok := (*s.routes.Load())[st.ID]; ok {
+	if r := s.routes().Route(st.ID); r != nil {
 		rj.URL, rj.Scheme = r.Redacted(), string(r.Scheme)
 	}
 	for _, l := range st.Labels {

@@ -80,7 +80,7 @@ func newFixture(t *testing.T, opts Options) *fixture {
 		}
 	}
 	f := &fixture{e: e, m: NewMetrics(e, nil)}
-	f.srv = NewServer(e, routes, f.m, opts)
+	f.srv = NewServer(e, fixedRoutes(t, routes), f.m, opts)
 	t.Cleanup(f.srv.Close)
 	f.hs = httptest.NewServer(f.srv.Handler())
 	t.Cleanup(f.hs.Close)
@@ -805,4 +805,14 @@ func TestReloadEndpoint(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fixedRoutes is the routes as a gateway that never reloads publishes
+// them.
+func fixedRoutes(tb testing.TB, routes []*route.Route) func() *route.Set {
+	set, err := route.NewSet(routes, route.Dialer{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return func() *route.Set { return set }
 }

@@ -60,7 +60,11 @@ func TestDashboardRenders10kRoutes(t *testing.T) {
 			}
 		}
 	}
-	srv := admin.NewServer(e, rs, admin.NewMetrics(e, nil), admin.Options{})
+	set, err := route.NewSet(rs, route.Dialer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := admin.NewServer(e, func() *route.Set { return set }, admin.NewMetrics(e, nil), admin.Options{})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		// The page's event stream never ends by itself, and Close waits

@@ -637,7 +637,7 @@ func TestReloadKeepsVerifiedPasswords(t *testing.T) {
 	}
 	for _, st := range steps {
 		if st.reload != nil {
-			if err := v.g.Update(v.routes, st.reload, nil); err != nil {
+			if err := v.g.Update(v.g.Routes(), st.reload, nil); err != nil {
 				t.Fatal(err)
 			}
 		}

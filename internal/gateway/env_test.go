@@ -70,7 +70,11 @@ func (v *env) addRoute(t testing.TB, line string) {
 	}
 	v.routes = append(v.routes, r)
 	if v.g != nil {
-		if err := v.g.Update(v.routes, v.g.cfg.Users, v.g.cfg.Targets); err != nil {
+		routes, _, err := v.g.Routes().Next(v.routes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := v.g.Update(routes, v.g.cfg.Users, v.g.cfg.Targets); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -144,7 +144,7 @@ func (g *Gateway) Fetch(ctx context.Context, req FetchRequest) (*FetchResult, er
 	rec.route, rec.class, rec.attempts, rec.hedges = answered.lease.Route, answered.class, attempts, hedges
 	g.observeRequest(rec.method, answered.class, attempts, hedges, start)
 	if a := answered.fetched; a != nil && answered.resp != nil {
-		g.noteOrigin(j.target, j.url.Host)
+		s.targets.NoteOrigin(j.target, j.url.Host)
 		stripHop(answered.resp.Header) // as the proxy passes answers on
 		res.Status, res.Header, res.Body, res.Truncated = answered.resp.StatusCode, answered.resp.Header, a.body, a.truncated
 		rec.status = res.Status

@@ -120,7 +120,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 	j.hedge = hedge && j.another && ctl.session == "" && idempotent(r.Method) && !j.upgrade
 	win, last, attempts, hedges, err := g.run(r.Context(), s, j)
 	if answered := cmp.Or(win, last); answered != nil && answered.resp != nil {
-		g.noteOrigin(target, hostport) // admitted, and a target answered there
+		s.targets.NoteOrigin(target, hostport) // admitted, and a target answered there: probes go there
 		// A client that leaves mid-answer ends the attempt, so that a body
 		// the upstream stalls does not hold the lease, the connection and
 		// this goroutine until the upstream gives up.

@@ -226,9 +226,6 @@ type Gateway struct {
 	current atomic.Pointer[settings]
 	updates sync.Mutex // serializes Update
 
-	origins sync.Map               // target key → the host (with port) last requested for it, for probes
-	neutral atomic.Pointer[string] // the host of the last origin noted, for neutral probes' CONNECT (NeutralAuthority)
-
 	local localLog // the gateway running out of its own resources, logged at a bounded rate
 
 	lookalike *lookalike.Detector // soft bans no signature knows (lookalike.go)
@@ -243,7 +240,11 @@ func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) 
 	g.interceptor = g.newInterceptor()
 	// Pacing waits on real timers, so it reads the real clock too.
 	g.pacer = pacing.New(pacing.Config{Limits: g.paceOf, MaxTargets: cfg.MaxPacedTargets})
-	if err := g.Update(routes, cfg.Users, cfg.Targets); err != nil {
+	set, err := route.NewSet(routes, g.dialer())
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	if err := g.Update(set, cfg.Users, cfg.Targets); err != nil {
 		return nil, err
 	}
 	return g, nil
@@ -264,7 +265,7 @@ func (g *Gateway) dialer() route.Dialer {
 // the gateway has no such route: probes go out the same way, admission
 // included.
 func (g *Gateway) Exit(id string) *route.Exit {
-	return g.current.Load().exits[id]
+	return g.current.Load().routes.Exit(id)
 }
 
 // admit reads the target's authority as every route will send it and
@@ -331,8 +332,10 @@ func refusal(err error) *admit.Error {
 // Close closes the idle upstream connections of every route. Requests and
 // tunnels in progress are not cut.
 func (g *Gateway) Close() {
-	for _, x := range g.current.Load().exits {
-		x.CloseIdleConnections()
+	for _, x := range g.current.Load().routes.All() {
+		if x != nil {
+			x.CloseIdleConnections()
+		}
 	}
 	g.upstream.CloseIdleConnections()
 	g.targets.CloseIdle()
@@ -444,7 +447,7 @@ type record struct {
 
 // describe names r's destination for the log: scheme, host and path only,
 // never the query (crawlers put tokens there) nor userinfo.
-func (rec *record) describe(r *http.Request, targets *target.Rules) {
+func (rec *record) describe(r *http.Request, targets *target.Directory) {
 	host := r.URL.Hostname()
 	rec.url = r.URL.Scheme + "://" + r.URL.Host + r.URL.EscapedPath()
 	if r.Method == http.MethodConnect {
@@ -568,8 +571,8 @@ func (g *Gateway) acquire(s *settings, ctl control, target string, avoid []strin
 		}
 		return engine.Lease{}, nil, err
 	}
-	x, ok := s.exits[l.Route]
-	if !ok {
+	x := s.routes.Exit(l.Route)
+	if x == nil {
 		// The engine knows a route this gateway was not given: it carries
 		// nothing, so the lease is released without evidence.
 		g.giveBack(l)
@@ -609,24 +612,6 @@ func (g *Gateway) giveBack(l engine.Lease) {
 	g.engine.Report(g.cfg.Now(), l, engine.Outcome{Class: engine.Canceled})
 }
 
-// ProbeURL is the page a route×target probe should fetch for a target key:
-// the target's probe path (default "/") on the host of the last
-// absolute-form request for it that a target answered, else of the first
-// CONNECT tunnel built to it, else the key itself. A host admission
-// refused, or that never answered, is never probed. A CONNECT target is probed over plain HTTP: any answer shows the
-// route reaches the site, and a ban or captcha page shows it is refused.
-func (g *Gateway) ProbeURL(target string) string {
-	host := target
-	if v, ok := g.origins.Load(target); ok {
-		host = v.(string)
-	}
-	path := "/"
-	if _, p := g.current.Load().targets.Resolve(hostOnly(host)); p != nil && p.ProbePath != "" {
-		path = p.ProbePath
-	}
-	return "http://" + host + path
-}
-
 // JudgeProbe classifies a probe's answer from target as users' answers
 // there are judged (job.judge): the status's class, then the built-in and
 // the target's own soft-ban signatures, so that a pair cooled for a
@@ -636,13 +621,8 @@ func (g *Gateway) ProbeURL(target string) string {
 // read is put back.
 func (g *Gateway) JudgeProbe(targetKey string, resp *http.Response) (engine.Class, time.Duration) {
 	class, wait := route.ClassifyStatus(resp.StatusCode, resp.Header, g.cfg.Now())
-	host := targetKey
-	if v, ok := g.origins.Load(targetKey); ok {
-		host = hostOnly(v.(string))
-	}
-	_, policy := g.current.Load().targets.Resolve(host)
 	j := &job{target: targetKey}
-	j.judgeBy(policy, nil)
+	j.judgeBy(g.current.Load().targets.PolicyOf(targetKey), nil)
 	if err := j.judge(resp, "", &class); err != nil {
 		return engine.TargetReset, 0
 	}
@@ -655,27 +635,6 @@ func hostOnly(hostport string) string {
 		return h
 	}
 	return hostport
-}
-
-// noteOrigin remembers host as where target was last asked for, for
-// probes. Most requests repeat the host already known: those only read.
-func (g *Gateway) noteOrigin(target, host string) {
-	if v, ok := g.origins.Load(target); !ok || v.(string) != host {
-		g.origins.Store(target, host)
-		h := hostOnly(host)
-		g.neutral.Store(&h)
-	}
-}
-
-// NeutralAuthority is where a neutral probe's CONNECT goes when no probe
-// URL is set (probe.Config.NeutralAuthority): port 443, the one every
-// proxy tunnels to, of a host a target answered at, so that the proxy
-// has a real site to reach; "" until one did. It meets Admit again.
-func (g *Gateway) NeutralAuthority() string {
-	if h := g.neutral.Load(); h != nil {
-		return net.JoinHostPort(*h, "443")
-	}
-	return ""
 }
 
 // observeRequest tells the Observer how a request that got a route ended:

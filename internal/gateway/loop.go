@@ -230,7 +230,7 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 
 	// another says whether a route is left to try, before any budget is
 	// spent on it.
-	another := func() bool { return len(flights) < len(s.exits) }
+	another := func() bool { return len(flights) < s.routes.Listed() }
 	launch := func(hedge bool) error {
 		// Only the first attempt waits for a paced target: a retry or a
 		// hedge has other attempts to watch meanwhile.
@@ -252,7 +252,7 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 		// could follow: a hedge goes beside the first attempt alone, on
 		// another route.
 		hedgeAt := time.Duration(0)
-		if attempts == 0 && j.hedge && limit > 1 && len(s.exits) > 1 && l.HedgeAfter > 0 && (l.Deadline == 0 || l.HedgeAfter < l.Deadline) {
+		if attempts == 0 && j.hedge && limit > 1 && s.routes.Listed() > 1 && l.HedgeAfter > 0 && (l.Deadline == 0 || l.HedgeAfter < l.Deadline) {
 			hedgeAt = l.HedgeAfter
 		}
 		attempts++

@@ -172,7 +172,7 @@ func (g *Gateway) plainTunnel(ctx context.Context, client net.Conn, fromClient i
 		}
 		return
 	}
-	g.tunnelUp(in.host, in.target, rec, win, attempts, hedges)
+	g.tunnelUp(s, in.host, in.target, rec, win, attempts, hedges)
 	g.splice(client, fromClient, win)
 }
 

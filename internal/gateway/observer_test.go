@@ -145,7 +145,7 @@ func TestProbeURLFollowsTraffic(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
 		site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") })
 		v := newEnv(t, Config{}, "direct")
-		if got := v.g.ProbeURL("example.org"); got != "http://example.org/" {
+		if got := v.g.Targets().ProbeURL("example.org"); got != "http://example.org/" {
 			t.Fatalf("unseen target: %q", got)
 		}
 		resp, err := v.client(t, "").Get(site.URL + "/some/page?q=1")
@@ -153,7 +153,7 @@ func TestProbeURLFollowsTraffic(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if got, want := v.g.ProbeURL("127.0.0.1"), site.URL+"/"; got != want {
+		if got, want := v.g.Targets().ProbeURL("127.0.0.1"), site.URL+"/"; got != want {
 			t.Fatalf("probe page %q, want %q", got, want)
 		}
 	})

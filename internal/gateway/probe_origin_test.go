@@ -58,14 +58,14 @@ func TestProbesNeverReachBlocked(t *testing.T) {
 		if code := get("inside.example.test"); code != http.StatusForbidden {
 			t.Fatalf("inside.example.test answered %d, want 403", code)
 		}
-		if u := v.g.ProbeURL(key); strings.Contains(u, "inside") {
+		if u := v.g.Targets().ProbeURL(key); strings.Contains(u, "inside") {
 			t.Fatalf("probe page %q: a refused host became the origin", u)
 		}
 		// A name that answered is the origin; then it rebinds inside.
 		if code := get("rebind.example.test"); code != http.StatusOK {
 			t.Fatalf("rebind.example.test answered %d, want 200", code)
 		}
-		if u, want := v.g.ProbeURL(key), "http://"+net.JoinHostPort("rebind.example.test", port)+"/"; u != want {
+		if u, want := v.g.Targets().ProbeURL(key), "http://"+net.JoinHostPort("rebind.example.test", port)+"/"; u != want {
 			t.Fatalf("probe page %q, want %q", u, want)
 		}
 		dns.Set("rebind.example.test", internal)
@@ -77,7 +77,7 @@ func TestProbesNeverReachBlocked(t *testing.T) {
 		}
 		pair, _ := v.pair(t, 0, key)
 		v.e.Sweep(pair.Health.UntilTime())
-		p := probe.New(v.e, v.g, probe.Config{TargetURL: v.g.ProbeURL, Admit: v.g.Admit, Now: pair.Health.UntilTime})
+		p := probe.New(v.e, v.g, probe.Config{TargetURL: v.g.Targets().ProbeURL, Admit: v.g.Admit, Now: pair.Health.UntilTime})
 		jobs := p.Drain(context.Background(), nil)
 		p.Wait()
 		if len(jobs) == 0 {
@@ -142,7 +142,7 @@ func TestNeutralAuthority(t *testing.T) {
 				t.Parallel()
 				site := newTarget(t, func(int, http.ResponseWriter, *http.Request) {})
 				v := newEnv(t, Config{}, proxyLine(routetest.NewProxy(t, routetest.Behavior{}), ""))
-				if got := v.g.NeutralAuthority(); got != "" {
+				if got := v.g.Targets().NeutralAuthority(); got != "" {
 					t.Fatalf("before any request: %q, want none", got)
 				}
 				addr := strings.TrimPrefix(site.URL, "http://")
@@ -155,7 +155,7 @@ func TestNeutralAuthority(t *testing.T) {
 				} else {
 					v.warm(t, site, 1)
 				}
-				if got := v.g.NeutralAuthority(); got != "127.0.0.1:443" {
+				if got := v.g.Targets().NeutralAuthority(); got != "127.0.0.1:443" {
 					t.Errorf("after a request to %s: %q, want 127.0.0.1:443", addr, got)
 				}
 			})

@@ -11,56 +11,40 @@ import (
 // settings are the parts of the gateway a reload changes. Immutable once
 // published.
 type settings struct {
-	exits   map[string]*route.Exit // by route id
-	users   *accounts              // nil: no client auth
-	targets *target.Rules
+	routes  *route.Set
+	users   *accounts // nil: no client auth
+	targets *target.Directory
 	paces   bool // some target is paced
 }
 
-// Update replaces the routes, users and target rules; requests already
-// running finish with what they started with. Every route must already be
-// known to the engine (added or updated with r.Spec()). A route whose dial
-// is unchanged, credentials included, keeps its Exit and the Exit's idle
-// connections; the idle connections of the others' own transports
-// (SOCKS5) are closed, and those in the shared one serve the routes left
-// with the same proxy and credentials, or are closed once idle too long or
-// crowded out.
-func (g *Gateway) Update(routes []*route.Route, users map[string]User, targets *target.Rules) error {
+// Update publishes routes (derived from Routes() by route.Set.Next), users
+// and target rules (nil: none); requests already running finish with what
+// they started with. Every route routes lists must already be known to the
+// engine (added or updated with r.Spec()). The idle connections of the
+// Exits routes no longer carries are closed: those of their own transports
+// (SOCKS5) at once, and those in the shared one once idle too long or
+// crowded out, unless they serve the routes left with the same proxy and
+// credentials.
+func (g *Gateway) Update(routes *route.Set, users map[string]User, rules *target.Rules) error {
 	g.updates.Lock()
 	defer g.updates.Unlock()
-	if targets == nil {
-		targets = target.New(nil)
-	}
-	old := g.current.Load()
-	var oldUsers *accounts
-	if old != nil {
-		oldUsers = old.users
-	}
-	next := &settings{exits: make(map[string]*route.Exit, len(routes)), users: newAccounts(users, oldUsers, g.cfg.Now), targets: targets, paces: targets.Paces()}
-	dialer := g.dialer()
-	for _, r := range routes {
-		if _, ok := g.engine.RouteSpec(r.ID); !ok {
+	for r, x := range routes.All() {
+		if _, ok := g.engine.RouteSpec(r.ID); x != nil && !ok {
 			return fmt.Errorf("gateway: route %s is not known to the engine", r.ID)
 		}
-		if _, dup := next.exits[r.ID]; dup {
-			return fmt.Errorf("gateway: duplicate route %s", r.ID)
-		}
-		if old != nil {
-			if x, ok := old.exits[r.ID]; ok && sameDial(x.Route(), r) {
-				next.exits[r.ID] = x
-				continue
-			}
-		}
-		x, err := route.NewExit(r, dialer)
-		if err != nil {
-			return fmt.Errorf("gateway: %w", err)
-		}
-		next.exits[r.ID] = x
 	}
+	old := g.current.Load()
+	next := &settings{routes: routes}
+	if old == nil {
+		next.users, next.targets = newAccounts(users, nil, g.cfg.Now), target.NewDirectory(rules)
+	} else {
+		next.users, next.targets = newAccounts(users, old.users, g.cfg.Now), old.targets.With(rules)
+	}
+	next.paces = next.targets.Paces()
 	g.current.Store(next)
 	if old != nil {
-		for id, x := range old.exits {
-			if y, ok := next.exits[id]; !ok || y != x {
+		for r, x := range old.routes.All() {
+			if x != nil && routes.Exit(r.ID) != x {
 				x.CloseIdleConnections()
 			}
 		}
@@ -69,14 +53,13 @@ func (g *Gateway) Update(routes []*route.Route, users map[string]User, targets *
 	return nil
 }
 
-// sameDial reports whether a and b reach their exit identically,
-// credentials included, so that connections made for a serve b.
-func sameDial(a, b *route.Route) bool {
-	if a.Scheme != b.Scheme || (a.URL == nil) != (b.URL == nil) {
-		return false
-	}
-	return a.URL == nil || a.URL.String() == b.URL.String()
-}
+// Routes is the set of routes the gateway carries, from which a reload
+// derives the next (route.Set.Next).
+func (g *Gateway) Routes() *route.Set { return g.current.Load().routes }
+
+// Targets is what the gateway knows of targets: the rules in force and
+// where users' traffic reached each target, for probes.
+func (g *Gateway) Targets() *target.Directory { return g.current.Load().targets }
 
 // paceOf is the pacing of a target under the current rules.
 func (g *Gateway) paceOf(key string) pacing.Limits {

@@ -279,12 +279,12 @@ func (u *ssrfEnv) recordDirect(t *testing.T) func() []string {
 			return nil
 		}
 	}
-	x, err := route.NewExit(u.v.routes[0], d)
+	set, err := route.NewSet(u.v.routes[:1], d)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := *u.v.g.current.Load()
-	s.exits = map[string]*route.Exit{u.v.id(0): x}
+	s.routes = set
 	u.v.g.current.Store(&s)
 	return func() []string {
 		mu.Lock()

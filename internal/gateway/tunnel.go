@@ -46,7 +46,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settin
 	win, last, attempts, hedges, err := g.run(r.Context(), s, connectJob(target, addr, ctl, policy))
 	switch {
 	case win != nil:
-		g.tunnelUp(host, target, rec, win, attempts, hedges)
+		g.tunnelUp(s, host, target, rec, win, attempts, hedges)
 		g.tunnel(w, r, rec, win, attempts)
 	case last != nil:
 		g.respond(w, rec, last, attempts, hedges)
@@ -70,9 +70,9 @@ func connectJob(target, addr string, ctl control, policy *target.Policy) *job {
 
 // tunnelUp notes a tunnel built: its origin for probes, until an
 // absolute-form request names one, the log's fields and the metrics.
-func (g *Gateway) tunnelUp(host, target string, rec *record, win *outcome, attempts, hedges int) {
-	if _, known := g.origins.Load(target); !known {
-		g.noteOrigin(target, host)
+func (g *Gateway) tunnelUp(s *settings, host, target string, rec *record, win *outcome, attempts, hedges int) {
+	if !s.targets.Known(target) {
+		s.targets.NoteOrigin(target, host)
 	}
 	rec.route, rec.class, rec.attempts, rec.hedges = win.lease.Route, engine.OK, attempts, hedges
 	g.observeRequest(rec.method, engine.OK, attempts, hedges, rec.start)

@@ -8,7 +8,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -59,9 +58,7 @@ type Server struct {
 	// sections that only a restart applies are the ones in force.
 	started *config.Config
 
-	mu      sync.Mutex              // serializes Reload
-	routes  map[string]*route.Route // guarded by mu: every route the engine knows, by id
-	removed map[string]bool         // guarded by mu: routes a reload removed, draining
+	mu sync.Mutex // serializes Reload
 	// pending names the sections of the last configuration reloaded that
 	// differ from started's: a restart would apply them.
 	pending atomic.Pointer[[]string]
@@ -85,7 +82,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{ln: ln, log: log, started: cfg, routes: make(map[string]*route.Route, len(cfg.RouteList)), removed: make(map[string]bool)}
+	s := &Server{ln: ln, log: log, started: cfg}
 	var store engine.Store
 	if cfg.State.Shared() {
 		if s.shared, err = redisstore.Open(cfg.State.URL, redisstore.Options{
@@ -109,7 +106,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 			s.closeShared()
 			return nil, err
 		}
-		routes[i], s.routes[r.ID] = r, r
+		routes[i] = r
 	}
 	metrics := admin.NewMetrics(e, log)
 	metrics.WatchRestart(s.restartRequired)
@@ -155,8 +152,9 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 	// Probes leave through the gateway's own exits, so they see what users'
 	// traffic sees, admission included, and follow its reloads.
 	s.prober = probe.New(e, s.gateway, probe.Config{
-		TargetURL: s.gateway.ProbeURL, Judge: s.gateway.JudgeProbe, NeutralURL: cfg.Probe.URL, NeutralAuthority: s.gateway.NeutralAuthority,
-		Admit: s.gateway.Admit, Observer: metrics,
+		TargetURL:        func(key string) string { return s.gateway.Targets().ProbeURL(key) },
+		NeutralAuthority: func() string { return s.gateway.Targets().NeutralAuthority() },
+		Judge:            s.gateway.JudgeProbe, NeutralURL: cfg.Probe.URL, Admit: s.gateway.Admit, Observer: metrics,
 	})
 	s.metrics = metrics
 	aopts := admin.Options{
@@ -199,7 +197,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		node = hostName()
 	}
 	if ln.Admin != nil {
-		s.admin = admin.NewServer(e, routes, metrics, aopts)
+		s.admin = admin.NewServer(e, s.gateway.Routes, metrics, aopts)
 	}
 	if ln.API != nil {
 		f := cfg.Fetch
@@ -294,56 +292,28 @@ func (s *Server) Engine() *engine.Engine { return s.engine }
 func (s *Server) Reload(next *config.Config) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	users := gatewayUsers(next)
-	now := time.Now()
-	previous := maps.Clone(s.routes)
-	var added, updated, removed int
-	current := make([]*route.Route, len(next.RouteList))
-	listed := make(map[string]bool, len(next.RouteList))
+	listed := make([]*route.Route, len(next.RouteList))
 	for i := range next.RouteList {
-		r := &next.RouteList[i]
-		spec := r.Spec()
-		switch old, known := s.engine.RouteSpec(r.ID); {
-		case !known:
-			if err := s.engine.AddRoute(now, spec); err != nil {
-				return err
-			}
-			added++
-		case !sameSpec(old, spec):
-			if err := s.engine.UpdateRoute(now, spec); err != nil {
-				return err
-			}
-			updated++
-		}
-		if s.removed[r.ID] {
-			if err := s.engine.Restore(now, r.ID); err != nil {
-				return err
-			}
-			delete(s.removed, r.ID)
-			added++
-		}
-		current[i], s.routes[r.ID], listed[r.ID] = r, r, true
+		listed[i] = &next.RouteList[i]
+	}
+	previous := s.gateway.Routes()
+	routes, diff, err := previous.Next(listed)
+	if err != nil {
+		return err
+	}
+	if err := s.apply(diff); err != nil {
+		return err
+	}
+	if err := s.gateway.Update(routes, gatewayUsers(next), next.TargetRules()); err != nil {
+		return err
 	}
 	// A route whose proxy refused its credentials is warned of again if
 	// it still is; one given other credentials, or removed, is no longer
 	// counted as failing until its proxy refuses it again.
 	s.metrics.ResetProxyAuth(func(id string) bool {
-		old, was := previous[id]
-		r, ok := s.routes[id]
-		return was && ok && listed[id] && sameCredentials(old, r)
+		x := routes.Exit(id)
+		return x != nil && x == previous.Exit(id) // listed both times, dialled alike
 	})
-	for id := range s.routes {
-		if !listed[id] && !s.removed[id] {
-			if err := s.engine.Drain(now, id); err != nil {
-				return err
-			}
-			s.removed[id] = true
-			removed++
-		}
-	}
-	if err := s.gateway.Update(current, users, next.TargetRules()); err != nil {
-		return err
-	}
 	if s.cluster != nil {
 		s.cluster.SetPeers(next.Cluster.Peers, next.Cluster.DNS)
 		if next.Cluster.DNS != "" {
@@ -354,19 +324,47 @@ func (s *Server) Reload(next *config.Config) error {
 			cancel()
 		}
 	}
-	if s.admin != nil {
-		all := make([]*route.Route, 0, len(s.routes))
-		for _, r := range s.routes {
-			all = append(all, r)
-		}
-		s.admin.SetRoutes(all)
-	}
 	pending := restartOnly(s.started, next)
 	for _, section := range pending {
 		s.log.Warn("reload: this section needs a restart to change; the running one stays", "section", section)
 	}
 	s.pending.Store(&pending)
-	s.log.Info("reloaded", "routes", len(current), "added", added, "updated", updated, "removed", removed, "draining", len(s.removed), "targets", len(next.Targets), "users", len(next.Users))
+	s.log.Info("reloaded", "routes", routes.Listed(), "added", len(diff.Added)+len(diff.Returned), "updated", len(diff.Changed),
+		"removed", len(diff.Removed), "targets", len(next.Targets), "users", len(next.Users))
+	return nil
+}
+
+// apply tells the engine what a reload changes: new routes join as
+// candidates, changed ones take their new spec, returning ones are
+// restored, removed ones drain. A route the engine already knows is
+// updated rather than added, so that a reload refused halfway through can
+// be applied again.
+func (s *Server) apply(d route.Diff) error {
+	now := time.Now()
+	for _, r := range d.Added {
+		add := s.engine.AddRoute
+		if _, known := s.engine.RouteSpec(r.ID); known {
+			add = s.engine.UpdateRoute
+		}
+		if err := add(now, r.Spec()); err != nil {
+			return err
+		}
+	}
+	for _, r := range d.Changed {
+		if err := s.engine.UpdateRoute(now, r.Spec()); err != nil {
+			return err
+		}
+	}
+	for _, r := range d.Returned {
+		if err := s.engine.Restore(now, r.ID); err != nil {
+			return err
+		}
+	}
+	for _, r := range d.Removed {
+		if err := s.engine.Drain(now, r.ID); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -400,21 +398,6 @@ func (s *Server) restartRequired() []string {
 		return *p
 	}
 	return nil
-}
-
-// sameCredentials reports whether two routes reach their proxy with the
-// same credentials.
-func sameCredentials(a, b *route.Route) bool {
-	if a.URL == nil || b.URL == nil {
-		return a.URL == b.URL
-	}
-	return a.URL.User.String() == b.URL.User.String() && a.URL.Host == b.URL.Host
-}
-
-// sameSpec reports whether two route specs are the same.
-func sameSpec(a, b engine.RouteSpec) bool {
-	return a.ID == b.ID && a.MaxInflight == b.MaxInflight && a.Weight == b.Weight && a.Cost == b.Cost &&
-		a.Labels.String() == b.Labels.String()
 }
 
 // restartOnly names the sections that differ between old and next but
