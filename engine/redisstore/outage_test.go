@@ -217,4 +217,12 @@ func TestSessionsBoundOffline(t *testing.T) {
 			}
 		}
 	}
+	// b bound "disputed" online and cached it: it must not carry on there.
+	waitFor(t, "b drops its binding of the disputed session", func() bool {
+		route, _ := b.Session("disputed", now)
+		return route == engine.SessionConflict
+	})
+	if route, ok := b.Session("agreed", now); !ok || route != 1 {
+		t.Errorf("b: agreed session on %d (%v), want 1", route, ok)
+	}
 }

@@ -41,9 +41,11 @@ func (s *Store) sessionValue(b binding) string {
 // when the session is unbound there, kept when bound there to the same
 // route (the later deadline wins), and when bound to another route turned
 // into a conflict, which every process then answers with
-// session_restart_required. KEYS[1]: the session. ARGV[1]: the route's
-// name; ARGV[2]: the binding's deadline, Unix ns; ARGV[3]: the key's TTL,
-// ms. Returns 1 when the binding stands, 0 for a conflict.
+// session_restart_required, and announced, so that the processes holding
+// the other binding drop it too. KEYS[1]: the session. ARGV[1]: the
+// route's name; ARGV[2]: the binding's deadline, Unix ns; ARGV[3]: the
+// key's TTL, ms; ARGV[4]: the channel; ARGV[5]: the conflict's
+// notification. Returns 1 when the binding stands, 0 for a conflict.
 var reconcileScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 local name, untilText = ARGV[1], ARGV[2]
@@ -53,6 +55,7 @@ if v then
 	if theirs ~= name then
 		if tonumber(theirUntil) > tonumber(untilText) then untilText = theirUntil end
 		redis.call('SET', KEYS[1], '\n' .. untilText, 'PX', ARGV[3])
+		redis.call('PUBLISH', ARGV[4], ARGV[5])
 		return 0
 	end
 	if tonumber(theirUntil) > tonumber(untilText) then return 1 end
@@ -177,7 +180,8 @@ func (s *Store) reconcileSessions() error {
 		}
 		ttl := max(time.Duration(b.until-now)+s.opts.SessionGrace, s.opts.SessionGrace)
 		ctx, cancel := s.call()
-		stands, err := reconcileScript.Run(ctx, s.rdb, []string{s.sessionKey(id)}, s.names.route(b.route), b.until, ttl.Milliseconds()).Int()
+		stands, err := reconcileScript.Run(ctx, s.rdb, []string{s.sessionKey(id)}, s.names.route(b.route), b.until, ttl.Milliseconds(),
+			s.channel, s.header('s', "", "")+id).Int()
 		cancel()
 		if err != nil {
 			return err
@@ -195,6 +199,15 @@ func (s *Store) reconcileSessions() error {
 		s.sessions.mu.Unlock()
 	}
 	return nil
+}
+
+// heardConflict takes another process's word that session id is bound
+// twice: the binding cached here is dropped, so that the next request
+// reads the conflict and fails loudly rather than carrying on on its exit.
+func (s *Store) heardConflict(id string) {
+	s.sessions.mu.Lock()
+	delete(s.sessions.bound, id)
+	s.sessions.mu.Unlock()
 }
 
 var _ engine.SessionStore = (*Store)(nil)

@@ -27,10 +27,10 @@ func parseVersion(v any) (int64, error) {
 	return 0, errBadReply
 }
 
-// header starts a notification: origin, kind ('h' record, 'i' incident;
-// for shared pacing, pace.go: 'p' a pair's limit, 't' a target's, 'w' a
-// wave ban or a pair seen), route and target, each ended by NUL; a
-// record's version and encoding, or the rest, follow.
+// header starts a notification: origin, kind ('h' record, 'i' incident,
+// 's' a session bound twice; for shared pacing, pace.go: 'p' a pair's
+// limit, 't' a target's, 'w' a wave ban or a pair seen), route and target,
+// each ended by NUL; a record's version and encoding, or the rest, follow.
 func (s *Store) header(kind byte, route, target string) string {
 	return s.origin + "\x00" + string(kind) + "\x00" + route + "\x00" + target + "\x00"
 }
@@ -39,7 +39,7 @@ func (s *Store) header(kind byte, route, target string) string {
 type note struct {
 	origin, route, target string
 	kind                  byte
-	rest                  string // record: "version\x00encoding"; incident: the class, "" when closed; pacing: pace.go
+	rest                  string // record: "version\x00encoding"; incident: the class, "" when closed; session: its id; pacing: pace.go
 }
 
 func parseNote(payload string) (note, bool) {
@@ -104,6 +104,8 @@ func (s *Store) applyNote(n note) {
 		} else if c, err := engine.ParseClass(n.rest); err == nil {
 			s.incidents.Store(num, c)
 		}
+	case 's':
+		s.heardConflict(n.rest)
 	case 'p':
 		s.heardLimit(n.target, "r:"+n.route, n.rest)
 		s.pace.heard.Add(1)
