@@ -44,7 +44,7 @@ func BenchmarkLargePool(b *testing.B) {
 			b.Fatalf("SWITCHYARD_LARGE_FOR=%q: want a duration", v)
 		}
 	}
-	// Ten routes, one a proxy, beside the large pool: what the pool's
+	// Ten routes, one per proxy, beside the large pool: what the pool's
 	// size costs, measured in the same run.
 	for _, routes := range []int{10, n} {
 		b.Run(fmt.Sprintf("routes=%d", routes), func(b *testing.B) { largePool(b, routes, run) })
