@@ -37,11 +37,11 @@ func soakTime(t *testing.T) time.Duration {
 
 // openFDs counts the process's open file descriptors.
 func openFDs(t *testing.T) int {
-	entries, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
+	n := descriptors()
+	if n == 0 {
 		t.Skip("no /proc/self/fd to count descriptors with")
 	}
-	return len(entries)
+	return int(n)
 }
 
 // connectStatus is the gateway's answer to a CONNECT other than 200. Go's
