@@ -152,7 +152,7 @@ func (m *Metrics) WatchClientConns(open func() int64) {
 func (m *Metrics) WatchUpstreamConns(open func() int64) {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "switchyard_upstream_conns",
-		Help: "Connections open to upstream proxies (to targets, for direct routes) in the transport HTTP, HTTPS and direct routes share, in use or idle; idle ones are capped by server.max_idle_upstream_conns. SOCKS5 routes' are not counted.",
+		Help: "Connections open to upstream proxies (to targets, for direct routes), in use or idle; idle ones are capped by server.max_idle_upstream_conns.",
 	}, func() float64 { return float64(open()) }))
 }
 

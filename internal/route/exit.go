@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"syscall"
-	"time"
 )
 
 // Exit is one route's way out, built once per route so that connections
@@ -28,6 +27,9 @@ type Exit struct {
 	tls       *tls.Config   // TLS to the HTTPS proxy; nil for other schemes
 	transport *http.Transport
 	upstream  *Upstream // the shared transport is transport; nil when it is the exit's own
+	// bound, for a SOCKS5 exit, is the Upstream whose bound on idle
+	// connections its own transport keeps to; nil without one.
+	bound *Upstream
 }
 
 // NewExit builds the exit of r, dialling as d says. r must be Direct or
@@ -49,8 +51,9 @@ func NewExit(r *Route, d Dialer) (*Exit, error) {
 		return x, nil
 	}
 	x.transport = &http.Transport{
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     90 * time.Second,
+		MaxIdleConns:        maxIdlePerKey,
+		MaxIdleConnsPerHost: maxIdlePerKey,
+		IdleConnTimeout:     upstreamIdleTimeout,
 		// The client's Accept-Encoding goes through untouched; the answer
 		// must reach it as the target sent it.
 		DisableCompression: true,
@@ -72,8 +75,13 @@ func NewExit(r *Route, d Dialer) (*Exit, error) {
 	default:
 		// SOCKS5 and Direct: the request rides a tunnel to the target.
 		x.transport.DialContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
-			return x.dialTarget(ctx, addr)
+			c, err := x.dialTarget(ctx, addr)
+			if err != nil || x.bound == nil {
+				return c, err
+			}
+			return x.bound.counted(c), nil
 		}
+		x.bound = d.Upstream // nil but for SOCKS5 beside an Upstream
 	}
 	return x, nil
 }
@@ -102,6 +110,9 @@ func (x *Exit) RoundTrip(req *http.Request, p *Progress) (*http.Response, error)
 	p.direct = x.route.Scheme == Direct
 	if ctx := req.Context(); httptrace.ContextClientTrace(ctx) != &p.trace || x.upstream != nil && exitOf(ctx) != x {
 		req = req.WithContext(x.Context(ctx, p))
+	}
+	if x.bound != nil {
+		x.bound.warm.touch(x)
 	}
 	resp, err := x.transport.RoundTrip(req)
 	if err != nil {

@@ -1,6 +1,7 @@
 package route
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"net"
@@ -20,11 +21,46 @@ import (
 // and at most MaxIdle of them are kept idle across all routes, the least
 // recently used closed first. SOCKS5 routes keep a transport of their own:
 // their connections are tunnels through one proxy and must never carry
-// another route's requests. Safe for concurrent use.
+// another route's requests. Only the SOCKS5 routes used last keep idle
+// connections, as many routes as MaxIdle allows at 16 each, so that a
+// pool of SOCKS5 routes is bounded alike. Safe for concurrent use.
 type Upstream struct {
 	// Immutable after NewUpstream.
 	transport *http.Transport
-	open      atomic.Int64 // connections of transport open now, in use or idle
+	open      atomic.Int64 // connections open now, in use or idle: the shared transport's and SOCKS5 routes'
+
+	warm warmExits
+}
+
+// warmExits are the SOCKS5 exits whose transports may keep idle
+// connections, the one used last in front; an exit pushed out of the
+// last max has its idle connections closed.
+type warmExits struct {
+	mu    sync.Mutex
+	max   int
+	order list.List               // of *Exit; guarded by mu
+	at    map[*Exit]*list.Element // guarded by mu
+}
+
+// touch puts x in front, closing the idle connections of the exit it
+// pushes out.
+func (w *warmExits) touch(x *Exit) {
+	w.mu.Lock()
+	if e, ok := w.at[x]; ok {
+		w.order.MoveToFront(e)
+		w.mu.Unlock()
+		return
+	}
+	w.at[x] = w.order.PushFront(x)
+	var out *Exit
+	if w.order.Len() > w.max {
+		out = w.order.Remove(w.order.Back()).(*Exit)
+		delete(w.at, out)
+	}
+	w.mu.Unlock()
+	if out != nil {
+		out.transport.CloseIdleConnections()
+	}
 }
 
 // Defaults of NewUpstream.
@@ -49,7 +85,7 @@ func NewUpstream(maxIdle int) *Upstream {
 	if maxIdle <= 0 {
 		maxIdle = DefaultMaxIdle
 	}
-	u := &Upstream{}
+	u := &Upstream{warm: warmExits{max: max(1, maxIdle/maxIdlePerKey), at: make(map[*Exit]*list.Element)}}
 	u.transport = &http.Transport{
 		Proxy:               u.proxy,
 		DialContext:         u.dial,
@@ -64,7 +100,8 @@ func NewUpstream(maxIdle int) *Upstream {
 	return u
 }
 
-// Open is how many of the shared connections are open now, in use or idle.
+// Open is how many connections to upstream proxies (to targets, for Direct
+// routes) the exits sharing u hold open now, in use or idle.
 func (u *Upstream) Open() int64 { return u.open.Load() }
 
 // CloseIdleConnections closes the shared idle connections, every route's.

@@ -117,6 +117,37 @@ func TestUpstreamCapsIdleAcrossRoutes(t *testing.T) {
 	})
 }
 
+// SOCKS5 routes keep transports of their own, but only those used last
+// keep idle connections, 16 each within the Upstream's cap: a pool of
+// many SOCKS5 routes holds the cap's worth of descriptors too, and they
+// are counted in Open.
+func TestUpstreamBoundsSOCKS5Routes(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		const routes, capacity = 6, 32 // two routes' worth
+		target := pageTarget(t)
+		u := route.NewUpstream(capacity)
+		exits := make([]*route.Exit, routes)
+		for i := range exits {
+			exits[i] = sharedExit(t, routetest.NewProxy(t, routetest.Behavior{Kind: routetest.SOCKS5Proxy}).URL.String(), u, nil)
+		}
+		defer func() {
+			for _, x := range exits {
+				x.CloseIdleConnections()
+			}
+		}()
+		for i, x := range exits {
+			sharedGet(t, x, target, fmt.Sprintf("/%d", i))
+			if got, want := u.Open(), min(int64(i+1), 2); got != want {
+				t.Errorf("after route %d: %d connections open, want %d", i, got, want)
+			}
+		}
+		sharedGet(t, exits[routes-1], target, "/again") // its kept connection
+		if got := u.Open(); got != 2 {
+			t.Errorf("%d connections open after a warm route's request, want 2", got)
+		}
+	})
+}
+
 // However routes share the transport, a request leaves through its own
 // route: a Direct request never rides a proxy's connection, a proxied one
 // never the gateway's own, and a SOCKS5 route keeps its own transport.
@@ -142,8 +173,8 @@ func TestUpstreamKeepsRoutesApart(t *testing.T) {
 				t.Fatalf("round %d: the SOCKS5 proxy opened %d sessions, want 1, kept alive", i, n)
 			}
 		}
-		if got := u.Open(); got != 2 {
-			t.Errorf("%d shared connections, want 2: the proxy's and the direct one (SOCKS5's are its own)", got)
+		if got := u.Open(); got != 3 {
+			t.Errorf("%d connections open, want 3: the proxy's, the direct one and the SOCKS5 route's own", got)
 		}
 	})
 }

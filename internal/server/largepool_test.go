@@ -26,12 +26,13 @@ import (
 // second, and what the process holds: its most file descriptors, RSS and
 // connections open upstream. The routes are distinct credentials on ten
 // fake proxies on 127.0.0.1, so no two routes share a connection, as with
-// a list of distinct exits.
+// a list of distinct exits; HTTP proxies, or with
+// SWITCHYARD_LARGE_SCHEME=socks5 SOCKS5 ones.
 //
 //	go test -run '^$' -bench LargePool -benchtime 1x ./internal/server
 //	SWITCHYARD_LARGE_ROUTES=100000 SWITCHYARD_LARGE_FOR=30s go test -run '^$' -bench LargePool -benchtime 1x -timeout 20m ./internal/server
 func BenchmarkLargePool(b *testing.B) {
-	n, run := 10_000, 10*time.Second
+	n, run, kind := 10_000, 10*time.Second, routetest.HTTPProxy
 	if v := os.Getenv("SWITCHYARD_LARGE_ROUTES"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n <= 0 {
@@ -44,24 +45,31 @@ func BenchmarkLargePool(b *testing.B) {
 			b.Fatalf("SWITCHYARD_LARGE_FOR=%q: want a duration", v)
 		}
 	}
+	switch v := os.Getenv("SWITCHYARD_LARGE_SCHEME"); v {
+	case "", "http":
+	case "socks5":
+		kind = routetest.SOCKS5Proxy
+	default:
+		b.Fatalf("SWITCHYARD_LARGE_SCHEME=%q: want http or socks5", v)
+	}
 	// Ten routes, one per proxy, beside the large pool: what the pool's
 	// size costs, measured in the same run.
 	for _, routes := range []int{10, n} {
-		b.Run(fmt.Sprintf("routes=%d", routes), func(b *testing.B) { largePool(b, routes, run) })
+		b.Run(fmt.Sprintf("routes=%d", routes), func(b *testing.B) { largePool(b, routes, run, kind) })
 	}
 }
 
-func largePool(b *testing.B, n int, run time.Duration) {
+func largePool(b *testing.B, n int, run time.Duration, kind routetest.Kind) {
 	const clients = 16
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
 	defer site.Close()
 	proxies := make([]*routetest.Proxy, 10)
 	for i := range proxies {
-		proxies[i] = routetest.NewProxy(b, routetest.Behavior{KeepAlive: true})
+		proxies[i] = routetest.NewProxy(b, routetest.Behavior{KeepAlive: true, Kind: kind})
 	}
 	var list strings.Builder
 	for i := range n {
-		fmt.Fprintf(&list, "http://u%d:pw@%s\n", i, proxies[i%len(proxies)].URL.Host)
+		fmt.Fprintf(&list, "%s://u%d:pw@%s\n", proxies[i%len(proxies)].URL.Scheme, i, proxies[i%len(proxies)].URL.Host)
 	}
 	for range b.N {
 		proxy, adm := listen(b), listen(b)
