@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -125,6 +126,15 @@ func NewNodes(addrs []string, opts ...Option) (*Client, error) {
 	// gRPC's own default, 4 MiB, is under what the gateway answers
 	// (fetch.max_response_bytes, 16 MiB by default).
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.maxMsg))}
+	if o.cooldown > 0 {
+		// A node that went away is dialled again at least every cooldown,
+		// not after gRPC's backoff of up to two minutes, so that a node
+		// that restarts takes calls again once its cooldown is over.
+		dial = append(dial, grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
+			BaseDelay: min(backoff.DefaultConfig.BaseDelay, o.cooldown), Multiplier: backoff.DefaultConfig.Multiplier,
+			Jitter: backoff.DefaultConfig.Jitter, MaxDelay: o.cooldown,
+		}}))
+	}
 	if o.token != "" {
 		dial = append(dial, grpc.WithPerRPCCredentials(bearer{token: o.token, secure: o.tls != nil}))
 	}

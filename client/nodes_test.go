@@ -149,3 +149,49 @@ func TestNodesFromDNS(t *testing.T) {
 		t.Fatalf("after n2's record went: calls %v, nodes %v", got, c.Nodes())
 	}
 }
+
+// A node that was down a while and restarts takes calls again within a
+// cooldown or so: its connection is dialled again at least every
+// cooldown, not after gRPC's own backoff, which grows to two minutes
+// (5.5 s down left its next attempt 3 to 4.5 s after the restart).
+func TestRestartedNodeIsCalledAgain(t *testing.T) {
+	t.Parallel()
+	const cooldown = 100 * time.Millisecond
+	s := site(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	srv := serveNode(t, ln, 1, gateway.Config{}, "n1")
+	c, err := NewNodes([]string{addr}, WithToken("alice:pw"), WithNodeCooldown(cooldown))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Fetch(testContext(t), s.URL+"/a"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+	for deadline := time.Now().Add(5500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(cooldown) {
+		c.Fetch(testContext(t), s.URL+"/down") // fails: gRPC's backoff would grow
+	}
+	if ln, err = net.Listen("tcp", addr); err != nil {
+		t.Skipf("the node's address was taken meanwhile: %v", err)
+	}
+	serveNode(t, ln, 1, gateway.Config{}, "n1")
+	start := time.Now()
+	for {
+		resp, err := c.Fetch(testContext(t), s.URL+"/b")
+		if err == nil && resp.Node == "n1" {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("the restarted node never answered: %v", err)
+		}
+		time.Sleep(cooldown)
+	}
+	if back := time.Since(start); back > 2*time.Second {
+		t.Errorf("the restarted node answered %v after, want within a few cooldowns of %v", back, cooldown)
+	}
+}

@@ -395,3 +395,57 @@ func TestOwnAddressIsNoSecondNode(t *testing.T) {
 		t.Fatalf("a second process with this id was not warned of:\n%s", logged.String())
 	}
 }
+
+// A peer that was down a while and restarts is back within up_after
+// checks: its connection is dialled again at least every check, not after
+// gRPC's own backoff, which grows to two minutes (5.5 s down left its next
+// attempt 3 to 4.5 s after the restart).
+func TestRestartedPeerIsBackWithinChecks(t *testing.T) {
+	t.Parallel()
+	const every = 100 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	serve := func(ln net.Listener) func() {
+		srv := grpc.NewServer(newCluster(t, "p", "s", nil).ServerOptions()...)
+		healthpb.RegisterHealthServer(srv, health.NewServer())
+		pb.RegisterFetcherServer(srv, pinger{id: "p"})
+		done := make(chan struct{})
+		go func() { defer close(done); srv.Serve(ln) }()
+		return func() { srv.Stop(); <-done }
+	}
+	stop := serve(ln)
+	cfg := testConfig("s", addr)
+	cfg.CheckInterval = every
+	c, err := New(cfg, Options{Self: "me", Address: "127.0.0.1:1", Local: func() Summary { return Summary{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	until := func(want State, within time.Duration) time.Duration {
+		start := time.Now()
+		for stateOf(c, addr).State != want.String() {
+			if time.Since(start) > within {
+				t.Fatalf("peer %s, not %s, %v after", stateOf(c, addr).State, want, within)
+			}
+			c.Check(t.Context())
+			time.Sleep(every)
+		}
+		return time.Since(start)
+	}
+	until(Up, 5*time.Second)
+	stop()
+	until(Down, 5*time.Second)
+	for deadline := time.Now().Add(5500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(every) {
+		c.Check(t.Context()) // down a while: gRPC's backoff would grow
+	}
+	if ln, err = net.Listen("tcp", addr); err != nil {
+		t.Skipf("the peer's address was taken meanwhile: %v", err)
+	}
+	defer serve(ln)()
+	if back := until(Up, 10*time.Second); back > 2*time.Second {
+		t.Errorf("the restarted peer was up %v after, want within a few checks of %v", back, every)
+	}
+}

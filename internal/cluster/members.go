@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -293,6 +294,13 @@ func New(cfg Config, opts Options) (*Cluster, error) {
 	c.auth = &authenticator{self: opts.Self, secret: cfg.Secret, instance: c.instance, log: opts.Log}
 	c.dial = []grpc.DialOption{
 		grpc.WithTransportCredentials(transport),
+		// A peer that went away is dialled again at least every check,
+		// not after gRPC's backoff of up to two minutes, so that a node
+		// that restarts is back within up_after checks.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
+			BaseDelay: min(backoff.DefaultConfig.BaseDelay, cfg.CheckInterval), Multiplier: backoff.DefaultConfig.Multiplier,
+			Jitter: backoff.DefaultConfig.Jitter, MaxDelay: cfg.CheckInterval,
+		}}),
 		grpc.WithPerRPCCredentials(nodeCredentials{md: map[string]string{mdNode: opts.Self, mdToken: Token(cfg.Secret, opts.Self), mdInstance: c.instance}, secure: clientTLS != nil}),
 		grpc.WithUnaryInterceptor(oneHop),
 		grpc.WithStreamInterceptor(oneHopStream),
