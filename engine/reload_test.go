@@ -533,3 +533,32 @@ func TestWeightIndexRemove(t *testing.T) {
 		})
 	}
 }
+
+// TestRouteIDs checks that RouteIDs lists the routes in the order they
+// were added from any skip, and that RouteCount counts them all, a
+// drained route too.
+func TestRouteIDs(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{}, 3)
+	if err := e.Drain(start, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		desc string
+		skip int
+		want []string
+	}{
+		{"all", 0, []string{"r0", "r1", "r2"}},
+		{"after the first", 1, []string{"r1", "r2"}},
+		{"none new", 3, nil},
+		{"past the end", 5, nil},
+		{"negative", -1, []string{"r0", "r1", "r2"}},
+	} {
+		if got := e.RouteIDs(nil, tc.skip); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: RouteIDs(nil, %d) = %v, want %v", tc.desc, tc.skip, got, tc.want)
+		}
+	}
+	if n := e.RouteCount(); n != 3 {
+		t.Errorf("RouteCount = %d, want 3", n)
+	}
+}

@@ -56,6 +56,21 @@ func (e *Engine) Routes() []RouteStatus {
 	return out
 }
 
+// RouteCount is how many routes were added. Routes are never taken out
+// (a reload drains those it no longer lists), so it only grows; it is one
+// atomic load.
+func (e *Engine) RouteCount() int { return int(e.routes.len()) }
+
+// RouteIDs appends to dst the ids of the routes added after the first
+// skip, in the order they were added: since routes are never taken out, an
+// index of ids kept by a caller needs only what is new.
+func (e *Engine) RouteIDs(dst []string, skip int) []string {
+	for slot := int32(max(skip, 0)); slot < e.routes.len(); slot++ {
+		dst = append(dst, e.routes.get(slot).id)
+	}
+	return dst
+}
+
 // Drain stops new work on route id; in-flight leases finish normally.
 func (e *Engine) Drain(now time.Time, id string) error { return e.operate(now, id, OpDrain) }
 
