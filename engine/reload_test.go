@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -560,5 +561,37 @@ func TestRouteIDs(t *testing.T) {
 	}
 	if n := e.RouteCount(); n != 3 {
 		t.Errorf("RouteCount = %d, want 3", n)
+	}
+}
+
+// TestEachRoute checks that EachRoute sees what Routes does but the pairs,
+// and allocates nothing per route (the one status it lends fn escapes).
+// Not parallel: AllocsPerRun refuses to be.
+func TestEachRoute(t *testing.T) {
+	e := newTestEngine(t, Config{}, 3)
+	if err := e.UpdateRoute(start, RouteSpec{ID: "r2", Labels: mustLabels(t, "region=us")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Feedback(start, "r1", "shop.example", Outcome{Class: Blocked}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Drain(start, "r0"); err != nil {
+		t.Fatal(err)
+	}
+	var got []RouteStatus
+	e.EachRoute(func(st *RouteStatus) {
+		c := *st
+		c.Labels = slices.Clone(st.Labels)
+		got = append(got, c)
+	})
+	want := e.Routes()
+	for i := range want {
+		want[i].Targets = nil
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("EachRoute saw\n%+v\nRoutes has\n%+v", got, want)
+	}
+	if n := testing.AllocsPerRun(10, func() { e.EachRoute(func(*RouteStatus) {}) }); n > 1 {
+		t.Errorf("EachRoute allocates %v times", n)
 	}
 }

@@ -45,6 +45,22 @@ func (e *Engine) Route(id string) (RouteStatus, bool) {
 	return st, true
 }
 
+// EachRoute calls fn with the status of every route but its pairs
+// (Targets is nil), in the order the routes were added: for counts over
+// the whole pool, which need no copy of it. It allocates nothing per
+// route: fn may keep neither st nor its Labels, which are the route's own
+// and must not be changed.
+func (e *Engine) EachRoute(fn func(st *RouteStatus)) {
+	var st RouteStatus
+	for slot := range e.routes.len() {
+		r := e.routes.get(slot)
+		h, _ := e.store.Read(Key{Route: slot})
+		w, _ := e.pool.weight(slot)
+		st = RouteStatus{ID: r.id, Labels: r.config.Load().labels, Health: h, Score: h.Score(&e.cfg), Weight: w, Inflight: int(e.store.Inflight(slot))}
+		fn(&st)
+	}
+}
+
 // Routes returns the status of every route, in the order they were added.
 func (e *Engine) Routes() []RouteStatus {
 	out := make([]RouteStatus, 0, e.routes.len())
