@@ -424,25 +424,21 @@ func (c engineCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
-	routes := c.e.Routes()
 	perRoute := c.perRoute()
-	perState := make(map[engine.State]int)
 	// Every state is exported, even at 0, so that alerts on a state's
 	// count see a series rather than an absent one. The states are
 	// numbered contiguously with Draining last.
-	for s := engine.Candidate; s <= engine.Draining; s++ {
-		perState[s] = 0
-	}
-	for _, r := range routes {
+	var perState [engine.Draining + 1]int
+	c.e.EachRoute(func(r *engine.RouteStatus) {
 		perState[r.Health.State]++
 		if !perRoute {
-			continue
+			return
 		}
 		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(r.Inflight), r.ID)
 		ch <- prometheus.MustNewConstMetric(scoreDesc, prometheus.GaugeValue, r.Score, r.ID)
-	}
+	})
 	for s, n := range perState {
-		ch <- prometheus.MustNewConstMetric(routesDesc, prometheus.GaugeValue, float64(n), s.String())
+		ch <- prometheus.MustNewConstMetric(routesDesc, prometheus.GaugeValue, float64(n), engine.State(s).String())
 	}
 	ch <- prometheus.MustNewConstMetric(incidentDesc, prometheus.GaugeValue, float64(len(c.e.Incidents())))
 }

@@ -186,9 +186,8 @@ type labelCount struct {
 // routesSummary is GET /api/routes/summary?top=N: the pool in counts,
 // whatever its size: routes by state, how many are usable and how many
 // are refused by their proxy (407), and per label key its N most common
-// values (default defaultSummaryTop). It reads the snapshot the dashboard
-// shares, so polling it costs at most one walk of the pool per
-// snapshotTTL.
+// values (default defaultSummaryTop). It walks the engine's global
+// records without copying the pool (engine.EachRoute).
 func (s *Server) routesSummary(w http.ResponseWriter, r *http.Request) {
 	top := defaultSummaryTop
 	for name := range r.URL.Query() {
@@ -205,16 +204,12 @@ func (s *Server) routesSummary(w http.ResponseWriter, r *http.Request) {
 		}
 		top = n
 	}
-	snap := s.snapshot()
-	byState := make(map[string]int)
-	for _, name := range states() {
-		byState[name] = 0
-	}
-	usable := 0
+	var perState [engine.Draining + 1]int
+	routes, usable := 0, 0
 	values := make(map[string]map[string]int) // key → value → routes
-	for i := range snap {
-		st := &snap[i]
-		byState[st.Health.State.String()]++
+	s.engine.EachRoute(func(st *engine.RouteStatus) {
+		routes++
+		perState[st.Health.State]++
 		if st.Health.State.Usable() {
 			usable++
 		}
@@ -224,6 +219,10 @@ func (s *Server) routesSummary(w http.ResponseWriter, r *http.Request) {
 			}
 			values[l.Key][l.Value]++
 		}
+	})
+	byState := make(map[string]int, len(perState))
+	for st, n := range perState {
+		byState[engine.State(st).String()] = n
 	}
 	labels := make(map[string]labelSummary, len(values))
 	for key, counts := range values {
@@ -243,7 +242,7 @@ func (s *Server) routesSummary(w http.ResponseWriter, r *http.Request) {
 		labels[key] = ls
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
-		"routes":             len(snap),
+		"routes":             routes,
 		"states":             byState,
 		"usable":             usable,
 		"proxy_auth_failing": s.metrics.auth.n.Load(),
