@@ -564,8 +564,8 @@ func TestRouteIDs(t *testing.T) {
 	}
 }
 
-// TestEachRoute checks that EachRoute sees what Routes does but the pairs,
-// and allocates nothing per route (the one status it lends fn escapes).
+// TestEachRoute checks that EachRoute and RouteGlobal see what Routes
+// does but the pairs, and allocate nothing per route (the one status it lends fn escapes).
 // Not parallel: AllocsPerRun refuses to be.
 func TestEachRoute(t *testing.T) {
 	e := newTestEngine(t, Config{}, 3)
@@ -593,5 +593,16 @@ func TestEachRoute(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(10, func() { e.EachRoute(func(*RouteStatus) {}) }); n > 1 {
 		t.Errorf("EachRoute allocates %v times", n)
+	}
+	for _, w := range want {
+		if g, ok := e.RouteGlobal(w.ID); !ok || !reflect.DeepEqual(g, w) {
+			t.Errorf("RouteGlobal(%s) = %+v, %v; want %+v", w.ID, g, ok, w)
+		}
+	}
+	if _, ok := e.RouteGlobal("nope"); ok {
+		t.Error("RouteGlobal of an unknown route")
+	}
+	if n := testing.AllocsPerRun(10, func() { e.RouteGlobal("r1") }); n != 0 {
+		t.Errorf("RouteGlobal allocates %v times", n)
 	}
 }

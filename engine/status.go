@@ -32,12 +32,8 @@ func (e *Engine) Route(id string) (RouteStatus, bool) {
 	if r == nil {
 		return RouteStatus{}, false
 	}
-	h, _ := e.store.Read(Key{Route: r.slot})
-	w, _ := e.pool.weight(r.slot)
-	st := RouteStatus{
-		ID: r.id, Labels: slices.Clone(r.config.Load().labels), Health: h, Score: h.Score(&e.cfg),
-		Weight: w, Inflight: int(e.store.Inflight(r.slot)),
-	}
+	st := e.global(r)
+	st.Labels = slices.Clone(st.Labels)
 	e.store.Pairs(r.slot, func(n int32, p Health) {
 		st.Targets = append(st.Targets, PairStatus{Target: e.targets.get(n).name, Health: p, Score: p.targetFactor(&e.cfg)})
 	})
@@ -53,11 +49,29 @@ func (e *Engine) Route(id string) (RouteStatus, bool) {
 func (e *Engine) EachRoute(fn func(st *RouteStatus)) {
 	var st RouteStatus
 	for slot := range e.routes.len() {
-		r := e.routes.get(slot)
-		h, _ := e.store.Read(Key{Route: slot})
-		w, _ := e.pool.weight(slot)
-		st = RouteStatus{ID: r.id, Labels: r.config.Load().labels, Health: h, Score: h.Score(&e.cfg), Weight: w, Inflight: int(e.store.Inflight(slot))}
+		st = e.global(e.routes.get(slot))
 		fn(&st)
+	}
+}
+
+// RouteGlobal returns the status of route id but its pairs (Targets is
+// nil), without allocating: for filters that look at many routes to keep
+// few. Its Labels are the route's own and must not be changed.
+func (e *Engine) RouteGlobal(id string) (RouteStatus, bool) {
+	r := e.route(id)
+	if r == nil {
+		return RouteStatus{}, false
+	}
+	return e.global(r), true
+}
+
+// global is r's status but its pairs, with the route's own labels.
+func (e *Engine) global(r *route) RouteStatus {
+	h, _ := e.store.Read(Key{Route: r.slot})
+	w, _ := e.pool.weight(r.slot)
+	return RouteStatus{
+		ID: r.id, Labels: r.config.Load().labels, Health: h, Score: h.Score(&e.cfg),
+		Weight: w, Inflight: int(e.store.Inflight(r.slot)),
 	}
 }
 
