@@ -120,8 +120,8 @@ func NewMetrics(e *engine.Engine, log *slog.Logger) *Metrics {
 
 // PerRoute says whether /metrics has the series labelled by route:
 // switchyard_attempts_total{route,class}, switchyard_route_inflight and
-// switchyard_route_score, which at 100,000 routes are most of 8.7 MB of
-// exposition. Without them the pool's series stay: attempts by class are
+// switchyard_route_score, which at 100,000 routes are most of 14 MB of
+// exposition (docs/design/010-dashboard.md). Without them the pool's series stay: attempts by class are
 // switchyard_attempt_seconds_count{class}, routes by state
 // switchyard_routes{state}. It is written as metrics.per_route: true,
 // false or "auto".

@@ -13,9 +13,10 @@ import (
 	"github.com/switchyard/switchyard/engine"
 )
 
-// The pages of GET /api/routes: routes in id order, at most limit of
-// them, from after the id given. A pool of 100,000 routes is 24.8 MB in
-// one answer; a page of the default limit is about 130 KB.
+// The pages of GET /api/routes (docs/design/010-dashboard.md): routes in
+// id order, at most limit of them, from after the id given. A pool of
+// 100,000 routes was 33 MB in one answer; a page of the default limit is
+// about 165 KB.
 const (
 	defaultRoutesLimit = 500
 	maxRoutesLimit     = 5000
