@@ -38,7 +38,7 @@ var errRouteQuery = errors.New("unknown parameter: /api/routes takes state, labe
 // parseRouteQuery reads /api/routes' parameters: state (a state, or a
 // comma list of them; repeatable), label (k=v; repeatable, all must
 // match), target, limit (1 to maxRoutesLimit) and after (a route id). Its
-// errors are the reason of a 400, and never quote a value: after may be an
+// errors are the reason of a 400; they never quote after, which may be an
 // address typed with its password.
 func parseRouteQuery(v url.Values) (routeQuery, error) {
 	q := routeQuery{limit: defaultRoutesLimit}

@@ -345,3 +345,25 @@ func TestRoutesSummaryTop(t *testing.T) {
 		})
 	}
 }
+
+// FuzzRouteQuery checks that any query either parses into a limit within
+// its bounds or is refused with a reason that never quotes the query.
+func FuzzRouteQuery(f *testing.F) {
+	for _, seed := range []string{"", "state=cooling,half_open&label=region=us&label=tier=gold", "target=shop.example&limit=5000",
+		"after=http%3A%2F%2F10.0.0.1%3A8080~a90abad5", "limit=0", "state=", "label==", "x=1", "limit=1&limit=2"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		v, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		q, err := parseRouteQuery(v)
+		switch {
+		case err == nil && (q.limit < 1 || q.limit > maxRoutesLimit):
+			t.Errorf("%q: limit %d", raw, q.limit)
+		case err != nil && len(v.Get("after")) > 3 && strings.Contains(err.Error(), v.Get("after")):
+			t.Errorf("%q: the reason quotes after: %v", raw, err)
+		}
+	})
+}
