@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -531,5 +532,77 @@ func TestWeightIndexRemove(t *testing.T) {
 				t.Errorf("sample found a slot: %v, want %v", ok, tt.eligible > 0)
 			}
 		})
+	}
+}
+
+// TestRouteIDs checks that RouteIDs lists the routes in the order they
+// were added from any skip, and that RouteCount counts them all, a
+// drained route too.
+func TestRouteIDs(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{}, 3)
+	if err := e.Drain(start, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		desc string
+		skip int
+		want []string
+	}{
+		{"all", 0, []string{"r0", "r1", "r2"}},
+		{"after the first", 1, []string{"r1", "r2"}},
+		{"none new", 3, nil},
+		{"past the end", 5, nil},
+		{"negative", -1, []string{"r0", "r1", "r2"}},
+	} {
+		if got := e.RouteIDs(nil, tc.skip); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: RouteIDs(nil, %d) = %v, want %v", tc.desc, tc.skip, got, tc.want)
+		}
+	}
+	if n := e.RouteCount(); n != 3 {
+		t.Errorf("RouteCount = %d, want 3", n)
+	}
+}
+
+// TestEachRoute checks that EachRoute and RouteGlobal see what Routes
+// does but the pairs, and allocate nothing per route (the one status it lends fn escapes).
+// Not parallel: AllocsPerRun refuses to be.
+func TestEachRoute(t *testing.T) {
+	e := newTestEngine(t, Config{}, 3)
+	if err := e.UpdateRoute(start, RouteSpec{ID: "r2", Labels: mustLabels(t, "region=us")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Feedback(start, "r1", "shop.example", Outcome{Class: Blocked}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Drain(start, "r0"); err != nil {
+		t.Fatal(err)
+	}
+	var got []RouteStatus
+	e.EachRoute(func(st *RouteStatus) {
+		c := *st
+		c.Labels = slices.Clone(st.Labels)
+		got = append(got, c)
+	})
+	want := e.Routes()
+	for i := range want {
+		want[i].Targets = nil
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("EachRoute saw\n%+v\nRoutes has\n%+v", got, want)
+	}
+	if n := testing.AllocsPerRun(10, func() { e.EachRoute(func(*RouteStatus) {}) }); n > 1 {
+		t.Errorf("EachRoute allocates %v times", n)
+	}
+	for _, w := range want {
+		if g, ok := e.RouteGlobal(w.ID); !ok || !reflect.DeepEqual(g, w) {
+			t.Errorf("RouteGlobal(%s) = %+v, %v; want %+v", w.ID, g, ok, w)
+		}
+	}
+	if _, ok := e.RouteGlobal("nope"); ok {
+		t.Error("RouteGlobal of an unknown route")
+	}
+	if n := testing.AllocsPerRun(10, func() { e.RouteGlobal("r1") }); n != 0 {
+		t.Errorf("RouteGlobal allocates %v times", n)
 	}
 }

@@ -22,6 +22,8 @@ func TestCheckConfig(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.toml")
 	os.WriteFile(bad, []byte("[routes]\ninline = [\"http://u:Sekr1tPw@192.0.2.1:3128\"]\n[engine]\nalpha = 3.0\n"), 0o600)
+	perRoute := filepath.Join(dir, "per-route.toml")
+	os.WriteFile(perRoute, []byte("[routes]\ninline = [\"direct\"]\n[metrics]\nper_route = \"often\"\n"), 0o600)
 	secret := filepath.Join(dir, "secret.toml")
 	os.WriteFile(secret, []byte("[routes]\ninline = [\"http://u:Sekr1tPw@192.0.2.1:3128\"]\n[admin]\ntoken = \"T0kenSekr1t\"\n"), 0o600)
 	tests := []struct {
@@ -35,6 +37,8 @@ func TestCheckConfig(t *testing.T) {
 		{desc: "secrets redacted, a literal one warned of", args: []string{"--config", secret}, wantCode: 0, wantOut: `token = "***"`,
 			wantErr: "warning: " + secret + ":4: admin.token is written in the file as is"},
 		{desc: "bad value", args: []string{"--config", bad}, wantCode: 1, wantErr: "bad.toml:4: engine.alpha: must be in (0, 1]\n"},
+		{desc: "the example's metrics", args: []string{"--config", "../../switchyard.example.toml"}, wantCode: 0, wantOut: "[metrics]\n  per_route = \"auto\""},
+		{desc: "bad per_route", args: []string{"--config", perRoute}, wantCode: 1, wantErr: `per-route.toml:4: metrics.per_route: want true, false or "auto"`},
 		{desc: "missing file", args: []string{"--config", filepath.Join(dir, "nope.toml")}, wantCode: 1, wantErr: "nope.toml: no such file"},
 		{desc: "no file named", args: nil, wantCode: 2, wantErr: "usage"},
 	}

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -23,6 +24,7 @@ type Metrics struct {
 	// All immutable after NewMetrics; the collectors are safe for
 	// concurrent use.
 	reg            *prometheus.Registry
+	engine         *engine.Engine
 	requests       *prometheus.CounterVec
 	attempts       *prometheus.CounterVec
 	retries        prometheus.Counter
@@ -34,6 +36,9 @@ type Metrics struct {
 	auth           *proxyAuth
 
 	perRoute sync.Map // route id → *routeCounts, for /api/routes
+	// seriesPerRoute is a PerRoute: whether /metrics has the series
+	// labelled by route. Set by SetPerRoute, read by every attempt.
+	seriesPerRoute atomic.Uint32
 
 	// The dashboard's totals (series.go), read by its sampler: plain
 	// atomics, since reading a Prometheus vector per sample costs a
@@ -56,8 +61,9 @@ type routeCounts struct {
 // it.
 func NewMetrics(e *engine.Engine, log *slog.Logger) *Metrics {
 	m := &Metrics{
-		auth: newProxyAuth(log),
-		reg:  prometheus.NewRegistry(),
+		auth:   newProxyAuth(log),
+		reg:    prometheus.NewRegistry(),
+		engine: e,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_requests_total",
 			Help: "Requests served, by method and result (ok or the failing outcome class).",
@@ -103,12 +109,93 @@ func NewMetrics(e *engine.Engine, log *slog.Logger) *Metrics {
 		Name: "switchyard_routes_proxy_auth_failing",
 		Help: "Routes whose proxy refused their credentials (407, or SOCKS5 authentication) at their last attempt or probe that said, until one through them succeeds: credentials in the proxy list that no longer pass, or an account that ran out. /readyz names them.",
 	}, func() float64 { return float64(m.auth.n.Load()) })
-	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.hedges, m.attemptSeconds, m.connsCut, m.authRefused, m.localErrors, authFailing, engineCollector{e})
+	m.reg.MustRegister(m.requests, perRouteAttempts{m}, m.retries, m.hedges, m.attemptSeconds, m.connsCut, m.authRefused, m.localErrors, authFailing,
+		engineCollector{e: e, perRoute: m.perRouteSeries})
 	// The process's own health, as every Go exporter shows it: go_*
 	// (goroutines, heap, GC pauses) and process_* (CPU, memory, open
 	// file descriptors against their limit).
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// PerRoute says whether /metrics has the series labelled by route:
+// switchyard_attempts_total{route,class}, switchyard_route_inflight and
+// switchyard_route_score, which at 100,000 routes are most of 14 MB of
+// exposition (docs/design/010-dashboard.md). Without them the pool's series stay: attempts by class are
+// switchyard_attempt_seconds_count{class}, routes by state
+// switchyard_routes{state}. It is written as metrics.per_route: true,
+// false or "auto".
+type PerRoute uint8
+
+// The values of PerRoute.
+const (
+	// PerRouteAuto exports them while the engine has at most
+	// PerRouteAutoMax routes, following reloads that add routes.
+	PerRouteAuto PerRoute = iota
+	PerRouteOn
+	PerRouteOff
+)
+
+// PerRouteAutoMax is the most routes PerRouteAuto exports the series
+// labelled by route for: up to 17 series a route (an attempts counter per
+// outcome class seen, its leases in flight, its score), so at most about
+// 17,000, which a Prometheus scrapes without trouble.
+const PerRouteAutoMax = 1000
+
+var perRouteNames = [...]string{PerRouteAuto: "auto", PerRouteOn: "true", PerRouteOff: "false"}
+
+func (p PerRoute) String() string { return perRouteNames[p] }
+
+// MarshalText writes "auto", "true" or "false".
+func (p PerRoute) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// UnmarshalText reads "auto", "true" or "false" (a TOML boolean arrives as
+// its text).
+func (p *PerRoute) UnmarshalText(b []byte) error {
+	for v, name := range perRouteNames {
+		if string(b) == name {
+			*p = PerRoute(v)
+			return nil
+		}
+	}
+	return errors.New(`want true, false or "auto"`)
+}
+
+// SetPerRoute sets whether /metrics has the series labelled by route;
+// before it, PerRouteAuto.
+func (m *Metrics) SetPerRoute(p PerRoute) { m.seriesPerRoute.Store(uint32(p)) }
+
+// perRouteSeries reports whether the series labelled by route are
+// exported now: one atomic load, and the engine's route count (another)
+// under PerRouteAuto.
+func (m *Metrics) perRouteSeries() bool {
+	switch PerRoute(m.seriesPerRoute.Load()) {
+	case PerRouteOn:
+		return true
+	case PerRouteOff:
+		return false
+	}
+	return m.engine.RouteCount() <= PerRouteAutoMax
+}
+
+// perRouteAttempts exports switchyard_attempts_total while the series
+// labelled by route are on.
+type perRouteAttempts struct{ m *Metrics }
+
+var _ prometheus.Collector = perRouteAttempts{}
+
+// Describe implements prometheus.Collector.
+func (c perRouteAttempts) Describe(ch chan<- *prometheus.Desc) { c.m.attempts.Describe(ch) }
+
+// Collect implements prometheus.Collector.
+func (c perRouteAttempts) Collect(ch chan<- prometheus.Metric) {
+	if c.m.perRouteSeries() {
+		c.m.attempts.Collect(ch)
+		return
+	}
+	// Off, as auto turns once a reload passes PerRouteAutoMax: the
+	// series counted until then are dropped rather than kept unseen.
+	c.m.attempts.Reset()
 }
 
 // CutReason is why the gateway cut a client connection.
@@ -196,7 +283,9 @@ func (m *Metrics) ObserveRequest(method string, class engine.Class, retries, hed
 // a credential) and records its latency.
 func (m *Metrics) ObserveAttempt(route string, class engine.Class, latency time.Duration) {
 	m.auth.observe(route, class, "attempt")
-	m.attempts.WithLabelValues(route, class.String()).Inc()
+	if m.perRouteSeries() {
+		m.attempts.WithLabelValues(route, class.String()).Inc()
+	}
 	m.attemptSeconds.WithLabelValues(class.String()).Observe(latency.Seconds())
 	m.attemptsTotal.Add(1)
 	v, ok := m.perRoute.Load(route)
@@ -316,8 +405,12 @@ var (
 	incidentDesc = prometheus.NewDesc("switchyard_incidents", "Open target incidents.", nil, nil)
 )
 
-// engineCollector reads the route gauges from the engine at scrape time.
-type engineCollector struct{ e *engine.Engine }
+// engineCollector reads the route gauges from the engine at scrape time;
+// those labelled by route only while perRoute says so.
+type engineCollector struct {
+	e        *engine.Engine
+	perRoute func() bool
+}
 
 var _ prometheus.Collector = engineCollector{}
 
@@ -331,21 +424,21 @@ func (c engineCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
-	routes := c.e.Routes()
-	perState := make(map[engine.State]int)
+	perRoute := c.perRoute()
 	// Every state is exported, even at 0, so that alerts on a state's
 	// count see a series rather than an absent one. The states are
 	// numbered contiguously with Draining last.
-	for s := engine.Candidate; s <= engine.Draining; s++ {
-		perState[s] = 0
-	}
-	for _, r := range routes {
+	var perState [engine.Draining + 1]int
+	c.e.EachRoute(func(r *engine.RouteStatus) {
 		perState[r.Health.State]++
+		if !perRoute {
+			return
+		}
 		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(r.Inflight), r.ID)
 		ch <- prometheus.MustNewConstMetric(scoreDesc, prometheus.GaugeValue, r.Score, r.ID)
-	}
+	})
 	for s, n := range perState {
-		ch <- prometheus.MustNewConstMetric(routesDesc, prometheus.GaugeValue, float64(n), s.String())
+		ch <- prometheus.MustNewConstMetric(routesDesc, prometheus.GaugeValue, float64(n), engine.State(s).String())
 	}
 	ch <- prometheus.MustNewConstMetric(incidentDesc, prometheus.GaugeValue, float64(len(c.e.Incidents())))
 }

@@ -2,7 +2,10 @@ package admin
 
 import (
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -180,5 +183,101 @@ func TestMetricsProcessCollectors(t *testing.T) {
 		if !found {
 			t.Errorf("no %s sample in /metrics", name)
 		}
+	}
+}
+
+// scrape is a server's /metrics: its samples, and how many of them are
+// labelled by route.
+func scrape(t *testing.T, s *Server) (samples, byRoute int, body string) {
+	t.Helper()
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if w.Code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", w.Code)
+	}
+	body = w.Body.String()
+	for l := range strings.Lines(body) {
+		if strings.HasPrefix(l, "#") {
+			continue
+		}
+		samples++
+		if strings.Contains(l, `route="`) {
+			byRoute++
+		}
+	}
+	return samples, byRoute, body
+}
+
+// TestMetricsPerRoute scrapes pools of several sizes in each mode, after
+// an attempt through every route: the series labelled by route are there
+// or not as the mode says, and without them the scrape's size does not
+// grow with the pool.
+func TestMetricsPerRoute(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc    string
+		routes  int
+		mode    PerRoute
+		byRoute bool
+	}{
+		{"auto, a small pool", 10, PerRouteAuto, true},
+		{"auto, at the threshold", PerRouteAutoMax, PerRouteAuto, true},
+		{"auto, above the threshold", PerRouteAutoMax + 1, PerRouteAuto, false},
+		{"auto, 5,000 routes", 5000, PerRouteAuto, false},
+		{"on, 5,000 routes", 5000, PerRouteOn, true},
+		{"off, a small pool", 10, PerRouteOff, false},
+		{"off, 5,000 routes", 5000, PerRouteOff, false},
+	}
+	// The samples without per-route series, whatever the pool's size.
+	var pool atomic.Int64
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			e, s := newPool(t, tc.routes)
+			s.metrics.SetPerRoute(tc.mode)
+			for _, id := range e.RouteIDs(nil, 0) {
+				s.metrics.ObserveAttempt(id, engine.OK, time.Millisecond)
+			}
+			samples, byRoute, body := scrape(t, s)
+			switch {
+			case tc.byRoute && byRoute != 3*tc.routes:
+				t.Errorf("%d series labelled by route, want 3 per route (attempts, inflight, score)", byRoute)
+			case !tc.byRoute && byRoute != 0:
+				t.Errorf("%d series labelled by route, want none", byRoute)
+			case !tc.byRoute:
+				if p := pool.Swap(int64(samples)); p != 0 && p != int64(samples) {
+					t.Errorf("%d samples, %d in another pool without per-route series", samples, p)
+				}
+			}
+			for _, pooled := range []string{`switchyard_attempt_seconds_count{class="ok"} ` + strconv.Itoa(tc.routes), `switchyard_routes{state="candidate"} `} {
+				if !strings.Contains(body, pooled) {
+					t.Errorf("no %s", pooled)
+				}
+			}
+		})
+	}
+}
+
+// TestMetricsPerRouteFollowsReloads checks that under auto the series
+// labelled by route go once the pool grows past the threshold, as a
+// reload adding routes grows it, and that those counted until then are
+// dropped.
+func TestMetricsPerRouteFollowsReloads(t *testing.T) {
+	t.Parallel()
+	e, s := newPool(t, PerRouteAutoMax)
+	s.metrics.ObserveAttempt("r00001", engine.OK, time.Millisecond)
+	if _, byRoute, _ := scrape(t, s); byRoute != 2*PerRouteAutoMax+1 {
+		t.Fatalf("%d series labelled by route at the threshold", byRoute)
+	}
+	if err := e.AddRoute(time.Now(), engine.RouteSpec{ID: "one-more"}); err != nil {
+		t.Fatal(err)
+	}
+	s.metrics.ObserveAttempt("r00001", engine.OK, time.Millisecond)
+	if _, byRoute, _ := scrape(t, s); byRoute != 0 {
+		t.Errorf("%d series labelled by route past the threshold", byRoute)
+	}
+	// Turned on again, by hand: nothing counted before shows.
+	s.metrics.SetPerRoute(PerRouteOn)
+	if _, _, body := scrape(t, s); strings.Contains(body, "switchyard_attempts_total{") {
+		t.Errorf("attempts kept from while the series were on:\n%s", body)
 	}
 }

@@ -116,6 +116,7 @@ type Server struct {
 	events *recentEvents
 
 	routes func() *route.Set // the routes the gateway carries, listed and draining: their addresses to show
+	index  routeIndex        // the engine's route ids, sorted, for /api/routes' pages
 
 	// The sampler goroutine fills series every sampleEvery until stop
 	// closes; it closes sampled as it exits. series and streams are safe
@@ -187,9 +188,10 @@ func NewServer(e *engine.Engine, routes func() *route.Set, m *Metrics, opts Opti
 	s.mux.Handle("/healthz", readOnly(http.HandlerFunc(s.healthz)))
 	s.mux.Handle("/readyz", readOnly(http.HandlerFunc(s.readyz)))
 	s.mux.Handle("/metrics", readOnly(m.handler()))
-	// The JSON answers are gzipped for clients that ask: /api/routes of
-	// 10,000 routes is 9.4 MiB plain.
+	// The JSON answers are gzipped for clients that ask: the dashboard's
+	// routes of 10,000 routes are about a megabyte plain.
 	s.mux.Handle("/api/routes", readOnly(gzipped(http.HandlerFunc(s.listRoutes))))
+	s.mux.Handle("/api/routes/summary", readOnly(gzipped(http.HandlerFunc(s.routesSummary))))
 	s.mux.Handle("/api/targets", readOnly(gzipped(http.HandlerFunc(s.targets))))
 	s.mux.Handle("/api/targets/{target}/pace", readOnly(gzipped(http.HandlerFunc(s.targetPace))))
 	s.mux.Handle("/api/events", readOnly(gzipped(http.HandlerFunc(s.listEvents))))
@@ -356,16 +358,6 @@ type targetJSON struct {
 	CooldownUntil string  `json:"cooldown_until,omitempty"`
 	Cause         string  `json:"cause,omitempty"`
 	Samples       uint32  `json:"samples"`
-}
-
-func (s *Server) listRoutes(w http.ResponseWriter, _ *http.Request) {
-	statuses := s.engine.Routes()
-	out := make([]routeJSON, 0, len(statuses))
-	for _, st := range statuses {
-		out = append(out, s.routeJSON(st))
-	}
-	slices.SortFunc(out, func(a, b routeJSON) int { return strings.Compare(a.ID, b.ID) })
-	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) routeJSON(st engine.RouteStatus) routeJSON {

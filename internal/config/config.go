@@ -13,6 +13,7 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/engine/redisstore"
+	"github.com/switchyard/switchyard/internal/admin"
 	"github.com/switchyard/switchyard/internal/cluster"
 	"github.com/switchyard/switchyard/internal/fetchapi"
 	"github.com/switchyard/switchyard/internal/gateway"
@@ -34,6 +35,7 @@ type Config struct {
 	Probe    Probe    `toml:"probe"`
 	Security Security `toml:"security"`
 	Admin    Admin    `toml:"admin"`
+	Metrics  Metrics  `toml:"metrics"`
 	Pacing   Pacing   `toml:"pacing"`
 	Fetch    Fetch    `toml:"fetch"`
 	State    State    `toml:"state"`
@@ -207,6 +209,17 @@ type Admin struct {
 	// the admin listener, to holders of Token only, which it requires:
 	// profiles show the process's memory and code paths. Default false.
 	Pprof bool `toml:"pprof"`
+}
+
+// Metrics shapes /metrics. Changing it needs a restart.
+type Metrics struct {
+	// PerRoute exports the series labelled by route
+	// (switchyard_attempts_total, switchyard_route_inflight,
+	// switchyard_route_score): true, false, or "auto" (the default), on
+	// while the pool has at most admin.PerRouteAutoMax (1000) routes and
+	// off once a reload grows it past them. Without them the pool's
+	// series stay.
+	PerRoute admin.PerRoute `toml:"per_route"`
 }
 
 // Pacing bounds the memory of per-target pacing.
@@ -410,7 +423,8 @@ func Default() Config {
 		Log: Log{Format: "text"},
 		Retry: Retry{MaxAttempts: g.MaxAttempts, AttemptTimeout: g.AttemptTimeout, RequestTimeout: g.RequestTimeout,
 			BudgetRatio: g.Budget.BudgetRatio, HedgeRatio: g.Budget.HedgeRatio, MaxBodyBytes: g.MaxBodyBytes},
-		Pacing: Pacing{MaxTargets: 10000},
+		Metrics: Metrics{PerRoute: admin.PerRouteAuto},
+		Pacing:  Pacing{MaxTargets: 10000},
 		Fetch: Fetch{MaxRequestBytes: f.MaxRequestBytes, MaxResponseBytes: g.MaxFetchBody, MaxBatch: f.MaxBatch, Concurrency: f.Concurrency,
 			MaxConcurrency: f.MaxConcurrency, FeedbackTTL: f.FeedbackTTL, MaxFeedback: f.MaxFeedback},
 		State: State{URL: "memory", Prefix: r.Prefix, Timeout: r.Timeout, Resync: r.Resync},

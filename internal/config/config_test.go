@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/admin"
 	"github.com/switchyard/switchyard/internal/tomlpos"
 )
 
@@ -93,6 +94,9 @@ func TestLoadErrors(t *testing.T) {
 		{"admin token from a missing variable", "[admin]\ntoken = \"env:NO_SUCH_TOKEN\"\n", nil, nil, ":4: admin.token: environment variable NO_SUCH_TOKEN is not set"},
 		{"admin token from a missing file", "[admin]\ntoken = \"file:/nonexistent/token\"\n", nil, nil, "admin.token: cannot read /nonexistent/token: no such file or directory"},
 		{"admin token from a device", "[admin]\ntoken = \"file:/dev/zero\"\n", nil, nil, "admin.token: cannot read /dev/zero: not a regular file"},
+		{"per_route not a switch", "[metrics]\nper_route = \"sometimes\"\n", nil, nil, `:4: metrics.per_route: want true, false or "auto"`},
+		{"per_route from the environment", "", []string{"SWITCHYARD_METRICS_PER_ROUTE=on"}, nil,
+			`metrics.per_route (environment variable SWITCHYARD_METRICS_PER_ROUTE): want true, false or "auto"`},
 		{"pprof without a token", "[admin]\npprof = true\n", nil, nil, ":4: admin.pprof: needs admin.token (or SWITCHYARD_ADMIN_TOKEN): profiles are served to its holders only"},
 		{"pprof from the environment without a token", "", []string{"SWITCHYARD_ADMIN_PPROF=true"}, nil, "admin.pprof (environment variable SWITCHYARD_ADMIN_PPROF): needs admin.token"},
 		{"pprof without an admin listener", "[listen]\nadmin = \"\"\n[admin]\ntoken = \"t0ken\"\npprof = true\n", nil, nil, ":7: admin.pprof: needs listen.admin"},
@@ -663,5 +667,46 @@ func TestTargetRules(t *testing.T) {
 	}
 	if _, p := rules.Resolve("shop.example"); p == nil || p.NoBuiltinSignatures || p.NoLookalike || len(p.BlockSignatures) != 1 {
 		t.Errorf("shop.example: policy %+v, want built-in signatures and the lookalike detector on and one of its own", p)
+	}
+}
+
+// metrics.per_route is auto by default, and takes a TOML boolean, "auto"
+// or the same from the environment and flags.
+func TestMetricsPerRoute(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc  string
+		file  string
+		env   []string
+		flags []Setting
+		want  admin.PerRoute
+	}{
+		{desc: "default auto", file: routesOK, want: admin.PerRouteAuto},
+		{desc: "a boolean", file: routesOK + "[metrics]\nper_route = false\n", want: admin.PerRouteOff},
+		{desc: "true", file: routesOK + "[metrics]\nper_route = true\n", want: admin.PerRouteOn},
+		{desc: "auto as a string", file: routesOK + "[metrics]\nper_route = \"auto\"\n", want: admin.PerRouteAuto},
+		{desc: "the environment over the file", file: routesOK + "[metrics]\nper_route = false\n", env: []string{"SWITCHYARD_METRICS_PER_ROUTE=true"}, want: admin.PerRouteOn},
+		{desc: "a flag over the environment", file: routesOK, env: []string{"SWITCHYARD_METRICS_PER_ROUTE=true"},
+			flags: []Setting{{Key: "metrics.per_route", Value: "false", Flag: "metrics-per-route"}}, want: admin.PerRouteOff},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			c, err := Load(Source{Path: writeConfig(t, tc.file), Env: tc.env, Flags: tc.flags})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Metrics.PerRoute != tc.want {
+				t.Errorf("metrics.per_route %v, want %v", c.Metrics.PerRoute, tc.want)
+			}
+			// check-config prints it in a form that loads back.
+			var b bytes.Buffer
+			if err := c.WriteEffective(&b); err != nil {
+				t.Fatal(err)
+			}
+			if want := "per_route = \"" + tc.want.String() + "\""; !strings.Contains(b.String(), want) {
+				t.Errorf("effective config without %s:\n%s", want, b.String())
+			}
+		})
 	}
 }

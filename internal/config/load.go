@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"encoding"
 	"errors"
 	"fmt"
 	"os"
@@ -382,7 +383,7 @@ func (l *loader) set(key, value, from string) error {
 		l.overridden = make(map[string]string)
 	}
 	l.overridden[key] = from
-	switch f.Addr().Interface().(type) {
+	switch v := f.Addr().Interface().(type) {
 	case *time.Duration:
 		d, err := time.ParseDuration(value)
 		if err != nil {
@@ -399,6 +400,11 @@ func (l *loader) set(key, value, from string) error {
 			return fail(fmt.Sprintf("%q is not true or false", value))
 		}
 		f.Set(reflect.ValueOf(&b))
+		return nil
+	case encoding.TextUnmarshaler:
+		if err := v.UnmarshalText([]byte(value)); err != nil {
+			return fail(err.Error())
+		}
 		return nil
 	case *[]string:
 		var list []string

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/admin"
 	"github.com/switchyard/switchyard/internal/config"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
@@ -54,17 +55,7 @@ func runServer(t *testing.T, cfg *config.Config, log *slog.Logger) running {
 // metric is the value of one series on the admin listener's /metrics.
 func (g running) metric(t *testing.T, series string) float64 {
 	t.Helper()
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
-	resp, err := c.Get(g.admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(body)) {
+	for line := range strings.Lines(g.metrics(t)) {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
@@ -75,6 +66,22 @@ func (g running) metric(t *testing.T, series string) float64 {
 	}
 	t.Fatalf("no series %s in /metrics", series)
 	return 0
+}
+
+// metrics is the admin listener's /metrics.
+func (g running) metrics(t *testing.T) string {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	resp, err := c.Get(g.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
 }
 
 // waitMetric waits, boundedly, until series reads want: the server counts
@@ -508,5 +515,33 @@ func TestUpstreamConnsMetric(t *testing.T) {
 	}
 	if n := g.metric(t, "switchyard_upstream_conns"); n != 1 {
 		t.Errorf("%v upstream connections after one request, want 1", n)
+	}
+}
+
+// metrics.per_route reaches /metrics: the series labelled by route are
+// there under auto with one route, and on true, and not on false, while
+// the pool's stay.
+func TestMetricsPerRouteSetting(t *testing.T) {
+	tests := []struct {
+		desc     string
+		perRoute admin.PerRoute
+		want     bool
+	}{
+		{"auto, one route", admin.PerRouteAuto, true},
+		{"true", admin.PerRouteOn, true},
+		{"false", admin.PerRouteOff, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			cfg := config.WithRoutes(direct(t))
+			cfg.Metrics.PerRoute = tc.perRoute
+			body := runServer(t, cfg, nil).metrics(t)
+			if got := strings.Contains(body, `switchyard_route_score{route="direct"}`); got != tc.want {
+				t.Errorf("per-route series %v, want %v", got, tc.want)
+			}
+			if !strings.Contains(body, `switchyard_routes{state="candidate"}`) {
+				t.Error("no switchyard_routes")
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/admin"
 	"github.com/switchyard/switchyard/internal/config"
 	"github.com/switchyard/switchyard/internal/logtest"
 	"github.com/switchyard/switchyard/internal/route"
@@ -319,4 +321,37 @@ func readyz(t *testing.T, admin string) string {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return strings.TrimSpace(string(body))
+}
+
+// Under metrics.per_route = "auto" the series labelled by route follow
+// reloads: there with one route, gone once a reload grows the pool past
+// admin.PerRouteAutoMax, while the pool's series count every route.
+func TestMetricsPerRouteFollowReloads(t *testing.T) {
+	lines := func(n int) string {
+		var b strings.Builder
+		b.WriteString("direct\n")
+		for i := range n {
+			fmt.Fprintf(&b, "http://127.0.0.1:1 id=r%d\n", i)
+		}
+		return b.String()
+	}
+	configured := func(n int) *config.Config {
+		c := configOf(t, lines(n))
+		c.Engine.UncheckedCandidates = true // no probes of the unreachable proxies
+		return c
+	}
+	g := runServer(t, configured(0), nil)
+	if body := g.metrics(t); !strings.Contains(body, `switchyard_route_score{route="direct"}`) {
+		t.Fatalf("no per-route series with one route:\n%s", body)
+	}
+	if err := g.s.Reload(configured(admin.PerRouteAutoMax)); err != nil {
+		t.Fatal(err)
+	}
+	body := g.metrics(t)
+	if strings.Contains(body, `route="`) {
+		t.Errorf("series labelled by route at %d routes", admin.PerRouteAutoMax+1)
+	}
+	if want := fmt.Sprintf(`switchyard_routes{state="candidate"} %d`, admin.PerRouteAutoMax+1); !strings.Contains(body, want) {
+		t.Errorf("no %s", want)
+	}
 }

@@ -109,6 +109,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		routes[i] = r
 	}
 	metrics := admin.NewMetrics(e, log)
+	metrics.SetPerRoute(cfg.Metrics.PerRoute)
 	metrics.WatchRestart(s.restartRequired)
 	s.clients = newClientListener(ln.Proxy, cfg.Server.MaxClientConns, metrics)
 	gcfg := gateway.Config{
@@ -416,6 +417,7 @@ func restartOnly(old, next *config.Config) []string {
 		{"probe", old.Probe, next.Probe},
 		{"security", old.Security, next.Security},
 		{"admin", old.Admin, next.Admin},
+		{"metrics", old.Metrics, next.Metrics},
 		{"pacing", old.Pacing, next.Pacing},
 		{"fetch", old.Fetch, next.Fetch},
 		{"state", old.State, next.State},
