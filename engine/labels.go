@@ -139,12 +139,19 @@ func (l Labels) String() string {
 	return b.String()
 }
 
+// AnyValue as a route label's value matches every value of its key: a
+// provider gateway route whose username template has {region} carries
+// region=us and region=de alike (docs/design/014-provider-gateways.md).
+// ParseLabels refuses it, so no request asks for it and no list line
+// writes it.
+const AnyValue = "*"
+
 // Matches reports whether l satisfies every constraint in c: each key of c
-// must be present in l with the same value. It runs on the routing hot path
-// for every candidate route, so it does not allocate.
+// must be present in l with the same value, or with AnyValue. It runs on
+// the routing hot path for every candidate route, so it does not allocate.
 func (l Labels) Matches(c Labels) bool {
 	for _, want := range c {
-		if v, ok := l.Get(want.Key); !ok || v != want.Value {
+		if v, ok := l.Get(want.Key); !ok || v != want.Value && v != AnyValue {
 			return false
 		}
 	}

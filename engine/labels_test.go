@@ -127,6 +127,8 @@ func TestLabelsMatches(t *testing.T) {
 		{"one of two fails", route, Labels{{"region", "us"}, {"provider", "other"}}, false},
 		{"unlabeled route", nil, Labels{{"region", "us"}}, false},
 		{"values are case-sensitive", route, Labels{{"city", "NYC"}}, false},
+		{"any value", Labels{{"region", AnyValue}}, Labels{{"region", "de"}}, true},
+		{"any value, other key", Labels{{"region", AnyValue}}, Labels{{"city", "nyc"}}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
