@@ -232,6 +232,8 @@ type Gateway struct {
 	local localLog // the gateway running out of its own resources, logged at a bounded rate
 
 	lookalike *lookalike.Detector // soft bans no signature knows (lookalike.go)
+
+	providers providers // the provider sessions of gateway routes (provider.go)
 }
 
 // New returns a gateway over routes, which must already have been added to
@@ -574,6 +576,12 @@ func (g *Gateway) acquire(s *settings, ctl control, target string, avoid []strin
 		// nothing, so the lease is released without evidence.
 		g.giveBack(l)
 		return engine.Lease{}, nil, fmt.Errorf("route %s has no dialer in this gateway", l.Route)
+	}
+	if x.Route().Gateway != nil {
+		if x, err = g.subExit(x, s, l, ctl); err != nil {
+			g.giveBack(l)
+			return engine.Lease{}, nil, err
+		}
 	}
 	return l, x, nil
 }

@@ -134,6 +134,8 @@ type outcome struct {
 	timedOut   bool         // the request's deadline passed: the client is answered 504, whatever came back
 	bodyErr    error        // the client's streamed body broke off (gone, too slow); class is then Canceled
 	local      string       // the gateway ran out of this resource of its own (route.LocalReason); class is then Canceled
+	exit       *route.Exit // the exit the attempt went out through: a gateway route's sub-exit, for reportAttempt; nil for an outcome of no attempt
+	retired    bool        // the attempt's failure retired its sub-exit (provider.go)
 	resp       *http.Response
 	conn       net.Conn
 	progress   route.Progress // how far the attempt got, recorded by the Exit
@@ -372,7 +374,7 @@ func (g *Gateway) fly(ctx context.Context, j *job, l engine.Lease, x *route.Exit
 	f.timer = time.AfterFunc(f.due, f.tick)
 	go func() {
 		o := g.attempt(actx, j, l, x)
-		o.cancel = cancel
+		o.cancel, o.exit = cancel, x
 		f.mu.Lock()
 		f.ended = true
 		f.timer.Stop()
@@ -388,7 +390,7 @@ func (g *Gateway) fly(ctx context.Context, j *job, l engine.Lease, x *route.Exit
 		// the loop no longer wants it.
 		reported := o.class != engine.OK
 		if reported {
-			g.report(o.lease, o.evidence())
+			g.reportAttempt(o, o.evidence())
 		}
 		f.mu.Lock()
 		awaited := f.awaited
@@ -398,7 +400,7 @@ func (g *Gateway) fly(ctx context.Context, j *job, l engine.Lease, x *route.Exit
 		f.mu.Unlock()
 		if !awaited {
 			if !reported {
-				g.report(o.lease, o.evidence())
+				g.reportAttempt(o, o.evidence())
 			}
 			o.discard()
 		}
@@ -529,7 +531,7 @@ func (g *Gateway) abandon(flights []*flight, events <-chan event, win *outcome) 
 				continue
 			}
 			if !ev.reported {
-				g.report(ev.o.lease, ev.o.evidence())
+				g.reportAttempt(ev.o, ev.o.evidence())
 			}
 			ev.o.discard()
 		default:

@@ -74,6 +74,12 @@ func (g *Gateway) lease(ctx context.Context, s *settings, ctl control, target st
 	strictSkips := 0
 	for {
 		l, x, err := g.acquire(s, ctl, target, avoid)
+		if unfillable, ok := errors.AsType[*unfillableError](err); ok && len(avoid)-len(tried) < maxStrictSkips {
+			// A gateway route whose username the request cannot fill does
+			// not satisfy its constraints: another route may.
+			avoid = append(avoid, unfillable.route)
+			continue
+		}
 		if err != nil {
 			if paced != nil {
 				return engine.Lease{}, nil, paced

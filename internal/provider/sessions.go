@@ -48,8 +48,9 @@ var ErrRestart = errors.New("the session's provider session is gone")
 type Sessions[V comparable] struct {
 	cfg Config // immutable
 
-	mu    sync.Mutex
-	byKey map[string]*entry[V] // guarded by mu
+	mu      sync.Mutex
+	byKey   map[string]*entry[V] // guarded by mu
+	byValue map[V]*entry[V]      // guarded by mu: the live ones
 	lru   entry[V]             // guarded by mu: sentinel of the ring, most recently used next
 	stats Stats                // guarded by mu
 }
@@ -83,7 +84,7 @@ type Stats struct {
 
 // NewSessions returns an empty table bounded by c.
 func NewSessions[V comparable](c Config) *Sessions[V] {
-	s := &Sessions[V]{cfg: c.withDefaults(), byKey: make(map[string]*entry[V])}
+	s := &Sessions[V]{cfg: c.withDefaults(), byKey: make(map[string]*entry[V]), byValue: make(map[V]*entry[V])}
 	s.lru.prev, s.lru.next = &s.lru, &s.lru
 	return s
 }
@@ -134,19 +135,20 @@ func (s *Sessions[V]) Get(now time.Time, key string, strict bool, mint func(seq 
 		}
 	}
 	e.id, e.seq, e.value, e.born, e.used, e.retired = id, seq, v, ns, ns, false
+	s.byValue[v] = e
 	s.toFront(e)
 	s.stats.Minted++
 	return Sub[V]{ID: id, Seq: seq, Value: v}, nil
 }
 
-// Retire ends key's provider session if it is still the one v was made
-// for, so that an attempt reporting late cannot end its successor. It
-// reports whether it did.
-func (s *Sessions[V]) Retire(now time.Time, key string, v V) bool {
+// Retire ends the provider session whose value is v, if it is still
+// live: an attempt reporting late through a provider session already
+// replaced cannot end its successor. It reports whether it did.
+func (s *Sessions[V]) Retire(now time.Time, v V) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.byKey[key]
-	if e == nil || e.retired || e.value != v {
+	e := s.byValue[v]
+	if e == nil {
 		return false
 	}
 	s.bury(e, now.UnixNano())
@@ -173,6 +175,7 @@ func (s *Sessions[V]) expired(e *entry[V], ns int64) bool {
 // s.mu.
 func (s *Sessions[V]) bury(e *entry[V], ns int64) {
 	var zero V
+	delete(s.byValue, e.value)
 	e.retired, e.value, e.born = true, zero, ns
 }
 
@@ -191,6 +194,9 @@ func (s *Sessions[V]) remove(e *entry[V]) {
 	e.prev.next, e.next.prev = e.next, e.prev
 	e.prev, e.next = nil, nil
 	delete(s.byKey, e.key)
+	if !e.retired {
+		delete(s.byValue, e.value)
+	}
 }
 
 // idLen is the length of a minted provider session id: 12 of 32 letters

@@ -83,10 +83,10 @@ func TestSessionsLifecycle(t *testing.T) {
 			for i, st := range tc.steps {
 				now := t0.Add(st.at)
 				if st.retire {
-					if !s.Retire(now, st.key, current[st.key]) {
+					if !s.Retire(now, current[st.key]) {
 						t.Fatalf("step %d: Retire(%s) found nothing", i, st.key)
 					}
-					if s.Retire(now, st.key, current[st.key]) {
+					if s.Retire(now, current[st.key]) {
 						t.Fatalf("step %d: a second Retire(%s) retired again", i, st.key)
 					}
 					continue
@@ -106,10 +106,10 @@ func TestSessionsRetireOnlyTheCurrent(t *testing.T) {
 	s := NewSessions[*int](Config{})
 	var m minter
 	first, _ := s.Get(t0, "a", false, m.mint)
-	s.Retire(t0, "a", first.Value)
+	s.Retire(t0, first.Value)
 	second, _ := s.Get(t0, "a", false, m.mint)
 	// A late report of a failure through the first must not end the second.
-	if s.Retire(t0, "a", first.Value) {
+	if s.Retire(t0, first.Value) {
 		t.Fatal("a retired provider session's value retired its successor")
 	}
 	if again, _ := s.Get(t0, "a", false, m.mint); again.ID != second.ID {

@@ -53,9 +53,10 @@ const (
 // when every field in it has a value ("{user}[-session-{session}]" sends
 // the session parameter only for requests with a session). Immutable.
 type Template struct {
-	src    string
-	parts  []part
-	fields uint16 // bit per Field named
+	src      string
+	parts    []part
+	fields   uint16 // bit per Field named
+	optional uint16 // bit per Field named inside an optional part
 }
 
 type part struct {
@@ -69,6 +70,10 @@ func (t *Template) String() string { return t.src }
 
 // Has reports whether the template names f.
 func (t *Template) Has(f Field) bool { return t.fields&(1<<f) != 0 }
+
+// Requires reports whether every username of the template sends f: f is
+// named outside the optional parts.
+func (t *Template) Requires(f Field) bool { return t.Has(f) && t.optional&(1<<f) == 0 }
 
 // Labels are the label keys the template can express, in Field order: a
 // gateway route matches any value of them (docs/design/014).
@@ -113,6 +118,9 @@ func Parse(src string) (*Template, error) {
 				return nil, fmt.Errorf("template %q: {user} cannot be optional", src)
 			}
 			t.fields |= 1 << f
+			if group >= 0 {
+				t.optional |= 1 << f
+			}
 			t.parts = append(t.parts, part{field: f, group: group})
 			groupFields = groupFields || group >= 0
 			i += end + 1
