@@ -134,8 +134,8 @@ type outcome struct {
 	timedOut   bool         // the request's deadline passed: the client is answered 504, whatever came back
 	bodyErr    error        // the client's streamed body broke off (gone, too slow); class is then Canceled
 	local      string       // the gateway ran out of this resource of its own (route.LocalReason); class is then Canceled
-	exit       *route.Exit // the exit the attempt went out through: a gateway route's sub-exit, for reportAttempt; nil for an outcome of no attempt
-	retired    bool        // the attempt's failure retired its sub-exit (provider.go)
+	exit       *route.Exit  // the exit the attempt went out through: a gateway route's sub-exit, for reportAttempt; nil for an outcome of no attempt
+	retired    bool         // the attempt's failure retired its sub-exit (provider.go)
 	resp       *http.Response
 	conn       net.Conn
 	progress   route.Progress // how far the attempt got, recorded by the Exit

@@ -51,8 +51,8 @@ type Sessions[V comparable] struct {
 	mu      sync.Mutex
 	byKey   map[string]*entry[V] // guarded by mu
 	byValue map[V]*entry[V]      // guarded by mu: the live ones
-	lru   entry[V]             // guarded by mu: sentinel of the ring, most recently used next
-	stats Stats                // guarded by mu
+	lru     entry[V]             // guarded by mu: sentinel of the ring, most recently used next
+	stats   Stats                // guarded by mu
 }
 
 // entry is one session's provider session, or its tombstone once retired:

@@ -37,9 +37,6 @@ var fieldNames = [...]string{User: "user", Session: "session", TTL: "ttl", Regio
 
 func (f Field) String() string { return fieldNames[f] }
 
-// label reports whether f is filled from a request label.
-func (f Field) label() bool { return f >= Region }
-
 // Limits of a template.
 const (
 	maxTemplate = 256 // bytes: longer than any provider's convention

@@ -110,6 +110,22 @@ func TestLabels(t *testing.T) {
 	if got := strings.Join(tpl.Labels(), ","); got != "region,city" {
 		t.Fatalf("Labels = %s, want region,city", got)
 	}
+	for _, tc := range []struct {
+		src  string
+		want bool
+	}{
+		{"{user}-session-{session}", true},
+		{"{user}[-session-{session}]", false},
+		{"{user}", false},
+	} {
+		tpl, err := Parse(tc.src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tpl.Requires(Session); got != tc.want {
+			t.Errorf("Parse(%q).Requires(Session) = %v, want %v", tc.src, got, tc.want)
+		}
+	}
 }
 
 func TestPassedID(t *testing.T) {
@@ -123,7 +139,7 @@ func TestPassedID(t *testing.T) {
 	if PassedID("abc123") != "abc123" {
 		t.Fatal("a safe id is not passed as it is")
 	}
-	if !Safe(NewID()) || len(NewID()) != idLen || NewID() == NewID() {
+	if a, b := NewID(), NewID(); !Safe(a) || len(a) != idLen || a == b {
 		t.Fatal("NewID is not a fresh id of letters and digits")
 	}
 }
