@@ -83,6 +83,13 @@ func (p *providers) route(x *route.Exit, s *settings) *gatewayRoute {
 	return gr
 }
 
+// sameGateway reports whether a and b steer a provider gateway alike
+// (neither does, or with the same options): a reload that changes the
+// template or the bounds starts the route's sub-exits afresh.
+func sameGateway(a, b *route.Route) bool {
+	return (a.Gateway == nil) == (b.Gateway == nil) && (a.Gateway == nil || a.Gateway.String() == b.Gateway.String())
+}
+
 // unfillableError is a gateway route's username that cannot be built for
 // a request: a label its template needs is missing, or a value is not
 // safe to send. The route does not satisfy the request's constraints.

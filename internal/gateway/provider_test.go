@@ -11,6 +11,7 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/logtest"
+	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
 
@@ -248,4 +249,31 @@ func TestSubExitMemory(t *testing.T) {
 		t.Fatalf("%.0f bytes per sub-exit, want at most 2 KiB", per)
 	}
 	runtime.KeepAlive(keys)
+}
+
+// TestProviderReload: a reload that leaves a gateway route's line alone
+// keeps its sub-exits; one that changes its options starts them afresh.
+func TestProviderReload(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		v := newProviderEnv(t, "preset=brightdata")
+		reload := func(options string) {
+			t.Helper()
+			list, err := route.ParseList("test", []byte(fmt.Sprintf("gateway://acct:%s@%s %s", providerPassword, v.pg.URL.Host, options)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := v.g.Update([]*route.Route{&list[0]}, nil, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		first := v.get(t, session("s1"))
+		reload("preset=brightdata")
+		if same := v.get(t, session("s1")); same.exit != first.exit {
+			t.Fatalf("an unchanged line moved the session from %s to %s", first.exit, same.exit)
+		}
+		reload("preset=brightdata sessions=5")
+		if moved := v.get(t, session("s1")); moved.exit == first.exit || v.pg.Sessions() != 2 {
+			t.Fatalf("after new options: %s, first %s, %d provider sessions", moved.exit, first.exit, v.pg.Sessions())
+		}
+	})
 }

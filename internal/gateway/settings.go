@@ -70,12 +70,13 @@ func (g *Gateway) Update(routes []*route.Route, users map[string]User, targets *
 }
 
 // sameDial reports whether a and b reach their exit identically,
-// credentials included, so that connections made for a serve b.
+// credentials and a provider gateway's steering included, so that
+// connections made for a serve b.
 func sameDial(a, b *route.Route) bool {
 	if a.Scheme != b.Scheme || (a.URL == nil) != (b.URL == nil) {
 		return false
 	}
-	return a.URL == nil || a.URL.String() == b.URL.String()
+	return (a.URL == nil || a.URL.String() == b.URL.String()) && sameGateway(a, b)
 }
 
 // paceOf is the pacing of a target under the current rules.
