@@ -1,13 +1,16 @@
 package gateway
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/logtest"
@@ -274,6 +277,39 @@ func TestProviderReload(t *testing.T) {
 		reload("preset=brightdata sessions=5")
 		if moved := v.get(t, session("s1")); moved.exit == first.exit || v.pg.Sessions() != 2 {
 			t.Fatalf("after new options: %s, first %s, %d provider sessions", moved.exit, first.exit, v.pg.Sessions())
+		}
+	})
+}
+
+// TestProviderTunnels: CONNECT tunnels of one session go through its one
+// provider session, and say which.
+func TestProviderTunnels(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		v := newProviderEnv(t, "preset=brightdata")
+		addr := v.site.Listener.Addr().String()
+		for range 2 {
+			c, err := net.DialTimeout("tcp", v.url.Host, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			io.WriteString(c, "CONNECT "+addr+" HTTP/1.1\r\nHost: "+addr+"\r\n"+headerSession+": s1\r\n\r\n")
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+			if err != nil || resp.StatusCode != http.StatusOK || resp.Header.Get(headerSubExit) != "1" {
+				t.Fatalf("CONNECT: %v, %v", resp, err)
+			}
+			io.WriteString(c, "GET / HTTP/1.1\r\nHost: "+addr+"\r\nConnection: close\r\n\r\n")
+			inside, err := http.ReadResponse(br, nil)
+			if err != nil || inside.StatusCode != http.StatusOK {
+				t.Fatalf("inside the tunnel: %v, %v", inside, err)
+			}
+			inside.Body.Close()
+			c.Close()
+		}
+		users := v.pg.Users()
+		if len(users) != 2 || users[0] != users[1] || !strings.HasPrefix(users[0], "acct-session-") {
+			t.Fatalf("usernames of the tunnels: %v", users)
 		}
 	})
 }

@@ -13,15 +13,16 @@ import (
 	"time"
 )
 
-// Headers the fake provider gateway adds to each request it forwards, for
-// the site (and so the test) to see which fake IP and country carried it.
+// Headers the fake provider gateway adds to each request it forwards (not
+// inside tunnels), for the site, and so the test, to see which fake IP and
+// country carried it.
 const (
 	HeaderProviderIP      = "X-Provider-Ip"
 	HeaderProviderCountry = "X-Provider-Country"
 )
 
 // ProviderGateway is a fake provider gateway on 127.0.0.1: an HTTP proxy,
-// for absolute-form requests, steered by its username as a rotating
+// for absolute-form requests and CONNECT, steered by its username as a rotating
 // residential gateway is, in the convention of the brightdata preset:
 // ACCOUNT[-country-CC][-city-NAME][-session-ID]. A username with another
 // parameter, or another account or password, is refused 407, so a test sees
@@ -124,11 +125,13 @@ func (p *ProviderGateway) params(user string) (map[string]string, error) {
 }
 
 func (p *ProviderGateway) serve(w http.ResponseWriter, r *http.Request) {
-	if !r.URL.IsAbs() {
-		http.Error(w, "absolute-form requests only", http.StatusBadRequest)
+	host := r.URL.Hostname()
+	if r.Method == http.MethodConnect {
+		host, _, _ = net.SplitHostPort(r.Host)
+	} else if !r.URL.IsAbs() {
+		http.Error(w, "absolute-form requests and CONNECT only", http.StatusBadRequest)
 		return
 	}
-	host := r.URL.Hostname()
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 		http.Error(w, "the fake provider gateway reaches loopback sites only", http.StatusForbidden)
 		return
@@ -143,6 +146,9 @@ func (p *ProviderGateway) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case banned:
 		http.Error(w, "banned", http.StatusForbidden)
+		return
+	case r.Method == http.MethodConnect:
+		p.tunnel(w, r.Host) // the site's own bytes: nothing to mark them with
 		return
 	case captcha:
 		io.WriteString(w, CaptchaPage)
@@ -198,4 +204,21 @@ func (p *ProviderGateway) exitFor(session, site string) (ip string, banned, capt
 		}
 	}
 	return ip, p.bans[site][ip], p.captchas[site][ip]
+}
+
+// tunnel answers a CONNECT to addr, a loopback site, and splices.
+func (p *ProviderGateway) tunnel(w http.ResponseWriter, addr string) {
+	t, err := (&net.Dialer{Timeout: 5 * time.Second, Control: loopbackOnly}).Dial("tcp", addr)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer t.Close()
+	c, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
+	splice(c, brw.Reader, t)
 }
