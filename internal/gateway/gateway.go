@@ -152,6 +152,10 @@ type Observer interface {
 	// for want of its own resources, reason naming which (route.Error's
 	// Local: "emfile", "enfile", "enobufs", "enomem", "eaddrnotavail").
 	ObserveLocalError(reason string)
+	// ObserveSubExit is told of each failure of class through a provider
+	// gateway's sub-exit that retired it or whose ban was kept from the
+	// engine as the sub-exit's alone (spared; provider.go).
+	ObserveSubExit(class engine.Class, retired, spared bool)
 }
 
 // DefaultConfig is what New gives zero fields, the one place these

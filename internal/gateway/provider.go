@@ -202,6 +202,9 @@ func (g *Gateway) settle(o *outcome, ev engine.Outcome) engine.Outcome {
 			slog.String("route", o.lease.Route), slog.Int("sub_exit", o.exit.Sub()), slog.String("class", ev.Class.String()),
 			slog.String("target", clip(o.lease.Target, maxLogField)), slog.Bool("retired", o.retired), slog.Bool("gateway_spared", first))
 	}
+	if obs := g.cfg.Observer; obs != nil && (o.retired || first) {
+		obs.ObserveSubExit(ev.Class, o.retired, first)
+	}
 	if first {
 		return engine.Outcome{Class: engine.Canceled, Latency: ev.Latency}
 	}

@@ -25,6 +25,7 @@ type providerEnv struct {
 	pg   *routetest.ProviderGateway
 	site *site
 	log  *logtest.Buffer
+	rec  *recorder
 }
 
 const providerPassword = "Pw9secretProvider"
@@ -37,7 +38,8 @@ func newProviderEnv(t *testing.T, options string) *providerEnv {
 	})
 	log := &logtest.Buffer{}
 	line := fmt.Sprintf("gateway://acct:%s@%s %s", providerPassword, pg.URL.Host, options)
-	v := newEnv(t, Config{Log: slog.New(slog.NewTextHandler(log, nil))}, line)
+	rec := &recorder{}
+	v := newEnv(t, Config{Log: slog.New(slog.NewTextHandler(log, nil)), Observer: rec}, line)
 	t.Cleanup(func() {
 		// No credential, username or provider session id is logged.
 		out := log.String()
@@ -48,7 +50,7 @@ func newProviderEnv(t *testing.T, options string) *providerEnv {
 			}
 		}
 	})
-	return &providerEnv{env: v, pg: pg, site: site, log: log}
+	return &providerEnv{env: v, pg: pg, site: site, log: log, rec: rec}
 }
 
 // answer is what a request through the gateway got.
@@ -173,6 +175,12 @@ func TestProviderSubExitRetired(t *testing.T) {
 				tc.mark(v.pg, next.exit)
 				v.get(t, h)
 				v.waitOutcome(t, 0, tc.class)
+				v.rec.mu.Lock()
+				got := strings.Join(v.rec.subExits, ", ")
+				v.rec.mu.Unlock()
+				if want := fmt.Sprintf("%v true true, %v true false", tc.class, tc.class); got != want {
+					t.Fatalf("sub-exit failures observed: %s, want %s", got, want)
+				}
 			})
 		})
 	}
