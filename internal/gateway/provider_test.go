@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -318,6 +319,34 @@ func TestProviderTunnels(t *testing.T) {
 		users := v.pg.Users()
 		if len(users) != 2 || users[0] != users[1] || !strings.HasPrefix(users[0], "acct-session-") {
 			t.Fatalf("usernames of the tunnels: %v", users)
+		}
+	})
+}
+
+// TestProviderSilenceRetires: a provider session whose IP goes silent at
+// the site is retired as a banned one is; the session goes on elsewhere.
+func TestProviderSilenceRetires(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		pg := routetest.NewProviderGateway(t, "acct", providerPassword)
+		var stalled atomic.Value // the fake IP the site never answers
+		stalled.Store("")
+		site := newTarget(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+			ip := r.Header.Get(routetest.HeaderProviderIP)
+			if ip == stalled.Load() {
+				<-r.Context().Done() // until the gateway gives up on the attempt
+				return
+			}
+			io.WriteString(w, ip+" ")
+		})
+		line := fmt.Sprintf("gateway://acct:%s@%s preset=brightdata", providerPassword, pg.URL.Host)
+		v := &providerEnv{env: newEnv(t, Config{AttemptTimeout: 300 * time.Millisecond}, line), pg: pg, site: site}
+		first := v.get(t, session("s1"))
+		stalled.Store(first.exit)
+		if silent := v.get(t, session("s1")); silent.status == http.StatusOK || silent.sub != "1; retired" {
+			t.Fatalf("through the silent IP: %+v", silent)
+		}
+		if next := v.get(t, session("s1")); next.status != http.StatusOK || next.sub != "2" || next.exit == first.exit {
+			t.Fatalf("after the silence: %+v", next)
 		}
 	})
 }
