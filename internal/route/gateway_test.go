@@ -60,6 +60,9 @@ func TestParseGatewayRoutes(t *testing.T) {
 			if got := r.Spec().Labels.String(); got != tc.spec {
 				t.Fatalf("engine labels %q, want %q", got, tc.spec)
 			}
+			if !strings.HasPrefix(r.Redacted(), "gateway://***:***@") {
+				t.Fatalf("Redacted() = %q", r.Redacted())
+			}
 			for _, s := range []string{r.Redacted(), gw.String(), r.ID} {
 				if strings.Contains(s, "secret") || strings.Contains(s, "acct") {
 					t.Fatalf("%q shows a credential", s)

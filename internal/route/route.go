@@ -57,7 +57,11 @@ func (r *Route) Redacted() string {
 			creds = "***:***@"
 		}
 	}
-	return r.URL.Scheme + "://" + creds + r.URL.Host
+	scheme := r.URL.Scheme
+	if r.Gateway != nil {
+		scheme = gatewayScheme
+	}
+	return scheme + "://" + creds + r.URL.Host
 }
 
 // Spec is what the engine needs to know of the route. A gateway route
