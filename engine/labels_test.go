@@ -152,3 +152,14 @@ func TestLabelsMatchesAllocs(t *testing.T) {
 		t.Fatalf("Matches allocates %v times per call, want 0", n)
 	}
 }
+
+func TestParseRouteLabels(t *testing.T) {
+	t.Parallel()
+	got, err := ParseRouteLabels("region=* provider=x")
+	if err != nil || got.String() != "provider=x region=*" {
+		t.Fatalf("ParseRouteLabels = %v, %v", got, err)
+	}
+	if _, err := ParseLabels("region=*"); err == nil {
+		t.Fatal("ParseLabels took AnyValue: a request could ask for it")
+	}
+}
