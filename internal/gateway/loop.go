@@ -102,7 +102,14 @@ func (g *Gateway) try(ctx context.Context, j *job, l engine.Lease, x *route.Exit
 // idempotent; a CONNECT whenever another is allowed, since every failure
 // there comes before any byte of the client's went out.
 func (j *job) retryable(o *outcome) bool {
-	return j.another && !bound(o.lease) && (j.req == nil || !o.reached || idempotent(j.req.Method))
+	return !bound(o.lease) && j.resendable(o)
+}
+
+// resendable says whether j may be sent again after its attempt o, on
+// whichever exit: another is allowed, and a forwarded request that may
+// have reached the target is idempotent.
+func (j *job) resendable(o *outcome) bool {
+	return j.another && (j.req == nil || !o.reached || idempotent(j.req.Method))
 }
 
 // bound reports whether l is the route a sticky session is bound to: its
@@ -233,6 +240,7 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 	// another says whether a route is left to try, before any budget is
 	// spent on it.
 	another := func() bool { return len(flights) < len(s.exits) }
+	repinned := false // a retired sub-exit's request went on through the new one
 	launch := func(hedge bool) error {
 		// Only the first attempt waits for a paced target: a retry or a
 		// hedge has other attempts to watch meanwhile.
@@ -324,6 +332,15 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 			last = o
 			if awaited() > 0 {
 				continue // another attempt may still answer
+			}
+			if !repinned && g.repin(j, o, attempts) {
+				// The session's provider session is gone: once, the
+				// request goes on through its new one (provider.go).
+				repinned = true
+				if err := launch(false); err != nil {
+					return nil, last, attempts, hedges, err
+				}
+				continue
 			}
 			// Neither admission's refusal nor the gateway's own want of
 			// resources would go better on another route.

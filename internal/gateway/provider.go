@@ -224,6 +224,17 @@ func (gr *gatewayRoute) firstBan(target string, ns int64) bool {
 	return !seen || ns-last >= int64(banWindow)
 }
 
+// repin decides whether the failed attempt o of j, which retired its
+// session's provider session, goes on through the new one on the same
+// route: a re-pin, at most one per request (the caller counts), apart
+// from the pool-wide retry budget since the exit, not the request, failed.
+// Only on a session's bound route (an unbound one is retried elsewhere as
+// any request), never for a strict request, and only when the request may
+// be sent again with attempts left.
+func (g *Gateway) repin(j *job, o *outcome, attempts int) bool {
+	return o.retired && !j.ctl.strict && bound(o.lease) && attempts < g.maxAttempts(j) && j.resendable(o)
+}
+
 // subExitHeader is the value of headerSubExit for o, "" when o did not go
 // through a session's provider session.
 func subExitHeader(o *outcome) string {

@@ -59,6 +59,7 @@ type answer struct {
 	status        int
 	exit, country string // the fake IP and country the site saw
 	sub, err      string // X-Switchyard-Sub-Exit, X-Switchyard-Error
+	attempts      string // X-Switchyard-Attempts
 }
 
 // get requests the site with the control headers h.
@@ -77,7 +78,7 @@ func (v *providerEnv) get(t *testing.T, h http.Header) answer {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	a := answer{status: resp.StatusCode, sub: resp.Header.Get(headerSubExit), err: resp.Header.Get(headerError)}
+	a := answer{status: resp.StatusCode, sub: resp.Header.Get(headerSubExit), err: resp.Header.Get(headerError), attempts: resp.Header.Get(headerAttempts)}
 	if resp.StatusCode == http.StatusOK {
 		a.exit, a.country, _ = strings.Cut(string(body), " ")
 	}
@@ -125,10 +126,11 @@ func TestProviderSessions(t *testing.T) {
 }
 
 // TestProviderSubExitRetired: a ban or captcha through a session's
-// provider session retires it. A session goes on through a new one, told
-// by X-Switchyard-Sub-Exit; a strict one fails with
-// session_restart_required. The first ban spares the gateway's standing
-// with the site; a second, through another sub-exit, does not.
+// provider session retires it. The request goes on through a new one (a
+// re-pin), which X-Switchyard-Sub-Exit tells; a strict one is answered
+// the failure and then session_restart_required. The first ban spares the
+// gateway's standing with the site; a second, through another sub-exit,
+// does not, and the session's exit is then gone for the site.
 func TestProviderSubExitRetired(t *testing.T) {
 	for _, tc := range []struct {
 		desc   string
@@ -152,29 +154,35 @@ func TestProviderSubExitRetired(t *testing.T) {
 					t.Fatalf("first: %+v", first)
 				}
 				tc.mark(v.pg, first.exit)
-				if failed := v.get(t, h); failed.sub != "1; retired" {
-					t.Fatalf("through the marked IP: %+v", failed)
-				}
+				second := v.get(t, h)
 				if p, ok := v.pair(t, 0, "127.0.0.1"); ok && !p.Health.State.Usable() {
 					t.Fatalf("one sub-exit's ban cooled the gateway for the site: %v", p.Health.State)
 				}
-				next := v.get(t, h)
 				if tc.strict {
-					if next.status != http.StatusServiceUnavailable || next.err != "session_restart_required" {
+					if second.status != http.StatusForbidden || second.sub != "1; retired" {
+						t.Fatalf("strict, through the marked IP: %+v", second)
+					}
+					if next := v.get(t, h); next.status != http.StatusServiceUnavailable || next.err != "session_restart_required" {
 						t.Fatalf("strict, after the retirement: %+v", next)
 					}
 					return
 				}
-				if next.status != http.StatusOK || next.sub != "2" || next.exit == first.exit {
-					t.Fatalf("after the retirement: %+v, first %+v", next, first)
+				if second.status != http.StatusOK || second.sub != "2" || second.exit == first.exit || second.attempts != "2" {
+					t.Fatalf("through the marked IP: %+v, first %+v", second, first)
+				}
+				if again := v.get(t, h); again.sub != "2" || again.exit != second.exit || again.attempts != "1" {
+					t.Fatalf("the session after its re-pin: %+v, want it on %s", again, second.exit)
 				}
 				if !strings.Contains(v.log.String(), "sub-exit failed") {
 					t.Fatalf("the retirement is not in the log:\n%s", v.log.String())
 				}
-				// A second sub-exit banned by the site within the window is
-				// evidence against the gateway there.
-				tc.mark(v.pg, next.exit)
-				v.get(t, h)
+				// A second sub-exit marked by the site within the window is
+				// evidence against the gateway there: the pair cools and the
+				// session's exit is gone for the site.
+				tc.mark(v.pg, second.exit)
+				if third := v.get(t, h); third.sub != "2; retired" {
+					t.Fatalf("through the second marked IP: %+v", third)
+				}
 				v.waitOutcome(t, 0, tc.class)
 				v.rec.mu.Lock()
 				got := strings.Join(v.rec.subExits, ", ")
@@ -324,7 +332,8 @@ func TestProviderTunnels(t *testing.T) {
 }
 
 // TestProviderSilenceRetires: a provider session whose IP goes silent at
-// the site is retired as a banned one is; the session goes on elsewhere.
+// the site is retired as a banned one is; the request goes on through a
+// new one.
 func TestProviderSilenceRetires(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
 		pg := routetest.NewProviderGateway(t, "acct", providerPassword)
@@ -342,11 +351,8 @@ func TestProviderSilenceRetires(t *testing.T) {
 		v := &providerEnv{env: newEnv(t, Config{AttemptTimeout: 300 * time.Millisecond}, line), pg: pg, site: site}
 		first := v.get(t, session("s1"))
 		stalled.Store(first.exit)
-		if silent := v.get(t, session("s1")); silent.status == http.StatusOK || silent.sub != "1; retired" {
-			t.Fatalf("through the silent IP: %+v", silent)
-		}
-		if next := v.get(t, session("s1")); next.status != http.StatusOK || next.sub != "2" || next.exit == first.exit {
-			t.Fatalf("after the silence: %+v", next)
+		if next := v.get(t, session("s1")); next.status != http.StatusOK || next.sub != "2" || next.exit == first.exit || next.attempts != "2" {
+			t.Fatalf("through the silent IP: %+v, first %+v", next, first)
 		}
 	})
 }
