@@ -43,9 +43,9 @@ var Presets = []Preset{
 		Source:   "https://developers.oxylabs.io/products/proxies/residential-proxies/session-control",
 	},
 	{
-		// -session-<id> with -sessionduration-<minutes> (1 to 1440). The
-		// user is the one the dashboard shows (user-NAME); -country- as
-		// issue 18 describes the convention, not seen in the page found.
+		// -session-<id> with -sessionduration-<minutes> (1 to 1440).
+		// -country- is the common convention, not in the page found:
+		// check it against the provider's own endpoint generator.
 		Name:     "decodo",
 		Template: "{user}[-country-{region}][-session-{session}-sessionduration-{ttl}]",
 		Source:   "https://help.decodo.com/docs/residential-proxy-custom-sticky-sessions",
