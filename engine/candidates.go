@@ -38,6 +38,16 @@ func (e *Engine) candidates(c *Candidates, ns int64, t *target, req *Request) er
 		best := math.MaxInt
 		for _, l := range req.Labels {
 			x := e.labelIndex(l, false)
+			if anyValue := e.labelIndex(Label{Key: l.Key, Value: AnyValue}, false); anyValue != nil {
+				// Routes taking any value of the key (AnyValue) match
+				// too. With routes of the value itself as well, the
+				// draw is from the whole pool, matches keeping to both.
+				if x == nil {
+					x = anyValue
+				} else {
+					x = e.pool
+				}
+			}
 			if x == nil {
 				return ErrNoMatch
 			}

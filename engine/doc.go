@@ -78,7 +78,8 @@
 // ErrSessionRestartRequired, never switching exits silently; a session is
 // bound by its first lease, or, with Request.BindLater, by Bind once an
 // attempt succeeded, so its first request may fail over), applies hard
-// label constraints through a per-label index, and lets the Picker draw
+// label constraints through a per-label index (a route's AnyValue label
+// matching every value of its key), and lets the Picker draw
 // from a sharded weighted index where each route weighs its speed
 //
 //	cost = latency · (1 + in-flight) / score^γ

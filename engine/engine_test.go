@@ -1247,3 +1247,51 @@ func TestSessionConflictRestarts(t *testing.T) {
 		t.Errorf("Acquire: %v, want ErrSessionRestartRequired", err)
 	}
 }
+
+// TestAcquireAnyValue: a route labelled with AnyValue (a provider gateway
+// whose template fills the key) takes every value of its key, beside the
+// routes labelled with the value itself, and no other key.
+func TestAcquireAnyValue(t *testing.T) {
+	t.Parallel()
+	pool := func() *Engine {
+		e := newTestEngine(t, Config{}, 0)
+		for _, s := range []struct {
+			id     string
+			labels Labels
+		}{
+			{"us", Labels{{"region", "us"}}}, {"de", Labels{{"region", "de"}}}, {"gw", Labels{{"region", AnyValue}}},
+		} {
+			if err := e.AddRoute(start, RouteSpec{ID: s.id, Labels: s.labels}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return e
+	}
+	e := pool()
+	for _, tc := range []struct {
+		desc  string
+		asked Labels
+		want  []string
+	}{
+		{"a value only the gateway expresses", Labels{{"region", "fr"}}, []string{"gw"}},
+		{"a value a route has too", Labels{{"region", "us"}}, []string{"gw", "us"}},
+	} {
+		// Leases are kept, so that in-flight spreads them.
+		e := pool()
+		got := map[string]bool{}
+		for range 20 {
+			got[mustAcquire(t, e, start, Request{Target: "a.com", Labels: tc.asked}).Route] = true
+		}
+		if len(got) != len(tc.want) {
+			t.Fatalf("%s: leased %v, want %v", tc.desc, got, tc.want)
+		}
+		for _, id := range tc.want {
+			if !got[id] {
+				t.Fatalf("%s: leased %v, want %v", tc.desc, got, tc.want)
+			}
+		}
+	}
+	if _, err := e.Acquire(start, Request{Target: "a.com", Labels: Labels{{"city", "paris"}}}); !errors.Is(err, ErrNoMatch) {
+		t.Fatalf("a key no route expresses: %v, want ErrNoMatch", err)
+	}
+}

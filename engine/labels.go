@@ -29,10 +29,17 @@ type Label struct{ Key, Value string }
 // and values 1..128 characters of [A-Za-z0-9_.:-]. Uppercase keys are
 // rejected rather than folded, so that what an operator wrote is what is
 // matched. Duplicate keys are an error. Empty input yields empty Labels.
-func ParseLabels(s string) (Labels, error) {
+func ParseLabels(s string) (Labels, error) { return parseLabels(s, false) }
+
+// ParseRouteLabels is ParseLabels for a route's labels as the engine
+// holds them, where a value may also be AnyValue: a route's labels sent
+// between nodes (internal/cluster).
+func ParseRouteLabels(s string) (Labels, error) { return parseLabels(s, true) }
+
+func parseLabels(s string, anyValue bool) (Labels, error) {
 	var l Labels
 	for tok := range strings.FieldsFuncSeq(s, isLabelSep) {
-		lb, err := parseLabel(tok)
+		lb, err := parseLabel(tok, anyValue)
 		if err != nil {
 			return nil, err
 		}
@@ -49,14 +56,18 @@ func ParseLabels(s string) (Labels, error) {
 
 func isLabelSep(r rune) bool { return r == ' ' || r == '\t' || r == ',' }
 
-// parseLabel parses and validates one "key=value" token.
-func parseLabel(tok string) (Label, error) {
+// parseLabel parses and validates one "key=value" token; anyValue lets
+// the value be AnyValue.
+func parseLabel(tok string, anyValue bool) (Label, error) {
 	key, value, ok := strings.Cut(tok, "=")
 	if !ok {
 		return Label{}, fmt.Errorf("label %q: missing \"=\"", tok)
 	}
 	if err := checkLabelKey(key); err != nil {
 		return Label{}, fmt.Errorf("label %q: %w", tok, err)
+	}
+	if anyValue && value == AnyValue {
+		return Label{Key: key, Value: value}, nil
 	}
 	if err := checkLabelValue(value); err != nil {
 		return Label{}, fmt.Errorf("label %q: %w", tok, err)
@@ -139,12 +150,19 @@ func (l Labels) String() string {
 	return b.String()
 }
 
+// AnyValue as a route label's value matches every value of its key: a
+// provider gateway route whose username template has {region} carries
+// region=us and region=de alike (docs/design/014-provider-gateways.md).
+// ParseLabels refuses it, so no request asks for it and no list line
+// writes it.
+const AnyValue = "*"
+
 // Matches reports whether l satisfies every constraint in c: each key of c
-// must be present in l with the same value. It runs on the routing hot path
-// for every candidate route, so it does not allocate.
+// must be present in l with the same value, or with AnyValue. It runs on
+// the routing hot path for every candidate route, so it does not allocate.
 func (l Labels) Matches(c Labels) bool {
 	for _, want := range c {
-		if v, ok := l.Get(want.Key); !ok || v != want.Value {
+		if v, ok := l.Get(want.Key); !ok || v != want.Value && v != AnyValue {
 			return false
 		}
 	}

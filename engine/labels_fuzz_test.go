@@ -35,7 +35,7 @@ func FuzzParseLabels(f *testing.F) {
 			if i > 0 && l[i-1].Key >= lb.Key {
 				t.Fatalf("ParseLabels(%q) = %v: keys not sorted and unique", s, l)
 			}
-			if got, err := parseLabel(lb.Key + "=" + lb.Value); err != nil || got != lb {
+			if got, err := parseLabel(lb.Key+"="+lb.Value, false); err != nil || got != lb {
 				t.Fatalf("ParseLabels(%q) returned label %v that fails validation: %v", s, lb, err)
 			}
 		}

@@ -127,6 +127,8 @@ func TestLabelsMatches(t *testing.T) {
 		{"one of two fails", route, Labels{{"region", "us"}, {"provider", "other"}}, false},
 		{"unlabeled route", nil, Labels{{"region", "us"}}, false},
 		{"values are case-sensitive", route, Labels{{"city", "NYC"}}, false},
+		{"any value", Labels{{"region", AnyValue}}, Labels{{"region", "de"}}, true},
+		{"any value, other key", Labels{{"region", AnyValue}}, Labels{{"city", "nyc"}}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -148,5 +150,16 @@ func TestLabelsMatchesAllocs(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Fatalf("Matches allocates %v times per call, want 0", n)
+	}
+}
+
+func TestParseRouteLabels(t *testing.T) {
+	t.Parallel()
+	got, err := ParseRouteLabels("region=* provider=x")
+	if err != nil || got.String() != "provider=x region=*" {
+		t.Fatalf("ParseRouteLabels = %v, %v", got, err)
+	}
+	if _, err := ParseLabels("region=*"); err == nil {
+		t.Fatal("ParseLabels took AnyValue: a request could ask for it")
 	}
 }

@@ -33,6 +33,7 @@ type Metrics struct {
 	connsCut       *prometheus.CounterVec
 	authRefused    *prometheus.CounterVec
 	localErrors    *prometheus.CounterVec
+	subExits       *prometheus.CounterVec
 	auth           *proxyAuth
 
 	perRoute sync.Map // route id → *routeCounts, for /api/routes
@@ -97,6 +98,10 @@ func NewMetrics(e *engine.Engine, log *slog.Logger) *Metrics {
 			Name: "switchyard_local_errors_total",
 			Help: "Attempts the gateway could not make for want of its own resources, by reason: emfile, enfile (out of file descriptors), enobufs, enomem (kernel buffers or memory), eaddrnotavail (local ports). Answered 503 local_resources; no evidence against any route.",
 		}, []string{"reason"}),
+		subExits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_sub_exit_failures_total",
+			Help: "Failures through a provider gateway's sub-exit (a session's provider session) that retired it or whose ban was kept from the engine as that provider IP's alone, by class and effect: retired, spared (the gateway not cooled for the site) or retired_spared.",
+		}, []string{"class", "effect"}),
 	}
 	// Every reason is exported, even at 0, so that alerts see a series.
 	for _, r := range []CutReason{CutIdle, CutHeader, CutSlowBody, CutOverCap} {
@@ -109,7 +114,7 @@ func NewMetrics(e *engine.Engine, log *slog.Logger) *Metrics {
 		Name: "switchyard_routes_proxy_auth_failing",
 		Help: "Routes whose proxy refused their credentials (407, or SOCKS5 authentication) at their last attempt or probe that said, until one through them succeeds: credentials in the proxy list that no longer pass, or an account that ran out. /readyz names them.",
 	}, func() float64 { return float64(m.auth.n.Load()) })
-	m.reg.MustRegister(m.requests, perRouteAttempts{m}, m.retries, m.hedges, m.attemptSeconds, m.connsCut, m.authRefused, m.localErrors, authFailing,
+	m.reg.MustRegister(m.requests, perRouteAttempts{m}, m.retries, m.hedges, m.attemptSeconds, m.connsCut, m.authRefused, m.localErrors, m.subExits, authFailing,
 		engineCollector{e: e, perRoute: m.perRouteSeries})
 	// The process's own health, as every Go exporter shows it: go_*
 	// (goroutines, heap, GC pauses) and process_* (CPU, memory, open
@@ -223,6 +228,19 @@ func (m *Metrics) ObserveAuthRefusal(reason string) {
 // of its own resource reason.
 func (m *Metrics) ObserveLocalError(reason string) {
 	m.localErrors.WithLabelValues(reason).Inc()
+}
+
+// ObserveSubExit counts a failure through a provider gateway's sub-exit
+// that retired it, or whose ban was spared the gateway, or both.
+func (m *Metrics) ObserveSubExit(class engine.Class, retired, spared bool) {
+	effect := "retired"
+	switch {
+	case retired && spared:
+		effect = "retired_spared"
+	case spared:
+		effect = "spared"
+	}
+	m.subExits.WithLabelValues(class.String(), effect).Inc()
 }
 
 // WatchClientConns adds the gauge of open client connections, read from

@@ -123,6 +123,19 @@ func TestMetrics(t *testing.T) {
 			},
 		},
 		{
+			desc: "sub-exit failures",
+			setup: func(_ *testing.T, f *fixture) {
+				f.m.ObserveSubExit(engine.Blocked, true, true)
+				f.m.ObserveSubExit(engine.Blocked, true, false)
+				f.m.ObserveSubExit(engine.ContentInvalid, false, true)
+			},
+			want: []string{
+				`switchyard_sub_exit_failures_total{class="blocked",effect="retired_spared"} 1`,
+				`switchyard_sub_exit_failures_total{class="blocked",effect="retired"} 1`,
+				`switchyard_sub_exit_failures_total{class="content_invalid",effect="spared"} 1`,
+			},
+		},
+		{
 			desc: "requests, attempts, retries and hedges",
 			setup: func(_ *testing.T, f *fixture) {
 				f.m.ObserveRequest(http.MethodGet, engine.OK, 2, 1, time.Millisecond)

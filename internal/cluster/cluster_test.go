@@ -339,6 +339,8 @@ func TestFits(t *testing.T) {
 		{ID: "r1", Labels: us, Health: engine.Health{State: engine.Healthy}, Targets: []engine.PairStatus{{Target: "banned.example", Health: engine.Health{State: engine.Cooling}}}},
 		{ID: "r2", Labels: us, Health: engine.Health{State: engine.Healthy}, Targets: []engine.PairStatus{{Target: "banned.example", Health: engine.Health{State: engine.Cooling}}, {Target: "ok.example", Health: engine.Health{State: engine.Healthy}}}},
 		{ID: "r3", Labels: engine.Labels{{Key: "region", Value: "eu"}}, Health: engine.Health{State: engine.Cooling}},
+		// A provider gateway taking any city (docs/design/014).
+		{ID: "gw", Labels: engine.Labels{{Key: "city", Value: engine.AnyValue}}, Health: engine.Health{State: engine.Healthy}},
 	}
 	s := Summarize("v", routes)
 	back := summaryOf(s.PingResponse("n", 0))
@@ -353,6 +355,7 @@ func TestFits(t *testing.T) {
 		{"every fit cools for the target", us, "banned.example", 1},
 		{"only an unusable route fits", engine.Labels{{Key: "region", Value: "eu"}}, "", 1},
 		{"nothing fits", engine.Labels{{Key: "region", Value: "jp"}}, "", 0},
+		{"a gateway takes any value", engine.Labels{{Key: "city", Value: "paris"}}, "", 2},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()

@@ -169,7 +169,7 @@ func (s Summary) PingResponse(id string, uptime time.Duration) *pb.PingResponse 
 func summaryOf(p *pb.PingResponse) Summary {
 	s := Summary{Version: p.GetVersion(), Routes: int(p.GetRoutes()), Usable: int(p.GetRoutesUsable()), Inflight: p.GetInflight(), ProxyPort: int(p.GetProxyPort())}
 	for _, g := range p.GetGroups() {
-		labels, err := engine.ParseLabels(g.GetLabels())
+		labels, err := engine.ParseRouteLabels(g.GetLabels())
 		if err != nil {
 			continue
 		}

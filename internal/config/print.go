@@ -40,6 +40,9 @@ func (c *Config) WriteEffective(w io.Writer) error {
 // listLine is r in the proxy-list syntax, credentials redacted.
 func listLine(r *route.Route) string {
 	parts := []string{r.Redacted(), "id=" + r.ID}
+	if r.Gateway != nil {
+		parts = append(parts, r.Gateway.String())
+	}
 	if len(r.Labels) > 0 {
 		parts = append(parts, r.Labels.String())
 	}

@@ -17,6 +17,11 @@ import (
 const (
 	headerSession = "X-Switchyard-Session"
 	headerLabels  = "X-Switchyard-Labels"
+	// headerStrict, "1" (or the username's strict-1), asks for strict
+	// mode: no least-bad fallback, and a session that must keep its exit
+	// and IP, failing with session_restart_required once a provider
+	// session behind it is gone (docs/design/014-provider-gateways.md).
+	headerStrict = "X-Switchyard-Strict"
 )
 
 // maxSession bounds a session id, as a label value is bounded.
@@ -43,10 +48,17 @@ func parseControl(h http.Header) (control, error) {
 		if err != nil {
 			return c, err
 		}
-		c.session, fromUser, err = parseUsername(user)
+		c.session, c.strict, fromUser, err = parseUsername(user)
 		if err != nil {
 			return c, err
 		}
+	}
+	if v := strings.TrimSpace(h.Get(headerStrict)); v != "" {
+		strict, err := parseStrict(v)
+		if err != nil {
+			return c, errors.New(headerStrict + ": " + err.Error())
+		}
+		c.strict = c.strict || strict
 	}
 	if s := strings.TrimSpace(h.Get(headerSession)); s != "" {
 		if c.session != "" && c.session != s {
@@ -99,28 +111,44 @@ func proxyUser(auth string) (string, error) {
 	return user, nil
 }
 
-// parseUsername splits "account-key-value-key-value…" into the session and
-// labels as "key=value" tokens.
-func parseUsername(user string) (session string, labels []string, err error) {
+// parseUsername splits "account-key-value-key-value…" into the session,
+// strict mode (strict-1) and labels as "key=value" tokens.
+func parseUsername(user string) (session string, strict bool, labels []string, err error) {
 	tokens := strings.Split(user, "-")[1:]
 	if len(tokens)%2 != 0 {
-		return "", nil, fmt.Errorf("proxy username %q: parameters after the first token must be key-value pairs", user)
+		return "", false, nil, fmt.Errorf("proxy username %q: parameters after the first token must be key-value pairs", user)
 	}
 	for i := 0; i < len(tokens); i += 2 {
 		key, value := tokens[i], tokens[i+1]
 		if key == "" || value == "" {
-			return "", nil, fmt.Errorf("proxy username %q: empty parameter key or value", user)
+			return "", false, nil, fmt.Errorf("proxy username %q: empty parameter key or value", user)
 		}
-		if key == "session" {
+		switch key {
+		case "session":
 			if session != "" {
-				return "", nil, fmt.Errorf("proxy username %q: session given twice", user)
+				return "", false, nil, fmt.Errorf("proxy username %q: session given twice", user)
 			}
 			session = value
-			continue
+		case "strict":
+			if strict, err = parseStrict(value); err != nil {
+				return "", false, nil, fmt.Errorf("proxy username %q: strict: %w", user, err)
+			}
+		default:
+			labels = append(labels, key+"="+value)
 		}
-		labels = append(labels, key+"="+value)
 	}
-	return session, labels, nil
+	return session, strict, labels, nil
+}
+
+// parseStrict reads a strict mode flag: 1 or true, 0 or false.
+func parseStrict(v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "1", "true":
+		return true, nil
+	case "0", "false":
+		return false, nil
+	}
+	return false, errors.New("want 1 or 0")
 }
 
 // checkSession keeps session ids to what a label value may hold: they

@@ -25,6 +25,7 @@ func TestParseControl(t *testing.T) {
 		header      http.Header
 		wantSession string
 		wantLabels  string
+		wantStrict  bool
 		wantErr     string
 	}{
 		{desc: "nothing", header: http.Header{}},
@@ -46,6 +47,11 @@ func TestParseControl(t *testing.T) {
 		{desc: "bad session", header: http.Header{headerSession: {"a/b"}}, wantErr: "session id"},
 		{desc: "not basic", header: http.Header{"Proxy-Authorization": {"Bearer x"}}, wantErr: "Basic"},
 		{desc: "not base64", header: http.Header{"Proxy-Authorization": {"Basic !!"}}, wantErr: "malformed"},
+		{desc: "strict in the username", header: http.Header{"Proxy-Authorization": {basic("a-session-s1-strict-1")}}, wantSession: "s1", wantStrict: true},
+		{desc: "strict header", header: http.Header{headerSession: {"s1"}, headerStrict: {"true"}}, wantSession: "s1", wantStrict: true},
+		{desc: "strict off", header: http.Header{headerStrict: {"0"}}},
+		{desc: "bad strict", header: http.Header{headerStrict: {"yes"}}, wantErr: "X-Switchyard-Strict: want 1 or 0"},
+		{desc: "bad strict in the username", header: http.Header{"Proxy-Authorization": {basic("a-strict-2")}}, wantErr: "strict: want 1 or 0"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -61,8 +67,8 @@ func TestParseControl(t *testing.T) {
 				t.Fatal(err)
 			}
 			want, _ := engine.ParseLabels(tc.wantLabels)
-			if c.session != tc.wantSession || fmt.Sprint(c.labels) != fmt.Sprint(want) {
-				t.Errorf("got session %q labels %v, want %q %v", c.session, c.labels, tc.wantSession, want)
+			if c.session != tc.wantSession || fmt.Sprint(c.labels) != fmt.Sprint(want) || c.strict != tc.wantStrict {
+				t.Errorf("got session %q labels %v strict %v, want %q %v %v", c.session, c.labels, c.strict, tc.wantSession, want, tc.wantStrict)
 			}
 		})
 	}

@@ -354,7 +354,7 @@ func (g *Gateway) deliver(w http.ResponseWriter, rec *record, win *outcome, atte
 // It reads none of win's class, which answer may be changing.
 func (g *Gateway) reportWin(win *outcome, c engine.Class) {
 	if win.reported.CompareAndSwap(false, true) {
-		g.report(win.lease, engine.Outcome{Class: c, Latency: win.latency, RetryAfter: win.retryAfter})
+		g.reportAttempt(win, engine.Outcome{Class: c, Latency: win.latency, RetryAfter: win.retryAfter})
 	}
 }
 
@@ -385,6 +385,9 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, start time.Time, 
 	h := w.Header()
 	h.Set(headerRoute, o.lease.Route)
 	h.Set(headerAttempts, strconv.Itoa(attempts))
+	if sub := subExitHeader(o); sub != "" {
+		h.Set(headerSubExit, sub)
+	}
 	switch {
 	case o.timedOut:
 		fail(w, http.StatusGatewayTimeout, "request_timeout",

@@ -152,6 +152,10 @@ type Observer interface {
 	// for want of its own resources, reason naming which (route.Error's
 	// Local: "emfile", "enfile", "enobufs", "enomem", "eaddrnotavail").
 	ObserveLocalError(reason string)
+	// ObserveSubExit is told of each failure of class through a provider
+	// gateway's sub-exit that retired it or whose ban was kept from the
+	// engine as the sub-exit's alone (spared; provider.go).
+	ObserveSubExit(class engine.Class, retired, spared bool)
 }
 
 // DefaultConfig is what New gives zero fields, the one place these
@@ -229,6 +233,8 @@ type Gateway struct {
 	local localLog // the gateway running out of its own resources, logged at a bounded rate
 
 	lookalike *lookalike.Detector // soft bans no signature knows (lookalike.go)
+
+	providers providers // the provider sessions of gateway routes (provider.go)
 }
 
 // New returns a gateway over routes, which must already have been added to
@@ -577,6 +583,12 @@ func (g *Gateway) acquire(s *settings, ctl control, target string, avoid []strin
 		// nothing, so the lease is released without evidence.
 		g.giveBack(l)
 		return engine.Lease{}, nil, fmt.Errorf("route %s has no dialer in this gateway", l.Route)
+	}
+	if x.Route().Gateway != nil {
+		if x, err = g.subExit(x, s, l, ctl); err != nil {
+			g.giveBack(l)
+			return engine.Lease{}, nil, err
+		}
 	}
 	return l, x, nil
 }

@@ -102,7 +102,14 @@ func (g *Gateway) try(ctx context.Context, j *job, l engine.Lease, x *route.Exit
 // idempotent; a CONNECT whenever another is allowed, since every failure
 // there comes before any byte of the client's went out.
 func (j *job) retryable(o *outcome) bool {
-	return j.another && !bound(o.lease) && (j.req == nil || !o.reached || idempotent(j.req.Method))
+	return !bound(o.lease) && j.resendable(o)
+}
+
+// resendable says whether j may be sent again after its attempt o, on
+// whichever exit: another is allowed, and a forwarded request that may
+// have reached the target is idempotent.
+func (j *job) resendable(o *outcome) bool {
+	return j.another && (j.req == nil || !o.reached || idempotent(j.req.Method))
 }
 
 // bound reports whether l is the route a sticky session is bound to: its
@@ -134,6 +141,8 @@ type outcome struct {
 	timedOut   bool         // the request's deadline passed: the client is answered 504, whatever came back
 	bodyErr    error        // the client's streamed body broke off (gone, too slow); class is then Canceled
 	local      string       // the gateway ran out of this resource of its own (route.LocalReason); class is then Canceled
+	exit       *route.Exit  // the exit the attempt went out through: a gateway route's sub-exit, for reportAttempt; nil for an outcome of no attempt
+	retired    bool         // the attempt's failure retired its sub-exit (provider.go)
 	resp       *http.Response
 	conn       net.Conn
 	progress   route.Progress // how far the attempt got, recorded by the Exit
@@ -231,6 +240,7 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 	// another says whether a route is left to try, before any budget is
 	// spent on it.
 	another := func() bool { return len(flights) < s.routes.Listed() }
+	repinned := false // a retired sub-exit's request went on through the new one
 	launch := func(hedge bool) error {
 		// Only the first attempt waits for a paced target: a retry or a
 		// hedge has other attempts to watch meanwhile.
@@ -323,6 +333,15 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 			if awaited() > 0 {
 				continue // another attempt may still answer
 			}
+			if !repinned && g.repin(j, o, attempts) {
+				// The session's provider session is gone: once, the
+				// request goes on through its new one (provider.go).
+				repinned = true
+				if err := launch(false); err != nil {
+					return nil, last, attempts, hedges, err
+				}
+				continue
+			}
 			// Neither admission's refusal nor the gateway's own want of
 			// resources would go better on another route.
 			if o.blocked != nil || o.local != "" || !another() || !g.retry(j, o, attempts) {
@@ -372,7 +391,7 @@ func (g *Gateway) fly(ctx context.Context, j *job, l engine.Lease, x *route.Exit
 	f.timer = time.AfterFunc(f.due, f.tick)
 	go func() {
 		o := g.attempt(actx, j, l, x)
-		o.cancel = cancel
+		o.cancel, o.exit = cancel, x
 		f.mu.Lock()
 		f.ended = true
 		f.timer.Stop()
@@ -388,7 +407,7 @@ func (g *Gateway) fly(ctx context.Context, j *job, l engine.Lease, x *route.Exit
 		// the loop no longer wants it.
 		reported := o.class != engine.OK
 		if reported {
-			g.report(o.lease, o.evidence())
+			g.reportAttempt(o, o.evidence())
 		}
 		f.mu.Lock()
 		awaited := f.awaited
@@ -398,7 +417,7 @@ func (g *Gateway) fly(ctx context.Context, j *job, l engine.Lease, x *route.Exit
 		f.mu.Unlock()
 		if !awaited {
 			if !reported {
-				g.report(o.lease, o.evidence())
+				g.reportAttempt(o, o.evidence())
 			}
 			o.discard()
 		}
@@ -529,7 +548,7 @@ func (g *Gateway) abandon(flights []*flight, events <-chan event, win *outcome) 
 				continue
 			}
 			if !ev.reported {
-				g.report(ev.o.lease, ev.o.evidence())
+				g.reportAttempt(ev.o, ev.o.evidence())
 			}
 			ev.o.discard()
 		default:

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -21,6 +22,7 @@ type recorder struct {
 	hedges   int
 	refused  []string
 	local    []string
+	subExits []string      // "class retired spared" per sub-exit failure
 	changed  chan struct{} // closed at the next observation, for waitFor
 }
 
@@ -77,6 +79,13 @@ func (r *recorder) ObserveLocalError(reason string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.local = append(r.local, reason)
+	r.noteLocked()
+}
+
+func (r *recorder) ObserveSubExit(c engine.Class, retired, spared bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.subExits = append(r.subExits, fmt.Sprint(c, " ", retired, " ", spared))
 	r.noteLocked()
 }
 

@@ -71,12 +71,23 @@ func (g *Gateway) pace(ctx context.Context, s *settings, target string) (release
 func (g *Gateway) lease(ctx context.Context, s *settings, ctl control, target string, tried []string, wait time.Duration) (engine.Lease, *route.Exit, error) {
 	avoid := slices.Clip(tried) // appending must not write into tried
 	var paced error
+	var unfillable *unfillableError // the last gateway route passed over for its template
 	strictSkips := 0
 	for {
 		l, x, err := g.acquire(s, ctl, target, avoid)
+		if u, ok := errors.AsType[*unfillableError](err); ok && len(avoid)-len(tried) < maxStrictSkips {
+			// A gateway route whose username the request cannot fill does
+			// not satisfy its constraints: another route may.
+			unfillable = u
+			avoid = append(avoid, u.route)
+			continue
+		}
 		if err != nil {
 			if paced != nil {
 				return engine.Lease{}, nil, paced
+			}
+			if unfillable != nil && (errors.Is(err, engine.ErrNoRoute) || errors.Is(err, engine.ErrNoMatch)) {
+				return engine.Lease{}, nil, unfillable // no_matching_route: what the others lacked is theirs
 			}
 			if pe, ok := errors.AsType[*engine.PacedError](err); ok && pe.RetryAfter <= wait {
 				d := max(pe.RetryAfter, time.Millisecond)

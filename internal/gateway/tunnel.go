@@ -115,7 +115,11 @@ func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, rec *record, wi
 	defer client.Close()
 	answer := "HTTP/1.1 200 Connection established\r\n" +
 		headerRoute + ": " + win.lease.Route + "\r\n" +
-		headerAttempts + ": " + strconv.Itoa(attempts) + "\r\n\r\n"
+		headerAttempts + ": " + strconv.Itoa(attempts) + "\r\n"
+	if sub := subExitHeader(win); sub != "" {
+		answer += headerSubExit + ": " + sub + "\r\n"
+	}
+	answer += "\r\n"
 	if _, err := io.WriteString(client, answer); err != nil {
 		g.dropTunnel(win)
 		return
@@ -150,7 +154,7 @@ func (g *Gateway) splice(client net.Conn, fromClient io.Reader, win *outcome) {
 	l, upstream := win.lease, win.conn
 	var once sync.Once
 	report := func(c engine.Class, latency time.Duration) {
-		once.Do(func() { g.report(l, engine.Outcome{Class: c, Latency: latency}) })
+		once.Do(func() { g.reportAttempt(win, engine.Outcome{Class: c, Latency: latency}) })
 	}
 	defer report(engine.Canceled, win.latency) // every other path, panics included
 	defer win.discard()

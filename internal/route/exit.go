@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"syscall"
 )
 
@@ -29,7 +30,9 @@ type Exit struct {
 	upstream  *Upstream // the shared transport is transport; nil when it is the exit's own
 	// bound, for a SOCKS5 exit, is the Upstream whose bound on idle
 	// connections its own transport keeps to; nil without one.
-	bound *Upstream
+	bound  *Upstream
+	dialer Dialer // as given, for the exits of provider sessions (WithUser)
+	sub    int    // the provider session's Seq for an exit of one (WithUser); 0 otherwise
 }
 
 // NewExit builds the exit of r, dialling as d says. r must be Direct or
@@ -42,7 +45,7 @@ func NewExit(r *Route, d Dialer) (*Exit, error) {
 	case r.URL == nil:
 		return nil, fmt.Errorf("route %s: %s route without a proxy address", r.ID, r.Scheme)
 	}
-	x := &Exit{route: r, timeouts: d.Timeouts.withDefaults(), control: d.Control, resolver: d.Resolver}
+	x := &Exit{route: r, timeouts: d.Timeouts.withDefaults(), control: d.Control, resolver: d.Resolver, dialer: d}
 	if r.Scheme == HTTPS {
 		x.tls = proxyTLSConfig(d.TLS, r.URL.Hostname())
 	}
@@ -201,6 +204,36 @@ func (x *Exit) Check(ctx context.Context) error {
 
 // Route is the route the exit was built for.
 func (x *Exit) Route() *Route { return x.route }
+
+// WithUser is the exit of one provider session of x's gateway route
+// (docs/design/014-provider-gateways.md): the same proxy and password,
+// user as the user name, dialled alike. With a shared transport
+// (Dialer.Upstream) it costs a few hundred bytes, and its connections are
+// pooled apart from the other sessions' since the credentials differ; seq
+// is the provider session's number within its Switchyard session (Sub).
+func (x *Exit) WithUser(user string, seq int) (*Exit, error) {
+	if x.route.URL == nil {
+		return nil, fmt.Errorf("route %s: no proxy to send a user name to", x.route.ID)
+	}
+	r := *x.route
+	u := *r.URL
+	if pass, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(user, pass)
+	} else {
+		u.User = url.User(user)
+	}
+	r.URL = &u
+	y, err := NewExit(&r, x.dialer)
+	if err != nil {
+		return nil, err
+	}
+	y.sub = seq
+	return y, nil
+}
+
+// Sub is the Seq of the provider session the exit is of (WithUser), 0 for
+// a route's own exit.
+func (x *Exit) Sub() int { return x.sub }
 
 // CloseIdleConnections closes the exit's idle connections; requests in
 // progress are not cut. An exit sharing its transport (Dialer.Upstream)

@@ -97,12 +97,24 @@ func parseLine(text string) (Route, error) {
 	if err != nil {
 		return Route{}, err
 	}
+	if r.Gateway != nil {
+		if rest, err = r.takeGateway(rest); err != nil {
+			return Route{}, err
+		}
+	}
 	labels, err := engine.ParseLabels(rest)
 	if err != nil {
 		return Route{}, err
 	}
 	if err := r.takeReserved(labels); err != nil {
 		return Route{}, err
+	}
+	if r.Gateway != nil {
+		for _, k := range r.Gateway.Template.Labels() {
+			if v, has := r.Labels.Get(k); has {
+				return Route{}, fmt.Errorf("label %q: the template fills {%s}, so the route takes every %s= a request asks for", k+"="+v, k, k)
+			}
+		}
 	}
 	return r, nil
 }
@@ -169,6 +181,9 @@ func parseAddr(addr string) (Route, error) {
 		return Route{}, err
 	}
 	r.ID = defaultID(r.Scheme, r.URL)
+	if r.Gateway != nil {
+		r.ID = gatewayScheme + strings.TrimPrefix(r.ID, string(r.Scheme))
+	}
 	return r, nil
 }
 
@@ -213,8 +228,13 @@ func isSchemeToken(s string) bool {
 // parseURL parses the part after "scheme://": [user[:pass]@]host:port[/].
 func parseURL(scheme, rest string) (Route, error) {
 	s := Scheme(strings.ToLower(scheme))
+	var gw *Gateway
+	if s == gatewayScheme {
+		// A provider gateway is an HTTP proxy steered by its username.
+		s, gw = HTTP, &Gateway{}
+	}
 	if s != HTTP && s != HTTPS && s != SOCKS5 {
-		return Route{}, fmt.Errorf("unknown scheme %q (want http, https or socks5)", scheme)
+		return Route{}, fmt.Errorf("unknown scheme %q (want http, https, socks5 or gateway)", scheme)
 	}
 	hostport := rest
 	var user *url.Userinfo
@@ -240,7 +260,10 @@ func parseURL(scheme, rest string) (Route, error) {
 	if err != nil {
 		return Route{}, err
 	}
-	return Route{Scheme: s, URL: &url.URL{Scheme: string(s), User: user, Host: net.JoinHostPort(host, p)}}, nil
+	if gw != nil && user == nil {
+		return Route{}, errors.New("a gateway route needs the account's user name: gateway://USER:PASS@host:port")
+	}
+	return Route{Scheme: s, URL: &url.URL{Scheme: string(s), User: user, Host: net.JoinHostPort(host, p)}, Gateway: gw}, nil
 }
 
 // parseUserinfo parses percent-encoded "user[:pass]".

@@ -32,6 +32,10 @@ func FuzzParseList(f *testing.F) {
 		"http://u:%zz@192.0.2.1:80",
 		"192.0.2.1:80 weight=0 cost=NaN max_inflight=-1",
 		"2001:db8::1:8080",
+		`gateway://acct:secret@pr.example.net:7777 template="{user}-session-{session}-country-{region}" sessions=1000 session_ttl=10m`,
+		"gateway://acct:secret@pr.example.net:7777 preset=oxylabs session_ids=pass provider=oxy",
+		`gateway://u:pw@192.0.2.1:7777 template="{user}[-s-{session}" region=us`,
+		"gateway://192.0.2.1:7777 preset=decodo",
 		"",
 	} {
 		f.Add(s)
@@ -158,6 +162,9 @@ func rebuild(routes []Route, password string) (list string, ok bool) {
 				u.User = url.UserPassword(u.User.Username(), password)
 			}
 			line = u.String()
+			if r.Gateway != nil {
+				line = gatewayScheme + strings.TrimPrefix(line, string(r.Scheme)) + " " + r.Gateway.String()
+			}
 		}
 		// Derived ids hold "://", which no label value may, so a valid
 		// id label means the id was explicit (or is "direct").
@@ -194,5 +201,6 @@ func sameRoute(a, b Route) bool {
 	return a.ID == b.ID && a.Scheme == b.Scheme && a.Redacted() == b.Redacted() &&
 		(a.URL == nil) == (b.URL == nil) && (a.URL == nil || a.URL.String() == b.URL.String()) &&
 		a.Labels.String() == b.Labels.String() &&
-		a.MaxInflight == b.MaxInflight && a.Cost == b.Cost && a.Weight == b.Weight
+		a.MaxInflight == b.MaxInflight && a.Cost == b.Cost && a.Weight == b.Weight &&
+		(a.Gateway == nil) == (b.Gateway == nil) && (a.Gateway == nil || a.Gateway.String() == b.Gateway.String())
 }

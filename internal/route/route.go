@@ -7,8 +7,12 @@ package route
 
 import (
 	"net/url"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/provider"
 )
 
 // Scheme is how a route reaches targets.
@@ -29,6 +33,10 @@ type Route struct {
 	Scheme Scheme        // how targets are reached
 	URL    *url.URL      // proxy address with credentials; nil for Direct
 	Labels engine.Labels // labels other than the reserved id, max_inflight, cost, weight
+	// Gateway steers a provider gateway (a gateway:// line) through its
+	// username; nil for other routes. Its Scheme is HTTP, the proxy
+	// beneath.
+	Gateway *Gateway
 
 	MaxInflight int     // max_inflight= label; 0 = unlimited
 	Cost        float64 // cost= label
@@ -49,10 +57,54 @@ func (r *Route) Redacted() string {
 			creds = "***:***@"
 		}
 	}
-	return r.URL.Scheme + "://" + creds + r.URL.Host
+	scheme := r.URL.Scheme
+	if r.Gateway != nil {
+		scheme = gatewayScheme
+	}
+	return scheme + "://" + creds + r.URL.Host
 }
 
-// Spec is what the engine needs to know of the route.
+// Spec is what the engine needs to know of the route. A gateway route
+// carries, beside its labels, engine.AnyValue for each label its template
+// fills: it takes any region= when its template has {region}
+// (docs/design/014-provider-gateways.md).
 func (r *Route) Spec() engine.RouteSpec {
-	return engine.RouteSpec{ID: r.ID, Labels: r.Labels, MaxInflight: r.MaxInflight, Weight: r.Weight, Cost: r.Cost}
+	labels := r.Labels
+	if r.Gateway != nil {
+		labels = slices.Clone(labels)
+		for _, k := range r.Gateway.Template.Labels() {
+			labels = append(labels, engine.Label{Key: k, Value: engine.AnyValue})
+		}
+		slices.SortFunc(labels, func(a, b engine.Label) int { return strings.Compare(a.Key, b.Key) })
+	}
+	return engine.RouteSpec{ID: r.ID, Labels: labels, MaxInflight: r.MaxInflight, Weight: r.Weight, Cost: r.Cost}
+}
+
+// Gateway is how a provider gateway route is steered: the username
+// template each attempt's username is built from, and the bounds of its
+// provider sessions. Immutable.
+type Gateway struct {
+	Template *provider.Template
+	Preset   string          // the preset= named, "" for none
+	Sessions provider.Config // sessions=, session_ttl=, session_idle= (a preset's idle timeout by default)
+	// PassSessions sends the client's session id (provider.PassedID)
+	// rather than one minted for it: session_ids=pass.
+	PassSessions bool
+}
+
+// String is the gateway's options as a list line writes them. It holds
+// no credential.
+func (g *Gateway) String() string {
+	var b strings.Builder
+	if g.Preset != "" {
+		b.WriteString("preset=" + g.Preset + " ")
+	}
+	b.WriteString(`template="` + g.Template.String() + `"`)
+	b.WriteString(" sessions=" + strconv.Itoa(g.Sessions.Max))
+	b.WriteString(" session_ttl=" + g.Sessions.TTL.String())
+	b.WriteString(" session_idle=" + g.Sessions.Idle.String())
+	if g.PassSessions {
+		b.WriteString(" session_ids=pass")
+	}
+	return b.String()
 }

@@ -120,12 +120,14 @@ func (s *Set) All() iter.Seq2[*Route, *Exit] {
 }
 
 // sameDial reports whether a and b reach their exit identically,
-// credentials included, so that connections made for a serve b.
+// credentials and a provider gateway's steering included, so that
+// connections made for a serve b; a reload that changes a gateway route's
+// template or bounds starts its sub-exits afresh.
 func sameDial(a, b *Route) bool {
-	if a.Scheme != b.Scheme || (a.URL == nil) != (b.URL == nil) {
+	if a.Scheme != b.Scheme || (a.URL == nil) != (b.URL == nil) || (a.Gateway == nil) != (b.Gateway == nil) {
 		return false
 	}
-	return a.URL == nil || a.URL.String() == b.URL.String()
+	return (a.URL == nil || a.URL.String() == b.URL.String()) && (a.Gateway == nil || a.Gateway.String() == b.Gateway.String())
 }
 
 // sameSpec reports whether the engine knows a and b alike.
