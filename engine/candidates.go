@@ -14,7 +14,7 @@ type Candidates struct {
 	t      *target
 	labels Labels   // the request's hard constraints
 	avoid  []string // the request's routes to avoid
-	index  *weightIndex
+	index  drawIndex
 	all    bool // draw from fallback weights (panic or fallback)
 	// ignorePairs lifts route×target exclusions: the target has too few
 	// routes left (target panic) or nothing was eligible.
@@ -32,23 +32,17 @@ type Candidates struct {
 // candidates prepares c for req, choosing the index of the most selective
 // required label and deciding panic mode.
 func (e *Engine) candidates(c *Candidates, ns int64, t *target, req *Request) error {
-	*c = Candidates{e: e, ns: ns, t: t, labels: req.Labels, avoid: req.Avoid, index: e.pool}
+	*c = Candidates{e: e, ns: ns, t: t, labels: req.Labels, avoid: req.Avoid, index: drawIndex{a: e.pool}}
 	if len(req.Labels) > 0 {
-		c.index = nil
 		best := math.MaxInt
 		for _, l := range req.Labels {
-			x := e.labelIndex(l, false)
-			if anyValue := e.labelIndex(Label{Key: l.Key, Value: AnyValue}, false); anyValue != nil {
-				// Routes taking any value of the key (AnyValue) match
-				// too. With routes of the value itself as well, the
-				// draw is from the whole pool, matches keeping to both.
-				if x == nil {
-					x = anyValue
-				} else {
-					x = e.pool
-				}
+			// Routes taking any value of the key (AnyValue) match too:
+			// the draw is from the union of the two indexes.
+			x := drawIndex{a: e.labelIndex(l, false), b: e.labelIndex(Label{Key: l.Key, Value: AnyValue}, false)}
+			if x.a == nil {
+				x.a, x.b = x.b, nil
 			}
-			if x == nil {
+			if x.a == nil {
 				return ErrNoMatch
 			}
 			if _, _, n := x.counts(); n < best {
@@ -263,4 +257,49 @@ func (e *Engine) targetFactor(slot int32, t *target, ignorePairs bool, ns int64)
 		f *= e.cfg.SuspectWeight
 	}
 	return f
+}
+
+// drawIndex is the weight index a draw picks from, or the union of two
+// that share no route: a label value's and its key's AnyValue routes'.
+type drawIndex struct{ a, b *weightIndex } // b nil: a alone
+
+func (d drawIndex) counts() (eligible, all, slots int) {
+	eligible, all, slots = d.a.counts()
+	if d.b != nil {
+		e, a, s := d.b.counts()
+		eligible, all, slots = eligible+e, all+a, slots+s
+	}
+	return eligible, all, slots
+}
+
+func (d drawIndex) marks(m mark) int {
+	if d.b == nil {
+		return d.a.marks(m)
+	}
+	return d.a.marks(m) + d.b.marks(m)
+}
+
+// sample draws from a or b in proportion to their totals, then in it as
+// weightIndex.sample does, from the same random bits: the point r gives in
+// the union's span, rescaled to the index it falls in.
+func (d drawIndex) sample(r uint64, all bool) (slot int32, w, wAll float64, ok bool) {
+	if d.b == nil {
+		return d.a.sample(r, all)
+	}
+	ta, tb := d.a.total(all), d.b.total(all)
+	if ta+tb == 0 {
+		return -1, 0, 0, false
+	}
+	x, u := d.a, float64(r>>11)*0x1p-53*(ta+tb)
+	if u >= ta {
+		x, u, ta = d.b, u-ta, tb
+	}
+	return x.sample(uint64(min(u/ta, 1-0x1p-53)*0x1p53)<<11, all)
+}
+
+func (d drawIndex) weight(slot int32) (w, all float64) {
+	if w, all = d.a.weight(slot); d.b != nil && w == 0 && all == 0 {
+		return d.b.weight(slot)
+	}
+	return w, all
 }

@@ -1295,3 +1295,34 @@ func TestAcquireAnyValue(t *testing.T) {
 		t.Fatalf("a key no route expresses: %v, want ErrNoMatch", err)
 	}
 }
+
+// TestAcquireAnyValueLargePool: in a pool too large to scan, a label's
+// few routes and its AnyValue route are drawn from the union of their
+// indexes, every pick one of them, not by rejection over the whole pool.
+func TestAcquireAnyValueLargePool(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{}, 0)
+	add := func(id string, labels Labels) {
+		t.Helper()
+		if err := e.AddRoute(start, RouteSpec{ID: id, Labels: labels}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2 * maxScan {
+		add(fmt.Sprintf("de%d", i), Labels{{"region", "de"}})
+	}
+	add("us1", Labels{{"region", "us"}})
+	add("us2", Labels{{"region", "us"}})
+	add("gw", Labels{{"region", AnyValue}})
+	got := map[string]int{}
+	for range 300 {
+		l := mustAcquire(t, e, start, Request{Target: "a.com", Labels: Labels{{"region", "us"}}})
+		got[l.Route]++
+		if err := e.Report(start, l, Outcome{Class: OK, Latency: time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got["us1"]+got["us2"]+got["gw"] != 300 || got["gw"] == 0 || got["us1"]+got["us2"] == 0 {
+		t.Fatalf("region=us leased %v, want us1, us2 and gw only, from both indexes", got)
+	}
+}

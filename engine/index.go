@@ -206,6 +206,16 @@ func (x *weightIndex) sample(r uint64, all bool) (slot int32, w, wAll float64, o
 	return -1, 0, 0, false
 }
 
+// total is the sum of the index's weights, eligible or, with all, the
+// fallback ones.
+func (x *weightIndex) total(all bool) float64 {
+	sum := 0.0
+	for j := range x.shards {
+		sum += math.Float64frombits(x.shards[j].tree(all).total.Load())
+	}
+	return sum
+}
+
 // counts returns the number of slots with a positive eligible weight, with a
 // positive fallback weight, and the total slots: members (set and not
 // removed since), whatever their weights now. It takes no lock, so the
