@@ -1,19 +1,16 @@
 package browsertest
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/admin"
-	"github.com/switchyard/switchyard/internal/route"
+	"github.com/switchyard/switchyard/internal/admin/admintest"
 )
 
 // Budgets of the 10,000-route views, measured in the page (README,
@@ -31,40 +28,8 @@ const (
 func TestDashboardRenders10kRoutes(t *testing.T) {
 	chromiumPath(t) // skip before building anything
 	const routes, targets = 10_000, 50
-	var list strings.Builder
-	for i := range routes {
-		// Never dialled: the addresses only name the routes.
-		fmt.Fprintf(&list, "http://127.0.0.1:%d id=r%05d provider=p%02d region=%s\n", 20000+i, i, i%20, []string{"us", "eu", "ap"}[i%3])
-	}
-	parsed, err := route.ParseList("10k", []byte(list.String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(engine.Config{Seed: 1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	rs := make([]*route.Route, len(parsed))
-	for i := range parsed {
-		rs[i] = &parsed[i]
-		if err := e.AddRoute(now, parsed[i].Spec()); err != nil {
-			t.Fatal(err)
-		}
-		// Evidence against five targets each, so the heatmap has 50
-		// busy columns: pairs exist once there is negative evidence.
-		for k := range 5 {
-			target := fmt.Sprintf("site%02d.example", (i+k*7)%targets)
-			if err := e.Feedback(now, parsed[i].ID, target, engine.Outcome{Class: engine.Blocked}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	set, err := route.NewSet(rs, route.Dialer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := admin.NewServer(e, func() *route.Set { return set }, admin.NewMetrics(e, nil), admin.Options{})
+	e, set := admintest.Pool(t, routes, targets)
+	srv := admin.NewServer(e, set, admin.NewMetrics(e, nil), admin.Options{})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		// The page's event stream never ends by itself, and Close waits
