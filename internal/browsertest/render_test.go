@@ -2,6 +2,7 @@ package browsertest
 
 import (
 	"io"
+	"os"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -14,13 +15,18 @@ import (
 )
 
 // Budgets of the 10,000-route views, measured in the page (README,
-// Dashboard): generous beside what a laptop takes, so that a loaded CI
-// machine passes while a view that stopped being windowed (a DOM row per
-// route, a canvas drawing every cell) fails.
+// Dashboard), checked only with SWITCHYARD_DASH_BUDGETS=1: timings fail
+// on a loaded machine, so what every run checks is that the views are
+// windowed (rows in the DOM, cells painted a frame), which does not
+// depend on the machine.
 const (
 	budgetFirstRender = 5 * time.Second        // navigation to the table or heatmap drawn
 	budgetFrame       = 100 * time.Millisecond // one redraw after a scroll or a sort
 )
+
+// maxRowsInView bounds the table's rows in the DOM and the heatmap's rows
+// painted in a frame: a window, not the 10,000 routes.
+const maxRowsInView = 200
 
 // TestDashboardRenders10kRoutes measures the routes table and the
 // heatmap over 10,000 routes and 50 targets with evidence, served by the
@@ -65,7 +71,7 @@ func TestDashboardRenders10kRoutes(t *testing.T) {
 	b.until(t, budgetFirstRender+5*time.Second, `document.getElementById('rt-count').dataset.count === '10000' &&
 		document.querySelectorAll('#rt-body tr[data-route]').length > 0`)
 	table := time.Since(start)
-	if n := eval[int](t, b, `document.querySelectorAll('#rt-body tr').length`); n > 200 {
+	if n := eval[int](t, b, `document.querySelectorAll('#rt-body tr').length`); n > maxRowsInView {
 		t.Errorf("%d rows in the DOM for 10,000 routes: the table is not windowed", n)
 	}
 	// A sort and a scroll to the middle, each timed inside the page.
@@ -81,14 +87,23 @@ func TestDashboardRenders10kRoutes(t *testing.T) {
 	frameMS := eval[float64](t, b, `(() => { const sc = document.getElementById('hm-scroll'); let worst = 0;
 		for (let i = 1; i <= 20; i++) { sc.scrollTop = i * sc.scrollHeight / 21; const t0 = performance.now(); drawHeatmap();
 			worst = Math.max(worst, performance.now() - t0); } return worst; })()`)
+	// The canvas paints the cells in view, not the 500,000 of the pool.
+	painted := eval[int](t, b, `(() => { const g = document.getElementById('hm-canvas').getContext('2d'), fill = g.fillRect; let n = 0;
+		g.fillRect = function (...a) { n++; return fill.apply(this, a); }; try { drawHeatmap(); } finally { g.fillRect = fill; } return n; })()`)
+	if painted > maxRowsInView*targets {
+		t.Errorf("one heatmap frame painted %d cells of %d: it is not windowed", painted, routes*targets)
+	}
 	// Grouped by provider, as the README shows it.
 	b.run(t, 10*time.Second, js(`{ const g = document.getElementById('hm-group'); g.value = 'provider'; g.dispatchEvent(new Event('change'));
 		document.getElementById('hm-scroll').scrollTop = 0; }`))
 	b.until(t, 10*time.Second, `hm.data.rows[0][1] === 'p00' && hm.data.rows[hm.data.rows.length - 1][1] === 'p19'`)
 	b.screenshot(t, "heatmap-10k")
 
-	t.Logf("10,000 routes: table drawn %v after navigation, sort %.1f ms, scroll %.1f ms; heatmap of 50 targets drawn %v after switching to it, worst of 20 scrolled frames %.1f ms",
-		table.Round(time.Millisecond), sortMS, scrollMS, heatmap.Round(time.Millisecond), frameMS)
+	t.Logf("10,000 routes: table drawn %v after navigation, sort %.1f ms, scroll %.1f ms; heatmap of 50 targets drawn %v after switching to it, worst of 20 scrolled frames %.1f ms, %d cells painted",
+		table.Round(time.Millisecond), sortMS, scrollMS, heatmap.Round(time.Millisecond), frameMS, painted)
+	if os.Getenv("SWITCHYARD_DASH_BUDGETS") == "" {
+		return
+	}
 	if table > budgetFirstRender || heatmap > budgetFirstRender {
 		t.Errorf("table %v, heatmap %v: over the budget of %v", table, heatmap, budgetFirstRender)
 	}
