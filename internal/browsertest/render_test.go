@@ -2,9 +2,9 @@ package browsertest
 
 import (
 	"io"
-	"os"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"testing"
 	"time"
 
