@@ -68,20 +68,27 @@ func (g running) metric(t *testing.T, series string) float64 {
 	return 0
 }
 
-// metrics is the admin listener's /metrics.
+// metrics is the admin listener's /metrics. A scrape the admin cut is
+// asked again, a few times: the tests set server.header_timeout to a
+// second, which the admin listener keeps too, and a loaded machine may
+// not read a scrape's headers within it.
 func (g running) metrics(t *testing.T) string {
 	t.Helper()
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
-	resp, err := c.Get(g.admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	var err error
+	for range 5 {
+		var resp *http.Response
+		if resp, err = c.Get(g.admin + "/metrics"); err != nil {
+			continue
+		}
+		body, rerr := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err = rerr; err == nil {
+			return string(body)
+		}
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(body)
+	t.Fatal(err)
+	return ""
 }
 
 // waitMetric waits, boundedly, until series reads want: the server counts
