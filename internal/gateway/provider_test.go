@@ -40,7 +40,11 @@ func newProviderEnv(t *testing.T, options string) *providerEnv {
 	log := &logtest.Buffer{}
 	line := fmt.Sprintf("gateway://acct:%s@%s %s", providerPassword, pg.URL.Host, options)
 	rec := &recorder{}
-	v := newEnv(t, Config{Log: slog.New(slog.NewTextHandler(log, nil)), Observer: rec}, line)
+	// Every answer in these tests comes: a deadline floor of its own keeps
+	// a loaded machine's slow answer from passing for a silent sub-exit,
+	// which retires it as a ban would.
+	ecfg := engine.Config{Picker: &engine.RoundRobin{}, Seed: 1, MaxRemovedShare: -1, DeadlineFloor: 30 * time.Second}
+	v := newEnvEngine(t, ecfg, Config{Log: slog.New(slog.NewTextHandler(log, nil)), Observer: rec}, line)
 	t.Cleanup(func() {
 		// No credential, username or provider session id is logged.
 		out := log.String()
@@ -352,7 +356,10 @@ func TestProviderSilenceRetires(t *testing.T) {
 			io.WriteString(w, ip+" ")
 		})
 		line := fmt.Sprintf("gateway://acct:%s@%s preset=brightdata", providerPassword, pg.URL.Host)
-		v := &providerEnv{env: newEnv(t, Config{AttemptTimeout: 300 * time.Millisecond}, line), pg: pg, site: site}
+		// Long enough for the answers that come on a loaded machine; the
+		// silent one runs to it: a session's bound route has no other
+		// route to take its place.
+		v := &providerEnv{env: newEnv(t, Config{AttemptTimeout: 3 * time.Second}, line), pg: pg, site: site}
 		first := v.get(t, session("s1"))
 		stalled.Store(first.exit)
 		if next := v.get(t, session("s1")); next.status != http.StatusOK || next.sub != "2" || next.exit == first.exit || next.attempts != "2" {
