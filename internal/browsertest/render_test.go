@@ -24,6 +24,11 @@ const (
 	budgetFrame       = 100 * time.Millisecond // one redraw after a scroll or a sort
 )
 
+// viewWait bounds the wait for a 10,000-route view to be drawn at all:
+// long, for a machine running other suites' browsers beside this one (a
+// draw took over 10 s there); how long it took is the budgets' business.
+const viewWait = time.Minute
+
 // maxRowsInView bounds the table's rows in the DOM and the heatmap's rows
 // painted in a frame: a window, not the 10,000 routes.
 const maxRowsInView = 200
@@ -68,7 +73,7 @@ func TestDashboardRenders10kRoutes(t *testing.T) {
 	}
 	start := time.Now()
 	b.run(t, 30*time.Second, chromedp.Navigate(hs.URL+"/#routes"))
-	b.until(t, budgetFirstRender+5*time.Second, `document.getElementById('rt-count').dataset.count === '10000' &&
+	b.until(t, viewWait, `document.getElementById('rt-count').dataset.count === '10000' &&
 		document.querySelectorAll('#rt-body tr[data-route]').length > 0`)
 	table := time.Since(start)
 	if n := eval[int](t, b, `document.querySelectorAll('#rt-body tr').length`); n > maxRowsInView {
@@ -81,8 +86,8 @@ func TestDashboardRenders10kRoutes(t *testing.T) {
 	b.screenshot(t, "routes-10k")
 
 	start = time.Now()
-	b.run(t, 10*time.Second, js(`location.hash = '#heatmap'`))
-	b.until(t, budgetFirstRender+5*time.Second, `document.getElementById('hm-count').textContent === '10,000 routes × 50 targets'`)
+	b.run(t, viewWait, js(`location.hash = '#heatmap'`))
+	b.until(t, viewWait, `document.getElementById('hm-count').textContent === '10,000 routes × 50 targets'`)
 	heatmap := time.Since(start)
 	frameMS := eval[float64](t, b, `(() => { const sc = document.getElementById('hm-scroll'); let worst = 0;
 		for (let i = 1; i <= 20; i++) { sc.scrollTop = i * sc.scrollHeight / 21; const t0 = performance.now(); drawHeatmap();
@@ -94,9 +99,9 @@ func TestDashboardRenders10kRoutes(t *testing.T) {
 		t.Errorf("one heatmap frame painted %d cells of %d: it is not windowed", painted, routes*targets)
 	}
 	// Grouped by provider, as the README shows it.
-	b.run(t, 10*time.Second, js(`{ const g = document.getElementById('hm-group'); g.value = 'provider'; g.dispatchEvent(new Event('change'));
+	b.run(t, viewWait, js(`{ const g = document.getElementById('hm-group'); g.value = 'provider'; g.dispatchEvent(new Event('change'));
 		document.getElementById('hm-scroll').scrollTop = 0; }`))
-	b.until(t, 10*time.Second, `hm.data.rows[0][1] === 'p00' && hm.data.rows[hm.data.rows.length - 1][1] === 'p19'`)
+	b.until(t, viewWait, `hm.data.rows[0][1] === 'p00' && hm.data.rows[hm.data.rows.length - 1][1] === 'p19'`)
 	b.screenshot(t, "heatmap-10k")
 
 	t.Logf("10,000 routes: table drawn %v after navigation, sort %.1f ms, scroll %.1f ms; heatmap of 50 targets drawn %v after switching to it, worst of 20 scrolled frames %.1f ms, %d cells painted",
