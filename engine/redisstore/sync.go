@@ -66,8 +66,15 @@ func (s *Store) subscribe(ctx context.Context) *redis.PubSub {
 
 // receive applies other processes' notifications until ctx ends.
 func (s *Store) receive(ctx context.Context, sub *redis.PubSub) {
-	defer sub.Close()
 	msgs := sub.Channel()
+	defer func() {
+		sub.Close()
+		// The client's reader may hold a message for msgs, and would wait
+		// a minute (its send timeout) to drop it before it sees the close
+		// and ends: take what is left.
+		for range msgs {
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
