@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"math"
 	"time"
 )
@@ -15,6 +16,7 @@ type Candidates struct {
 	labels Labels   // the request's hard constraints
 	avoid  []string // the request's routes to avoid
 	index  drawIndex
+	tier   int  // the cost tier drawn from; -1: every tier
 	all    bool // draw from fallback weights (panic or fallback)
 	// ignorePairs lifts route×target exclusions: the target has too few
 	// routes left (target panic) or nothing was eligible.
@@ -29,12 +31,27 @@ type Candidates struct {
 	PacedWait time.Duration
 }
 
+// errTierExhausted: a cost tier has too few eligible routes to carry a
+// target's traffic; the draw climbs to the next tier instead of panicking.
+var errTierExhausted = errors.New("engine: tier exhausted")
+
 // candidates prepares c for req, choosing the index of the most selective
-// required label and deciding panic mode.
-func (e *Engine) candidates(c *Candidates, ns int64, t *target, req *Request) error {
-	*c = Candidates{e: e, ns: ns, t: t, labels: req.Labels, avoid: req.Avoid, index: drawIndex{a: e.pool}}
+// required label (or of the cost tier, when tier > 0) and deciding panic
+// mode. A draw from one tier (tier ≥ 0) never panics: errTierExhausted
+// sends it to the next tier, and panic is the last draw's, from every tier.
+func (e *Engine) candidates(c *Candidates, ns int64, t *target, req *Request, tier int) error {
+	*c = Candidates{e: e, ns: ns, t: t, labels: req.Labels, avoid: req.Avoid, index: drawIndex{a: e.pool}, tier: tier}
+	best := math.MaxInt
+	if tier > 0 {
+		// Tier 0 draws from the pool, passing over costlier routes.
+		if c.index.a = e.tierIndex(tier, false); c.index.a == nil {
+			return ErrNoRoute
+		}
+		if _, _, best = c.index.counts(); best == 0 {
+			return ErrNoRoute // the tier's last route left it
+		}
+	}
 	if len(req.Labels) > 0 {
-		best := math.MaxInt
 		for _, l := range req.Labels {
 			// Routes taking any value of the key (AnyValue) match too:
 			// the draw is from the union of the two indexes.
@@ -66,7 +83,11 @@ func (e *Engine) candidates(c *Candidates, ns int64, t *target, req *Request) er
 		judged = all
 	}
 	if p := e.cfg.PanicThreshold; p > 0 {
-		if float64(eligible) < p*float64(judged) {
+		if tier >= 0 {
+			if float64(eligible) < p*float64(judged) {
+				return errTierExhausted
+			}
+		} else if float64(eligible) < p*float64(judged) {
 			c.Panic, c.all, c.ignorePairs = true, true, true
 		} else if float64(eligible-int(t.excluded.Load())) < p*float64(judged) {
 			c.Panic, c.ignorePairs = true, true
@@ -208,8 +229,11 @@ func (c *Candidates) Allowed(slot int32) bool {
 // be drawn in the moment before it leaves. Unconstrained requests skip the
 // config load.
 func (c *Candidates) matches(r *route) bool {
-	if len(c.labels) > 0 && !r.config.Load().labels.Matches(c.labels) {
-		return false
+	if len(c.labels) > 0 || c.tier >= 0 {
+		rc := r.config.Load()
+		if len(c.labels) > 0 && !rc.labels.Matches(c.labels) || c.tier >= 0 && int(rc.tier) != c.tier {
+			return false
+		}
 	}
 	for _, id := range c.avoid {
 		if id == r.id {

@@ -125,6 +125,16 @@ type Config struct {
 	PaceMax    float64
 	PaceWindow time.Duration
 
+	// TierEscalateBelow: a target whose latest answers through the cost
+	// tier it is served from are valid less often than this moves up to
+	// the next tier (docs/design/015-tiers.md). Default 0.5.
+	TierEscalateBelow float64
+	// TierCalm is how long an escalated target stays on its tier before
+	// the tier below is tried again; doubled, up to TierCalmMax, each time
+	// that try fails within one calm period. Defaults 1m and 30m.
+	TierCalm    time.Duration
+	TierCalmMax time.Duration
+
 	// Picker chooses among eligible routes. Default PowerOfTwo (measured
 	// against WeightedRandom in docs/design/005-cost.md).
 	Picker Picker
@@ -222,6 +232,9 @@ func (c Config) normalize() (Config, error) {
 	setF(&c.PaceGrowth, 1.1)
 	setF(&c.PaceMax, 100)
 	setD(&c.PaceWindow, time.Minute)
+	setF(&c.TierEscalateBelow, 0.5)
+	setD(&c.TierCalm, time.Minute)
+	setD(&c.TierCalmMax, 30*time.Minute)
 	if c.Picker == nil {
 		c.Picker = PowerOfTwo{}
 	}
@@ -273,6 +286,8 @@ func (c *Config) validate() error {
 		{"PaceGrowth", c.PaceGrowth >= 1, "at least 1"},
 		{"PaceMax", c.PaceMax >= c.PaceStart, "at least PaceStart"},
 		{"PaceWindow", c.PaceWindow >= windowBuckets*time.Millisecond, "at least 6ms"},
+		{"TierEscalateBelow", c.TierEscalateBelow > 0 && c.TierEscalateBelow <= 1, "in (0, 1]"},
+		{"TierCalm", c.TierCalm > 0 && c.TierCalmMax >= c.TierCalm, "positive and at most TierCalmMax"},
 		{"LeaseTTL", c.LeaseTTL > 0, "positive"},
 		{"SessionTTL", c.SessionTTL > 0, "positive"},
 		{"PairTTL", c.PairTTL > 0, "positive"},

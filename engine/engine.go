@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,6 +78,10 @@ type Engine struct {
 	sweep          poolSweep
 
 	share paceShare // learned pacing shared with other processes (pace_share.go)
+
+	tierMu     sync.Mutex                // serializes countTier
+	tierRoutes [MaxTier + 1]atomic.Int32 // routes per cost tier
+	tiers      atomic.Int32              // highest tier with a route, plus one; 0 while the routes share one tier
 }
 
 type route struct {
@@ -109,6 +114,7 @@ type routeConfig struct {
 	indexes []*weightIndex // the label indexes the route belongs to, one per distinct label
 	limit   int32          // max_inflight as the LeaseStore takes it; 0 = unlimited
 	static  float64        // Weight / (1 + Cost), Weight 0 counting as 1
+	tier    int8           // cost tier (tier.go)
 
 	// as given, so RouteSpec returns exactly what the caller configured
 	maxInflight  int
@@ -133,6 +139,9 @@ type target struct {
 	// leases counts the target's leases until it gets pacing state
 	// (pace.go's watchAfter).
 	leases atomic.Int32
+	// tier is allocated on the target's first pick in a pool of several
+	// cost tiers (tier.go).
+	tier atomic.Pointer[targetTier]
 }
 
 // RouteSpec describes a route to the engine.
@@ -142,6 +151,10 @@ type RouteSpec struct {
 	MaxInflight int     // concurrent leases allowed; 0 = unlimited
 	Weight      float64 // static weight multiplier; 0 = 1
 	Cost        float64 // relative cost ≥ 0; weight is divided by 1 + Cost
+	// Tier is the route's cost tier, 0 (the cheapest, the default) to
+	// MaxTier: a target is served from the cheapest tier that works there
+	// (tier.go).
+	Tier int
 }
 
 // Request is what Acquire needs to pick a route.
@@ -271,6 +284,7 @@ func (e *Engine) AddRoute(now time.Time, spec RouteSpec) error {
 		r.config.Store(&r.added)
 	})
 	r := e.routes.get(slot)
+	e.countTier(-1, spec.Tier)
 	e.store.AddRoute(slot, spec.ID)
 	e.byID.loadOrStore(spec.ID, func() int32 { return slot })
 	e.refresh(r, now.UnixNano())
@@ -281,7 +295,7 @@ func (e *Engine) AddRoute(now time.Time, spec RouteSpec) error {
 	return nil
 }
 
-// UpdateRoute changes the labels, max_inflight, weight and cost of route
+// UpdateRoute changes the labels, max_inflight, weight, cost and tier of route
 // spec.ID, keeping its health records, pairs, leases, sessions and state:
 // a config reload must not forget what the engine learnt about an exit
 // whose id did not change. The route leaves the label indexes of labels it
@@ -303,6 +317,7 @@ func (e *Engine) UpdateRoute(now time.Time, spec RouteSpec) error {
 	defer r.wmu.Unlock()
 	old := r.config.Load()
 	r.config.Store(&next)
+	e.countTier(int(old.tier), spec.Tier)
 	// The labels are swapped first, so a draw from an index being left
 	// already fails its label check; then the route leaves the indexes for
 	// good (weight 0, no longer a member, so a label nobody carries any more
@@ -327,7 +342,7 @@ func (e *Engine) RouteSpec(id string) (RouteSpec, bool) {
 	rc := r.config.Load()
 	return RouteSpec{
 		ID: r.id, Labels: slices.Clone(rc.labels),
-		MaxInflight: rc.maxInflight, Weight: rc.weight, Cost: rc.cost,
+		MaxInflight: rc.maxInflight, Weight: rc.weight, Cost: rc.cost, Tier: int(rc.tier),
 	}, true
 }
 
@@ -338,6 +353,9 @@ func checkSpec(spec RouteSpec) error {
 	if spec.MaxInflight < 0 || spec.Weight < 0 || spec.Cost < 0 ||
 		math.IsNaN(spec.Weight) || math.IsInf(spec.Weight, 0) || math.IsNaN(spec.Cost) || math.IsInf(spec.Cost, 0) {
 		return errors.New("engine: route " + spec.ID + ": max_inflight, weight and cost must be finite and not negative")
+	}
+	if spec.Tier < 0 || spec.Tier > MaxTier {
+		return errors.New("engine: route " + spec.ID + ": tier must be in [0, " + strconv.Itoa(MaxTier) + "]")
 	}
 	return nil
 }
@@ -352,17 +370,21 @@ func (e *Engine) routeConfig(spec RouteSpec) routeConfig {
 	if w == 0 {
 		w = 1
 	}
-	indexes := make([]*weightIndex, 0, len(labels))
+	indexes := make([]*weightIndex, 0, len(labels)+1)
 	for _, l := range labels {
 		if x := e.labelIndex(l, true); !slices.Contains(indexes, x) {
 			indexes = append(indexes, x)
 		}
+	}
+	if spec.Tier > 0 {
+		indexes = append(indexes, e.tierIndex(spec.Tier, true))
 	}
 	return routeConfig{
 		labels:      labels,
 		indexes:     indexes,
 		limit:       int32(min(spec.MaxInflight, math.MaxInt32)),
 		static:      w / (1 + spec.Cost),
+		tier:        int8(spec.Tier),
 		maxInflight: spec.MaxInflight,
 		weight:      spec.Weight,
 		cost:        spec.Cost,
@@ -417,13 +439,15 @@ func (e *Engine) Acquire(now time.Time, req Request) (Lease, error) {
 			return e.acquireSession(ns, t, slot, &req)
 		}
 	}
+	level := e.tierLevel(t, ns)
 	var err error
 	for range 3 { // a route can fill up between the pick and the lease
 		var c Candidates
-		if err = e.candidates(&c, ns, t, &req); err != nil {
+		var slot int32
+		var ok bool
+		if slot, ok, err = e.draw(&c, ns, t, &req, level); err != nil {
 			return Lease{}, err
 		}
-		slot, ok := e.pick(&c)
 		if !ok {
 			// Routes that are fine but at the rates their target allows are
 			// worth a short wait; the least-bad fallback would send the
@@ -443,8 +467,12 @@ func (e *Engine) Acquire(now time.Time, req Request) (Lease, error) {
 				return Lease{}, ErrNoRoute
 			}
 		}
-		l, leased := e.lease(ns, e.routes.get(slot), t, &req, c.Fallback)
+		r := e.routes.get(slot)
+		l, leased := e.lease(ns, r, t, &req, c.Fallback)
 		if leased {
+			if level >= 0 {
+				t.tier.Load().serving.Store(int32(r.config.Load().tier))
+			}
 			l.Panic = c.Panic
 			switch {
 			case req.Session == "":
@@ -458,6 +486,43 @@ func (e *Engine) Acquire(now time.Time, req Request) (Lease, error) {
 		err = ErrBusy
 	}
 	return Lease{}, err
+}
+
+// draw prepares c for req and picks from it. In a pool of several cost
+// tiers (level ≥ 0) it draws from the lowest tier in use for t first and
+// climbs while a tier has nothing to give; then, as in a pool of one tier,
+// from every route, with panic and the least-bad fallback left to the
+// caller. A tier's pacing carries into the last draw's Paced, so a request
+// every tier paces is told to wait.
+func (e *Engine) draw(c *Candidates, ns int64, t *target, req *Request, level int) (int32, bool, error) {
+	var paced bool
+	var wait time.Duration
+	for tier := max(level, 0); level >= 0 && tier < int(e.tiers.Load()); tier++ {
+		if e.tierRoutes[tier].Load() == 0 {
+			continue
+		}
+		switch err := e.candidates(c, ns, t, req, tier); err {
+		case nil:
+		case errTierExhausted, ErrNoRoute:
+			continue
+		default:
+			return 0, false, err
+		}
+		if slot, ok := e.pick(c); ok {
+			return slot, true, nil
+		}
+		if c.Paced && (!paced || c.PacedWait < wait) {
+			paced, wait = true, c.PacedWait
+		}
+	}
+	if err := e.candidates(c, ns, t, req, -1); err != nil {
+		return 0, false, err
+	}
+	slot, ok := e.pick(c)
+	if paced && (!c.Paced || wait < c.PacedWait) {
+		c.Paced, c.PacedWait = true, wait
+	}
+	return slot, ok, nil
 }
 
 // pick calls the configured Picker. The built-in pickers are called by
@@ -679,6 +744,9 @@ func (e *Engine) observe(ns int64, r *route, t *target, o Observation, rec *Leas
 	}
 	rule := e.cfg.Rules.Rule(o.Class)
 	e.publishOutcome(ns, r, t, o, rec)
+	if t.tier.Load() != nil {
+		e.observeTier(ns, t, int(r.config.Load().tier), o.Class, rule)
+	}
 	switch o.Class {
 	case RateLimited:
 		taken := ns
@@ -790,6 +858,9 @@ func (e *Engine) follow(ns int64, r *route, t *target, ch Change, cause Class) {
 	e.publishState(ns, r, t, ch, cause)
 	if t != nil {
 		t.excluded.Add(excludes(ch.To, ch.Cause) - excludes(ch.From, ch.OldCause))
+		if ch.From == HalfOpen && ch.To.Usable() && t.tier.Load() != nil {
+			e.tierRecovered(ns, r, t)
+		}
 	} else {
 		if removed(ch.From) != removed(ch.To) {
 			if removed(ch.To) {

@@ -25,6 +25,7 @@ const (
 	EventState                         // a route or route×target state changed
 	EventScore                         // a score moved by at least the configured step
 	EventIncident                      // a target incident opened or closed
+	EventTier                          // a target moved to another cost tier
 
 	numEventKinds = iota + 1
 )
@@ -34,6 +35,7 @@ var eventKindNames = [numEventKinds]string{
 	EventState:    "state",
 	EventScore:    "score",
 	EventIncident: "incident",
+	EventTier:     "tier",
 }
 
 func (k EventKind) String() string {
@@ -80,6 +82,7 @@ type Event struct {
 	Reason             string        // short human reason for state/incident events, e.g. "4 consecutive failures"
 	Rules              string        // version of the rule table in force
 	Open               bool          // incident events: opened (true) or closed (false)
+	FromTier, ToTier   int           // tier events
 }
 
 // eventJSON is the wire form of Event. Durations are float milliseconds so
@@ -104,6 +107,8 @@ type eventJSON struct {
 	Reason       string    `json:"reason,omitempty"`
 	Rules        string    `json:"rules,omitempty"`
 	Open         bool      `json:"open,omitempty"`
+	FromTier     int       `json:"from_tier,omitempty"`
+	ToTier       int       `json:"to_tier,omitempty"`
 }
 
 // MarshalJSON implements json.Marshaler. Time is written in UTC.
@@ -125,6 +130,8 @@ func (e Event) MarshalJSON() ([]byte, error) {
 		Reason:       e.Reason,
 		Rules:        e.Rules,
 		Open:         e.Open,
+		FromTier:     e.FromTier,
+		ToTier:       e.ToTier,
 	})
 }
 
@@ -163,6 +170,8 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 		Reason:     w.Reason,
 		Rules:      w.Rules,
 		Open:       w.Open,
+		FromTier:   w.FromTier,
+		ToTier:     w.ToTier,
 	}
 	return nil
 }

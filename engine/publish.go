@@ -61,3 +61,13 @@ func (e *Engine) publishIncident(ns int64, r *route, t *target, c Class, open bo
 		Class: c, Open: open, Reason: reason, Rules: e.cfg.Rules.Version,
 	})
 }
+
+func (e *Engine) publishTier(ns int64, t *target, from, to int, reason string) {
+	if !e.events.wants(EventTier) {
+		return
+	}
+	e.events.publish(Event{
+		Time: time.Unix(0, ns).UTC(), Kind: EventTier, Target: t.name,
+		FromTier: from, ToTier: to, Reason: reason, Rules: e.cfg.Rules.Version,
+	})
+}

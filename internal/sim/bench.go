@@ -24,14 +24,21 @@ var DefaultPolicies = []string{
 var enginePolicies = map[string]struct {
 	cfg   engine.Config
 	blind bool
+	only  TierChoice
 }{
-	"round_robin":         {engine.Config{Picker: &engine.RoundRobin{}}, true},
-	"random":              {engine.Config{Picker: engine.Random{}}, true},
-	"switchyard":          {engine.Config{}, false},
-	"switchyard_weighted": {engine.Config{Picker: engine.WeightedRandom{}}, false},
-	"switchyard_gamma1":   {engine.Config{Gamma: 1}, false},
-	"switchyard_gamma4":   {engine.Config{Gamma: 4}, false},
+	"round_robin":         {engine.Config{Picker: &engine.RoundRobin{}}, true, AllTiers},
+	"random":              {engine.Config{Picker: engine.Random{}}, true, AllTiers},
+	"switchyard":          {engine.Config{}, false, AllTiers},
+	"switchyard_weighted": {engine.Config{Picker: engine.WeightedRandom{}}, false, AllTiers},
+	"switchyard_gamma1":   {engine.Config{Gamma: 1}, false, AllTiers},
+	"switchyard_gamma4":   {engine.Config{Gamma: 4}, false, AllTiers},
+	"always_cheap":        {engine.Config{}, false, CheapestTier},
+	"always_costly":       {engine.Config{}, false, CostliestTier},
 }
+
+// tierPolicies join DefaultPolicies, before the oracle, on a scenario
+// whose routes are of several cost tiers.
+var tierPolicies = []string{"always_cheap", "always_costly"}
 
 // Sweep varies one engine parameter over values: each value becomes a
 // policy named "switchyard[param=value]".
@@ -165,6 +172,9 @@ func (sc *Scenario) jobs(opts Options) ([]job, error) {
 	names := opts.Policies
 	if names == nil {
 		names = DefaultPolicies
+		if sc.tiered() {
+			names = slices.Insert(slices.Clone(names), len(names)-1, tierPolicies...)
+		}
 	}
 	seed := sc.Seed
 	timeout := sc.AttemptTimeout
@@ -172,7 +182,7 @@ func (sc *Scenario) jobs(opts Options) ([]job, error) {
 	for _, name := range names {
 		switch ep, ok := enginePolicies[name]; {
 		case ok:
-			es := EngineSettings{Engine: ep.cfg, Budget: engine.DefaultBudget(), AttemptTimeout: timeout, Blind: ep.blind}
+			es := EngineSettings{Engine: ep.cfg, Budget: engine.DefaultBudget(), AttemptTimeout: timeout, Blind: ep.blind, Only: ep.only}
 			if rr, isRR := es.Engine.Picker.(*engine.RoundRobin); isRR && rr != nil {
 				es.Engine.Picker = &engine.RoundRobin{} // a fresh counter per run
 			}
@@ -233,4 +243,9 @@ func (sc *Scenario) load() Load {
 		ClientTimeout: sc.ClientTimeout, ClientAttempts: sc.ClientAttempts, TaskDeadline: sc.TaskDeadline,
 		Think: sc.Think, TargetWeights: weights, SessionTasks: sc.SessionTasks,
 	}
+}
+
+// tiered reports whether the scenario's routes are of several cost tiers.
+func (sc *Scenario) tiered() bool {
+	return slices.ContainsFunc(sc.Routes, func(g RouteGroup) bool { return g.Tier != sc.Routes[0].Tier })
 }

@@ -139,3 +139,26 @@ func TestParseSweep(t *testing.T) {
 		})
 	}
 }
+
+// TestTiersScenario holds the engine to issue 18's target on the built-in
+// tier scenario: always-costly's throughput (within 5%) at no more than
+// 30% of its cost, where the cheap tier alone fails a site.
+func TestTiersScenario(t *testing.T) {
+	t.Parallel()
+	sc, err := Builtin("tiers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Bench(sc, Options{Policies: []string{"switchyard", "always_cheap", "always_costly"}, Parallel: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sy, cheap, costly := out[0], out[1], out[2]
+	if sy.Throughput < 0.95*costly.Throughput || sy.CostPerCompleted > 0.30*costly.CostPerCompleted {
+		t.Errorf("switchyard %.1f tasks/s at %.3f a task; always_costly %.1f at %.3f: want ≥ 0.95× the throughput at ≤ 0.30× the cost",
+			sy.Throughput, sy.CostPerCompleted, costly.Throughput, costly.CostPerCompleted)
+	}
+	if cheap.CompletionRate > 0.95 {
+		t.Errorf("always_cheap completed %.1f%% of its tasks: the scenario must need the costly tier", 100*cheap.CompletionRate)
+	}
+}

@@ -19,7 +19,7 @@ var builtinFiles embed.FS
 var builtinNames = []string{
 	"mixed", "slow-mix", "blackholes", "pool-of-3", "half-blackholed", "slowing",
 	"limits-everywhere", "limits-saturated", "burst-bans", "target-bans", "rate-limited", "outage", "flapping",
-	"soft-ban", "identical-pages", "flaky-403", "auth-mix", "site-down", "slow-vs-fast", "new-exits", "large",
+	"soft-ban", "identical-pages", "flaky-403", "auth-mix", "site-down", "slow-vs-fast", "new-exits", "tiers", "large",
 }
 
 // BuiltinNames lists the built-in scenarios in the order bench runs them.

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
@@ -21,7 +22,21 @@ type EngineSettings struct {
 	// as the products it stands for, and its engine's ejections are not
 	// counted against it.
 	Blind bool
+	// Only, when not AllTiers, gives the engine one cost tier of the
+	// world's routes: the cheapest or the costliest, as a user who buys
+	// only that tier.
+	Only TierChoice
 }
+
+// TierChoice says which of a world's cost tiers an engine policy uses.
+type TierChoice int
+
+// The tier choices.
+const (
+	AllTiers TierChoice = iota
+	CheapestTier
+	CostliestTier
+)
 
 // enginePolicy runs the real engine as the gateway does: Pick is Acquire
 // with the attempt timeout, Report is Report (a client's cancel judged by
@@ -34,6 +49,7 @@ type enginePolicy struct {
 	start   time.Time
 	timeout time.Duration
 	blind   bool
+	only    int // the one tier of routes the engine gets; -1: every tier
 	routes  map[string]int
 	targets map[string]int
 	names   []string // target names by number
@@ -72,6 +88,7 @@ func NewEnginePolicy(w World, s EngineSettings, start time.Time) (Policy, error)
 		targets:  make(map[string]int, w.Targets()),
 		restarts: make(map[string]int),
 	}
+	p.only = onlyTier(w, s.Only)
 	p.limits = make([]int, w.Routes())
 	if gt, ok := w.(groundTruth); ok {
 		for g := range gt.Groups() {
@@ -83,14 +100,14 @@ func NewEnginePolicy(w World, s EngineSettings, start time.Time) (Policy, error)
 	}
 	for i := range w.Routes() {
 		p.routes[w.RouteID(i)] = i
-		if joinsAt(w, i) > 0 {
+		if joinsAt(w, i) > 0 || !p.uses(i) {
 			continue
 		}
 		if err := p.add(start, i); err != nil {
 			return nil, err
 		}
 	}
-	p.joining = joining(w)
+	p.joining = slices.DeleteFunc(joining(w), func(r int) bool { return !p.uses(r) })
 	for j := range w.Targets() {
 		p.names = append(p.names, w.TargetName(j))
 		p.targets[w.TargetName(j)] = j
@@ -103,7 +120,25 @@ func NewEnginePolicy(w World, s EngineSettings, start time.Time) (Policy, error)
 
 // add adds route to the engine at now, as a reload adds a new line.
 func (p *enginePolicy) add(now time.Time, route int) error {
-	return p.e.AddRoute(now, engine.RouteSpec{ID: p.w.RouteID(route), MaxInflight: p.limits[route]})
+	return p.e.AddRoute(now, engine.RouteSpec{ID: p.w.RouteID(route), MaxInflight: p.limits[route], Tier: tierOf(p.w, route)})
+}
+
+// uses reports whether the policy gives route to its engine.
+func (p *enginePolicy) uses(route int) bool { return p.only < 0 || tierOf(p.w, route) == p.only }
+
+// onlyTier is the tier c means in w, -1 for all of them.
+func onlyTier(w World, c TierChoice) int {
+	if c == AllTiers {
+		return -1
+	}
+	lo, hi := engine.MaxTier, 0
+	for r := range w.Routes() {
+		lo, hi = min(lo, tierOf(w, r)), max(hi, tierOf(w, r))
+	}
+	if c == CheapestTier {
+		return lo
+	}
+	return hi
 }
 
 // Pick implements Policy. A session whose route the engine no longer

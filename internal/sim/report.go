@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -20,6 +21,9 @@ type tableColumn struct {
 	prec  int                                // decimals shown
 	unit  string                             // appended to the value
 	high  bool                               // higher is better
+	// priced columns are left out of a scenario's table when no policy
+	// spent anything there (no route has a price).
+	priced bool
 }
 
 // finiteValue treats NaN and ±Inf (a ratio over nothing) as missing.
@@ -47,6 +51,7 @@ var tableColumns = []tableColumn{
 	{head: "recover ms", value: func(s Summary) (float64, bool) { return finiteTime(s.RecoverMs) }},
 	{head: "false ej", value: func(s Summary) (float64, bool) { return float64(s.FalseEjections), true }},
 	{head: "incident att", value: func(s Summary) (float64, bool) { return float64(s.IncidentAttempts), true }},
+	{head: "cost/task", value: func(s Summary) (float64, bool) { return s.CostPerCompleted, s.Spend > 0 }, prec: 3, priced: true},
 }
 
 // WriteTable writes summaries as an aligned table for a terminal, one row
@@ -62,9 +67,12 @@ func WriteTable(w io.Writer, summaries []Summary) error {
 			rows = append(rows, nil)
 		}
 		rows = append(rows, []string{"scenario " + group[0].Scenario})
+		priced := slices.ContainsFunc(group, func(s Summary) bool { return s.Spend > 0 })
 		head := []string{"policy"}
 		for _, c := range tableColumns {
-			head = append(head, c.head+" ")
+			if !c.priced || priced {
+				head = append(head, c.head+" ")
+			}
 		}
 		rows = append(rows, head)
 		cells := make([][]string, len(group))
@@ -72,6 +80,9 @@ func WriteTable(w io.Writer, summaries []Summary) error {
 			cells[i] = []string{s.Policy}
 		}
 		for _, c := range tableColumns {
+			if c.priced && !priced {
+				continue // the priced columns come last: the others stay in line
+			}
 			for i, cell := range markBest(c, group) {
 				cells[i] = append(cells[i], cell)
 			}

@@ -95,6 +95,7 @@ func Run(w World, p Policy, load Load, progress func(int)) Summary {
 	}
 	r.retrier, _ = p.(retrier)
 	r.hedger, _ = p.(hedger)
+	r.costs, _ = w.(costs)
 	r.lookalike = lookalike.New(lookalike.Config{Now: func() time.Time { return Epoch.Add(r.now) }})
 	r.init()
 	wall := time.Now()
@@ -112,6 +113,7 @@ type runner struct {
 	p       Policy
 	retrier retrier // nil: the rule table's retries, no budget
 	hedger  hedger  // nil: no hedges
+	costs   costs   // nil: no prices
 	load    Load
 	tasks   *rand.Rand // draws task targets
 	world   *rand.Rand // draws the world's randomness
@@ -137,8 +139,9 @@ type runner struct {
 	completed, failed    int
 	sent, hedges, wasted int
 	incident             int
-	falseInvalid         int // pages asked for that the detector judged content_invalid
-	decoysPassed         int // soft-ban pages it judged valid
+	spend                float64 // the attempts' prices (costs)
+	falseInvalid         int     // pages asked for that the detector judged content_invalid
+	decoysPassed         int     // soft-ban pages it judged valid
 	latencies            []time.Duration
 	series               []bucket
 	faults               []faultTrack
@@ -452,6 +455,9 @@ func (r *runner) launch(i int, a Attempt) {
 	wk.attempts++
 	wk.avoid = append(wk.avoid, a.Route)
 	r.sent++
+	if r.costs != nil {
+		r.spend += r.costs.Price(a.Route)
+	}
 	bad := r.w.Bad(a.Route, wk.target, r.now)
 	b := r.bucketAt(r.now)
 	b.attempts++
@@ -705,7 +711,9 @@ func (r *runner) summary() Summary {
 	}
 	if r.completed > 0 {
 		s.AttemptsPerCompleted = float64(r.sent) / float64(r.completed)
+		s.CostPerCompleted = r.spend / float64(r.completed)
 	}
+	s.Spend = r.spend
 	if end > 0 {
 		s.Throughput = float64(r.completed) / end.Seconds()
 	}

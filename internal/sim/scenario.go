@@ -79,7 +79,12 @@ type RouteGroup struct {
 	Weight      float64       // static weight of each route, for the weighted baseline; default 1
 	MaxInflight int           // each route's max_inflight, as in a proxy list; default 0, unlimited
 	Joins       time.Duration // when the routes join the gateway's list (a reload adds them); default 0, from the start
-	Behaviours  []Behaviour
+	// Tier is the routes' cost tier (the route list's tier=); default 0,
+	// the cheapest. PricePerRequest is what one attempt through a route
+	// costs (price_per_request=), for the cost per completed task; default 0.
+	Tier            int
+	PricePerRequest float64
+	Behaviours      []Behaviour
 }
 
 // Behaviour is one way a route group misbehaves, during [From, Until).
@@ -290,6 +295,8 @@ func (s *Scenario) Validate() error {
 		c.need(g.Weight >= 0, p+".weight", "must not be negative")
 		c.need(g.MaxInflight >= 0, p+".max_inflight", "must not be negative")
 		c.need(g.Joins >= 0, p+".joins", "must not be negative")
+		c.need(g.Tier >= 0 && g.Tier <= engine.MaxTier, p+".tier", fmt.Sprintf("must be in [0, %d]", engine.MaxTier))
+		c.need(g.PricePerRequest >= 0, p+".price_per_request", "must not be negative")
 		if c.err != nil {
 			break
 		}
@@ -415,6 +422,8 @@ type routeFile struct {
 	Weight      any             `toml:"weight,omitempty"`
 	MaxInflight any             `toml:"max_inflight,omitempty"`
 	Joins       any             `toml:"joins,omitempty"`
+	Tier        any             `toml:"tier,omitempty"`
+	Price       any             `toml:"price_per_request,omitempty"`
 	Behaviours  []behaviourFile `toml:"behaviours,omitempty"`
 }
 
@@ -494,6 +503,8 @@ func (f *scenarioFile) scenario(name string) (*Scenario, error) {
 		}
 		g.MaxInflight = d.integer(rf.MaxInflight, p+".max_inflight", 0)
 		g.Joins = d.duration(rf.Joins, p+".joins", 0)
+		g.Tier = d.integer(rf.Tier, p+".tier", 0)
+		g.PricePerRequest = d.number(rf.Price, p+".price_per_request", 0)
 		for j, bf := range rf.Behaviours {
 			g.Behaviours = append(g.Behaviours, d.behaviour(fmt.Sprintf("%s.behaviours[%d]", p, j), &bf))
 		}
@@ -698,7 +709,10 @@ func (s *Scenario) Encode() ([]byte, error) {
 	}
 	for _, g := range s.Routes {
 		rf := routeFile{Name: g.Name, Count: int64(g.Count), Latency: formatDuration(g.Latency), Jitter: g.Jitter, Weight: g.Weight,
-			MaxInflight: optionalInt(g.MaxInflight), Joins: optionalDuration(g.Joins)}
+			MaxInflight: optionalInt(g.MaxInflight), Joins: optionalDuration(g.Joins), Tier: optionalInt(g.Tier)}
+		if g.PricePerRequest != 0 {
+			rf.Price = g.PricePerRequest
+		}
 		for _, b := range g.Behaviours {
 			bf := behaviourFile{
 				Kind:   string(b.Kind),

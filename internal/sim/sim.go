@@ -216,6 +216,10 @@ type Summary struct {
 	FalseEjections       int     `json:"false_ejections"`   // routes ejected while good on every target
 	IncidentAttempts     int     `json:"incident_attempts"` // attempts sent to a target while it was down for everyone
 	SessionRestarts      int     `json:"session_restarts"`  // sticky sessions the policy ended: their route became unusable
+	// Spend is what the attempts cost by their routes' price_per_request;
+	// CostPerCompleted, Spend ÷ Completed.
+	Spend            float64 `json:"spend"`
+	CostPerCompleted float64 `json:"cost_per_completed"`
 	// FalseContentInvalid counts answers of the page asked for that the
 	// gateway's lookalike detector judged content_invalid; DecoysPassed,
 	// soft-ban pages it judged valid, relayed to the client as pages.

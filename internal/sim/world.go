@@ -36,7 +36,8 @@ func (s *Scenario) World() World {
 		w.targets = append(w.targets, worldTarget{name: t.Name, down: t.Down, identical: t.IdenticalPages})
 	}
 	for gi, g := range s.Routes {
-		wg := worldGroup{name: g.Name, first: len(w.ids), count: g.Count, median: g.Latency, sigma: g.Jitter, maxInflight: g.MaxInflight, joins: g.Joins}
+		wg := worldGroup{name: g.Name, first: len(w.ids), count: g.Count, median: g.Latency, sigma: g.Jitter, maxInflight: g.MaxInflight, joins: g.Joins,
+			tier: g.Tier, price: g.PricePerRequest}
 		for r := range g.Count {
 			w.ids = append(w.ids, routeID(g, r))
 			w.groupOf = append(w.groupOf, int32(gi))
@@ -107,7 +108,9 @@ type worldGroup struct {
 	sigma        float64
 	maxInflight  int // the routes' max_inflight, for policies that honour it
 	joins        time.Duration
-	exit         []rule // dead, outage, flap, blackhole, auth, by precedence
+	tier         int     // cost tier
+	price        float64 // per attempt
+	exit         []rule  // dead, outage, flap, blackhole, auth, by precedence
 	slow         []rule
 	target       []rule // ban, burstban, ratelimit, softban, errors, degrade, by precedence
 }
@@ -610,4 +613,24 @@ func (w *scenarioWorld) Wait(route, target int, now time.Duration) time.Duration
 		}
 	}
 	return wait
+}
+
+// costs is what a World says of its routes' cost tiers and prices.
+type costs interface {
+	Tier(route int) int
+	Price(route int) float64 // per attempt
+}
+
+var _ costs = (*scenarioWorld)(nil)
+
+func (w *scenarioWorld) Tier(route int) int { return w.groups[w.groupOf[route]].tier }
+
+func (w *scenarioWorld) Price(route int) float64 { return w.groups[w.groupOf[route]].price }
+
+// tierOf is route's cost tier in w, 0 when w has none.
+func tierOf(w World, route int) int {
+	if c, ok := w.(costs); ok {
+		return c.Tier(route)
+	}
+	return 0
 }
