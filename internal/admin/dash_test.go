@@ -234,7 +234,7 @@ func TestDashRoutes(t *testing.T) {
 		}
 		state := got.States[int(r[col["state"]].(float64))]
 		if state != "cooling" || r[col["cause"]] != "proxy_timeout" || r[col["samples"]] != 4.0 || r[col["last_failure_class"]] != "blocked" ||
-			r[col["labels"]] != "region=us tier=gold" || r[col["url"]] != "http://***:***@10.0.0.1:8080" {
+			r[col["labels"]] != "plan=gold region=us" || r[col["url"]] != "http://***:***@10.0.0.1:8080" {
 			t.Errorf("alice's row %v", r)
 		}
 	}
@@ -377,7 +377,7 @@ func TestDashOverview(t *testing.T) {
 	if got.State.Kind != "redis" || got.State.Addr != "127.0.0.1:6379" || got.State.Degraded != "redis out of reach" || got.ReadOnly {
 		t.Errorf("state %+v, read-only %v", got.State, got.ReadOnly)
 	}
-	if fmt.Sprint(got.LabelKeys) != "[region tier]" {
+	if fmt.Sprint(got.LabelKeys) != "[plan region]" {
 		t.Errorf("label keys %v", got.LabelKeys)
 	}
 	if fmt.Sprint(got.Incidents) != "[{down.example target_5xx}]" {

@@ -15,15 +15,25 @@ type apiEvent engine.Event
 
 func (e apiEvent) MarshalJSON() ([]byte, error) {
 	b, err := json.Marshal(engine.Event(e))
-	if err != nil || e.Kind != engine.EventState || len(b) < 2 || b[0] != '{' {
+	if err != nil || e.Kind != engine.EventState && e.Kind != engine.EventTier || len(b) < 2 || b[0] != '{' {
 		return b, err
 	}
 	var missing []byte
-	if e.From == engine.Candidate {
-		missing = append(missing, `"from":"candidate",`...)
-	}
-	if e.To == engine.Candidate {
-		missing = append(missing, `"to":"candidate",`...)
+	switch {
+	case e.Kind == engine.EventTier:
+		if e.FromTier == 0 {
+			missing = append(missing, `"from_tier":0,`...)
+		}
+		if e.ToTier == 0 {
+			missing = append(missing, `"to_tier":0,`...)
+		}
+	default:
+		if e.From == engine.Candidate {
+			missing = append(missing, `"from":"candidate",`...)
+		}
+		if e.To == engine.Candidate {
+			missing = append(missing, `"to":"candidate",`...)
+		}
 	}
 	if missing == nil {
 		return b, nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,7 @@ type Metrics struct {
 	authRefused    *prometheus.CounterVec
 	localErrors    *prometheus.CounterVec
 	subExits       *prometheus.CounterVec
+	spend          *prometheus.CounterVec
 	auth           *proxyAuth
 
 	perRoute sync.Map // route id → *routeCounts, for /api/routes
@@ -102,6 +104,10 @@ func NewMetrics(e *engine.Engine, log *slog.Logger) *Metrics {
 			Name: "switchyard_sub_exit_failures_total",
 			Help: "Failures through a provider gateway's sub-exit (a session's provider session) that retired it or whose ban was kept from the engine as that provider IP's alone, by class and effect: retired, spared (the gateway not cooled for the site) or retired_spared.",
 		}, []string{"class", "effect"}),
+		spend: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_spend_total",
+			Help: "What attempts cost by their routes' price_per_request and price_per_gb (answers relayed and tunnels both ways), in the prices' currency, by the routes' cost tier. Divided by switchyard_requests_total{result=\"ok\"}: the cost per completed request.",
+		}, []string{"tier"}),
 	}
 	// Every reason is exported, even at 0, so that alerts see a series.
 	for _, r := range []CutReason{CutIdle, CutHeader, CutSlowBody, CutOverCap} {
@@ -114,7 +120,7 @@ func NewMetrics(e *engine.Engine, log *slog.Logger) *Metrics {
 		Name: "switchyard_routes_proxy_auth_failing",
 		Help: "Routes whose proxy refused their credentials (407, or SOCKS5 authentication) at their last attempt or probe that said, until one through them succeeds: credentials in the proxy list that no longer pass, or an account that ran out. /readyz names them.",
 	}, func() float64 { return float64(m.auth.n.Load()) })
-	m.reg.MustRegister(m.requests, perRouteAttempts{m}, m.retries, m.hedges, m.attemptSeconds, m.connsCut, m.authRefused, m.localErrors, m.subExits, authFailing,
+	m.reg.MustRegister(m.requests, perRouteAttempts{m}, m.retries, m.hedges, m.attemptSeconds, m.connsCut, m.authRefused, m.localErrors, m.subExits, m.spend, authFailing,
 		engineCollector{e: e, perRoute: m.perRouteSeries})
 	// The process's own health, as every Go exporter shows it: go_*
 	// (goroutines, heap, GC pauses) and process_* (CPU, memory, open
@@ -241,6 +247,11 @@ func (m *Metrics) ObserveSubExit(class engine.Class, retired, spared bool) {
 		effect = "spared"
 	}
 	m.subExits.WithLabelValues(class.String(), effect).Inc()
+}
+
+// ObserveSpend adds what attempts through a route of tier cost.
+func (m *Metrics) ObserveSpend(tier int, amount float64) {
+	m.spend.WithLabelValues(strconv.Itoa(tier)).Add(amount)
 }
 
 // WatchClientConns adds the gauge of open client connections, read from
@@ -421,6 +432,7 @@ var (
 	inflightDesc = prometheus.NewDesc("switchyard_route_inflight", "Leases in flight on each route.", []string{"route"}, nil)
 	scoreDesc    = prometheus.NewDesc("switchyard_route_score", "Global score of each route, in [0, 1].", []string{"route"}, nil)
 	incidentDesc = prometheus.NewDesc("switchyard_incidents", "Open target incidents.", nil, nil)
+	tiersDesc    = prometheus.NewDesc("switchyard_targets_escalated", "Targets served from a costlier tier than the cheapest, by the lowest tier in use there (GET /api/targets says which and why).", []string{"tier"}, nil)
 )
 
 // engineCollector reads the route gauges from the engine at scrape time;
@@ -438,6 +450,7 @@ func (c engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- inflightDesc
 	ch <- scoreDesc
 	ch <- incidentDesc
+	ch <- tiersDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -459,4 +472,13 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(routesDesc, prometheus.GaugeValue, float64(n), engine.State(s).String())
 	}
 	ch <- prometheus.MustNewConstMetric(incidentDesc, prometheus.GaugeValue, float64(len(c.e.Incidents())))
+	var escalated [engine.MaxTier + 1]int
+	for _, t := range c.e.Tiers() {
+		escalated[t.Tier]++
+	}
+	for tier, n := range escalated {
+		if n > 0 {
+			ch <- prometheus.MustNewConstMetric(tiersDesc, prometheus.GaugeValue, float64(n), strconv.Itoa(tier))
+		}
+	}
 }

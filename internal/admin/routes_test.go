@@ -46,8 +46,8 @@ func TestRoutesFilters(t *testing.T) {
 		{"repeated states", "state=candidate&state=healthy", []string{direct, carol, bob}, nil},
 		{"a state no route is in", "state=ejected", []string{}, nil},
 		{"a label", "label=region=us", []string{alice}, nil},
-		{"labels all match", "label=region=us&label=tier=gold", []string{alice}, nil},
-		{"labels one does not match", "label=region=us&label=tier=silver", []string{}, nil},
+		{"labels all match", "label=region=us&label=plan=gold", []string{alice}, nil},
+		{"labels one does not match", "label=region=us&label=plan=silver", []string{}, nil},
 		{"a target shows its pair alone", "target=shop.example", []string{bob}, map[string][]string{bob: {"shop.example"}}},
 		{"a target with evidence on several routes", "target=down.example", []string{direct, carol},
 			map[string][]string{direct: {"down.example"}, carol: {"down.example"}}},
@@ -291,7 +291,7 @@ func TestRoutesSummary(t *testing.T) {
 		Usable: 3, ProxyAuthFailing: 1,
 		Labels: map[string]labelSummary{
 			"region": {Values: []labelCount{{"eu", 1}, {"us", 1}}, Distinct: 2},
-			"tier":   {Values: []labelCount{{"gold", 1}}, Distinct: 1},
+			"plan":   {Values: []labelCount{{"gold", 1}}, Distinct: 1},
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -349,7 +349,7 @@ func TestRoutesSummaryTop(t *testing.T) {
 // FuzzRouteQuery checks that any query either parses into a limit within
 // its bounds or is refused with a reason that never quotes the query.
 func FuzzRouteQuery(f *testing.F) {
-	for _, seed := range []string{"", "state=cooling,half_open&label=region=us&label=tier=gold", "target=shop.example&limit=5000",
+	for _, seed := range []string{"", "state=cooling,half_open&label=region=us&label=plan=gold", "target=shop.example&limit=5000",
 		"after=http%3A%2F%2F10.0.0.1%3A8080~a90abad5", "limit=0", "state=", "label==", "x=1", "limit=1&limit=2"} {
 		f.Add(seed)
 	}

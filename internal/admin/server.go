@@ -167,7 +167,7 @@ func NewServer(e *engine.Engine, routes func() *route.Set, m *Metrics, opts Opti
 		reload:   opts.Reload,
 		log:      opts.Log,
 		mux:      http.NewServeMux(),
-		sub:      e.Subscribe(subscriptionBuffer, engine.EventState, engine.EventIncident),
+		sub:      e.Subscribe(subscriptionBuffer, engine.EventState, engine.EventIncident, engine.EventTier),
 		done:     make(chan struct{}),
 		events:   newRecentEvents(opts.Events),
 
@@ -408,15 +408,37 @@ type incidentJSON struct {
 }
 
 func (s *Server) targets(w http.ResponseWriter, _ *http.Request) {
-	incidents := s.engine.Incidents()
+	incidents, tiers := s.engine.Incidents(), s.engine.Tiers()
 	out := struct {
 		Incidents []incidentJSON `json:"incidents"`
-	}{Incidents: make([]incidentJSON, 0, len(incidents))}
+		Tiers     []tierJSON     `json:"tiers"`
+	}{Incidents: make([]incidentJSON, 0, len(incidents)), Tiers: make([]tierJSON, 0, len(tiers))}
 	for _, in := range incidents {
 		out.Incidents = append(out.Incidents, incidentJSON{Target: in.Target, Class: in.Class.String()})
 	}
 	slices.SortFunc(out.Incidents, func(a, b incidentJSON) int { return strings.Compare(a.Target, b.Target) })
+	for _, t := range tiers {
+		tj := tierJSON{Target: t.Target, Tier: t.Tier, Serving: t.Serving, Reason: t.Reason}
+		if !t.Since.IsZero() {
+			tj.Since = &t.Since
+		}
+		if !t.Until.IsZero() {
+			tj.Until = &t.Until
+		}
+		out.Tiers = append(out.Tiers, tj)
+	}
+	slices.SortFunc(out.Tiers, func(a, b tierJSON) int { return strings.Compare(a.Target, b.Target) })
 	writeJSON(w, http.StatusOK, out)
+}
+
+// tierJSON is engine.TargetTier: a target served above the cheapest tier.
+type tierJSON struct {
+	Target  string     `json:"target"`
+	Tier    int        `json:"tier"`            // lowest tier in use
+	Serving int        `json:"serving"`         // tier of the latest pick
+	Since   *time.Time `json:"since,omitempty"` // when tier last changed
+	Until   *time.Time `json:"until,omitempty"` // when tier steps down
+	Reason  string     `json:"reason,omitempty"`
 }
 
 // paceJSON is engine.PaceStatus: the pacing learned for one target.
@@ -464,7 +486,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	f, ok := parseEventFilter(r)
 	if !ok {
-		writeError(w, http.StatusBadRequest, "kind must be state or incident")
+		writeError(w, http.StatusBadRequest, "kind must be state, incident or tier")
 		return
 	}
 	out := make([]apiEvent, 0)

@@ -29,7 +29,7 @@ var credentials = []string{"alice-Kx7", "s3cr3t-Pa55", "bob-Kx7", "pw-bob-77", "
 // testList is listed out of id order, so that sorting is tested.
 const testList = `# test pool
 socks5://bob-Kx7:pw-bob-77@10.0.0.2:1080 region=eu
-http://alice-Kx7:s3cr3t-Pa55@10.0.0.1:8080 region=us tier=gold
+http://alice-Kx7:s3cr3t-Pa55@10.0.0.1:8080 region=us plan=gold
 direct
 10.0.0.3:3128:carol-Kx7:pw-carol-9
 `
@@ -188,7 +188,7 @@ func TestRoutes(t *testing.T) {
 			if r.URL != "http://***:***@10.0.0.1:8080" || r.Scheme != "http" {
 				t.Errorf("url %q scheme %q", r.URL, r.Scheme)
 			}
-			if r.Labels["region"] != "us" || r.Labels["tier"] != "gold" || len(r.Labels) != 2 {
+			if r.Labels["region"] != "us" || r.Labels["plan"] != "gold" || len(r.Labels) != 2 {
 				t.Errorf("labels %v", r.Labels)
 			}
 			if r.State != "cooling" || r.Cause != "proxy_timeout" || r.Weight != 0 {

@@ -25,7 +25,7 @@ type eventFilter struct {
 }
 
 // parseEventFilter reads route, target and kind from the query; kind must
-// be state or incident, the kinds the admin keeps.
+// be state, incident or tier, the kinds the admin keeps.
 func parseEventFilter(r *http.Request) (eventFilter, bool) {
 	q := r.URL.Query()
 	f := eventFilter{route: q.Get("route"), target: q.Get("target")}
@@ -35,6 +35,8 @@ func parseEventFilter(r *http.Request) (eventFilter, bool) {
 		f.kind = engine.EventState
 	case "incident":
 		f.kind = engine.EventIncident
+	case "tier":
+		f.kind = engine.EventTier
 	default:
 		return f, false
 	}
@@ -141,14 +143,14 @@ func (st *stream) takeDropped() uint64 {
 }
 
 // eventStream is GET /api/events/stream: the state and incident events as
-// server-sent events (event: state or incident, data: the /api/events
+// server-sent events (event: state, incident or tier, data: the /api/events
 // JSON of one event), filtered by route, target and kind as /api/events
 // is. A client too slow for the events gets an event "dropped" whose data
 // is how many it missed.
 func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) {
 	f, ok := parseEventFilter(r)
 	if !ok {
-		writeError(w, http.StatusBadRequest, "kind must be state or incident")
+		writeError(w, http.StatusBadRequest, "kind must be state, incident or tier")
 		return
 	}
 	flusher, ok := w.(http.Flusher)

@@ -152,6 +152,9 @@ type Engine struct {
 	PaceGrowth          float64       `toml:"pace_growth"`
 	PaceMax             float64       `toml:"pace_max"`
 	PaceWindow          time.Duration `toml:"pace_window"`
+	TierEscalateBelow   float64       `toml:"tier_escalate_below"`
+	TierCalm            time.Duration `toml:"tier_calm"`
+	TierCalmMax         time.Duration `toml:"tier_calm_max"`
 
 	// Picker is "power_of_two" (default) or "weighted_random".
 	Picker string `toml:"picker"`

@@ -52,8 +52,13 @@ func listLine(r *route.Route) string {
 	if r.Weight > 0 {
 		parts = append(parts, "weight="+strconv.FormatFloat(r.Weight, 'g', -1, 64))
 	}
-	if r.Cost > 0 {
-		parts = append(parts, "cost="+strconv.FormatFloat(r.Cost, 'g', -1, 64))
+	for _, n := range []struct {
+		key string
+		v   float64
+	}{{"cost", r.Cost}, {"tier", float64(r.Tier)}, {"price_per_request", r.PricePerRequest}, {"price_per_gb", r.PricePerGB}} {
+		if n.v > 0 {
+			parts = append(parts, n.key+"="+strconv.FormatFloat(n.v, 'g', -1, 64))
+		}
 	}
 	return strings.Join(parts, " ")
 }

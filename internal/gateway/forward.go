@@ -428,7 +428,9 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, start time.Time, 
 		return false
 	}
 	w.WriteHeader(resp.StatusCode)
-	if relay(w, resp.Body) != nil {
+	n, err := relay(w, resp.Body)
+	g.charge(o.lease.Route, 0, n)
+	if err != nil {
 		o.class = engine.TargetReset
 		return true
 	}
@@ -445,8 +447,9 @@ var relayBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return
 // fill whole buffers, so this costs it no extra writes). It returns the
 // error that broke reading the body off, nil at its proper end; a client
 // that stops taking it or leaves (its request's end cancels the attempt)
-// is not the body's failure and ends the copy with nil.
-func relay(w http.ResponseWriter, body io.Reader) error {
+// is not the body's failure and ends the copy with nil. It returns the
+// bytes read of body too.
+func relay(w http.ResponseWriter, body io.Reader) (read int64, err error) {
 	bp := relayBuffers.Get().(*[]byte)
 	defer relayBuffers.Put(bp)
 	buf := *bp
@@ -454,16 +457,17 @@ func relay(w http.ResponseWriter, body io.Reader) error {
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
+			read += int64(n)
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return nil
+				return read, nil
 			}
 			rc.Flush()
 		}
 		switch {
 		case err == io.EOF, errors.Is(err, context.Canceled):
-			return nil
+			return read, nil
 		case err != nil:
-			return err
+			return read, err
 		}
 	}
 }

@@ -156,6 +156,9 @@ type Observer interface {
 	// gateway's sub-exit that retired it or whose ban was kept from the
 	// engine as the sub-exit's alone (spared; provider.go).
 	ObserveSubExit(class engine.Class, retired, spared bool)
+	// ObserveSpend is told what attempts through a route of a cost tier
+	// cost by its prices (spend.go).
+	ObserveSpend(tier int, amount float64)
 }
 
 // DefaultConfig is what New gives zero fields, the one place these
@@ -616,6 +619,9 @@ func (g *Gateway) report(l engine.Lease, o engine.Outcome) {
 	g.engine.Report(g.cfg.Now(), l, o)
 	if g.cfg.Observer != nil {
 		g.cfg.Observer.ObserveAttempt(l.Route, o.Class, o.Latency)
+		if billed(o.Class) {
+			g.charge(l.Route, 1, 0)
+		}
 	}
 }
 

@@ -22,8 +22,9 @@ type recorder struct {
 	hedges   int
 	refused  []string
 	local    []string
-	subExits []string      // "class retired spared" per sub-exit failure
-	changed  chan struct{} // closed at the next observation, for waitFor
+	subExits []string        // "class retired spared" per sub-exit failure
+	spend    map[int]float64 // by tier
+	changed  chan struct{}   // closed at the next observation, for waitFor
 }
 
 // noteLocked wakes waitFor. Caller holds mu.
@@ -86,6 +87,16 @@ func (r *recorder) ObserveSubExit(c engine.Class, retired, spared bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.subExits = append(r.subExits, fmt.Sprint(c, " ", retired, " ", spared))
+	r.noteLocked()
+}
+
+func (r *recorder) ObserveSpend(tier int, amount float64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.spend == nil {
+		r.spend = make(map[int]float64)
+	}
+	r.spend[tier] += amount
 	r.noteLocked()
 }
 

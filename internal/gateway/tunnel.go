@@ -166,9 +166,11 @@ func (g *Gateway) splice(client net.Conn, fromClient io.Reader, win *outcome) {
 	var first atomic.Int32
 	var silence *time.Timer // owner: the client's copier, then (after up) this goroutine
 	up := make(chan struct{})
+	var sent int64
 	go func() {
 		defer close(up)
-		_, err := pipe(upstream, fromClient, client, func() {
+		var err error
+		sent, _, err = pipe(upstream, fromClient, client, func() {
 			if l.Deadline > 0 {
 				silence = time.AfterFunc(l.Deadline, func() { report(engine.TargetTimeout, l.Deadline) })
 			}
@@ -176,12 +178,13 @@ func (g *Gateway) splice(client net.Conn, fromClient io.Reader, win *outcome) {
 		first.CompareAndSwap(0, clientFirst)
 		endWrite(upstream, err)
 	}()
-	_, err := pipe(client, upstream, upstream, func() { report(engine.OK, win.latency) })
+	received, _, err := pipe(client, upstream, upstream, func() { report(engine.OK, win.latency) })
 	if first.CompareAndSwap(0, serverFirst) {
 		report(engine.TargetReset, win.latency) // a no-op if the server spoke
 	}
 	endWrite(client, err)
 	<-up
+	g.charge(l.Route, 0, sent+received)
 	if silence != nil {
 		silence.Stop()
 	}
@@ -197,9 +200,9 @@ func (g *Gateway) splice(client net.Conn, fromClient io.Reader, win *outcome) {
 // wrappers that hand theirs over (tcpConn), goes by io.Copy between the
 // two *net.TCPConn, which Linux splices in the kernel: no copy through
 // user space, no buffer. Otherwise (a TLS connection to an HTTPS proxy)
-// it goes through a pooled buffer. It reports whether it spliced, and the
-// error that ended the copy, nil at src's end.
-func pipe(dst net.Conn, src io.Reader, from net.Conn, spoke func()) (spliced bool, err error) {
+// it goes through a pooled buffer. It reports the bytes copied, whether it
+// spliced, and the error that ended the copy, nil at src's end.
+func pipe(dst net.Conn, src io.Reader, from net.Conn, spoke func()) (copied int64, spliced bool, err error) {
 	bp := relayBuffers.Get().(*[]byte)
 	defer func() {
 		if bp != nil {
@@ -214,27 +217,29 @@ func pipe(dst net.Conn, src io.Reader, from net.Conn, spoke func()) (spliced boo
 				spoke()
 				spoke = nil
 			}
-			if _, err := dst.Write(buf[:n]); err != nil {
-				return false, err
+			w, err := dst.Write(buf[:n])
+			copied += int64(w)
+			if err != nil {
+				return copied, false, err
 			}
 		}
 		switch {
 		case err == io.EOF:
-			return false, nil
+			return copied, false, nil
 		case err != nil:
-			return false, err
+			return copied, false, err
 		}
 	}
 	if r, w := tcpConn(from), tcpConn(dst); r != nil && w != nil {
 		relayBuffers.Put(bp)
 		bp = nil
-		_, err = io.Copy(w, r)
-		return true, err
+		n, err := io.Copy(w, r)
+		return copied + n, true, err
 	}
 	// Both hidden, so that neither side's ReadFrom or WriteTo brings a
 	// buffer of its own.
-	_, err = io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf)
-	return false, err
+	n, err := io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf)
+	return copied + n, false, err
 }
 
 // buffered is how many bytes r holds read ahead of its connection, to be

@@ -228,7 +228,7 @@ func TestPipe(t *testing.T) {
 					got <- b
 				}()
 				calls := 0
-				spliced, err := pipe(dstNear, src, from, func() { calls++ })
+				_, spliced, err := pipe(dstNear, src, from, func() { calls++ })
 				dstNear.Close()
 				if err != nil || spliced != tc.spliced || calls != 1 {
 					t.Errorf("pipe: spliced %v, %v, spoke called %d times; want spliced %v, no error, once", spliced, err, calls, tc.spliced)
@@ -257,7 +257,7 @@ func TestPipe(t *testing.T) {
 				b, _ := io.ReadAll(dstFar)
 				got <- b
 			}()
-			spliced, err := pipe(dstNear, tc, tc, func() {})
+			_, spliced, err := pipe(dstNear, tc, tc, func() {})
 			dstNear.Close()
 			if spliced || err != nil {
 				t.Errorf("pipe from TLS: spliced %v, %v; want a copy, no error", spliced, err)

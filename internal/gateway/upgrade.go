@@ -62,10 +62,10 @@ func spliceBoth(a net.Conn, fromA io.Reader, b net.Conn, fromB *bufio.Reader) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, err := pipe(b, fromA, a, nil)
+		_, _, err := pipe(b, fromA, a, nil)
 		endWrite(b, err)
 	}()
-	_, err := pipe(a, fromB, b, nil)
+	_, _, err := pipe(a, fromB, b, nil)
 	endWrite(a, err)
 	<-done
 }

@@ -119,8 +119,9 @@ func parseLine(text string) (Route, error) {
 	return r, nil
 }
 
-// takeReserved moves the reserved labels (id, max_inflight, cost, weight)
-// into their fields and keeps the others as the route's labels.
+// takeReserved moves the reserved labels (id, max_inflight, cost, weight,
+// tier, price_per_request, price_per_gb) into their fields and keeps the
+// others as the route's labels.
 func (r *Route) takeReserved(labels engine.Labels) error {
 	kept := labels[:0]
 	for _, l := range labels {
@@ -135,6 +136,15 @@ func (r *Route) takeReserved(labels engine.Labels) error {
 			}
 		case "cost":
 			r.Cost, err = parseNonNegative(l.Value)
+		case "tier":
+			r.Tier, err = strconv.Atoi(l.Value)
+			if err != nil || r.Tier < 0 || r.Tier > engine.MaxTier {
+				err = fmt.Errorf("want a whole number from 0 (the cheapest) to %d", engine.MaxTier)
+			}
+		case "price_per_request":
+			r.PricePerRequest, err = parseNonNegative(l.Value)
+		case "price_per_gb":
+			r.PricePerGB, err = parseNonNegative(l.Value)
 		case "weight":
 			r.Weight, err = parseNonNegative(l.Value)
 			// The engine reads weight 0 as "unset" (1), the opposite of

@@ -20,8 +20,9 @@ func TestParseListRoutes(t *testing.T) {
 		id, host, user, pass string // pass "" = no password
 		scheme               Scheme
 		labels               string // engine.Labels.String()
-		maxInflight          int
+		maxInflight, tier    int
 		cost, weight         float64
+		perRequest, perGB    float64
 	}
 	tests := []struct {
 		desc string
@@ -67,6 +68,8 @@ func TestParseListRoutes(t *testing.T) {
 			want: want{id: "http://192.0.2.1:80", scheme: HTTP, host: "192.0.2.1:80", labels: "provider=acme region=us"}},
 		{desc: "reserved labels consumed", line: "http://u:p@192.0.2.1:80 id=us-1 max_inflight=20 cost=0.4 weight=2.5 region=us",
 			want: want{id: "us-1", scheme: HTTP, host: "192.0.2.1:80", user: "u", pass: "p", labels: "region=us", maxInflight: 20, cost: 0.4, weight: 2.5}},
+		{desc: "tier and prices", line: "192.0.2.1:80 tier=2 price_per_request=0.002 price_per_gb=4.5 provider=acme",
+			want: want{id: "http://192.0.2.1:80", scheme: HTTP, host: "192.0.2.1:80", labels: "provider=acme", tier: 2, perRequest: 0.002, perGB: 4.5}},
 		{desc: "zero max_inflight and cost", line: "192.0.2.1:80 max_inflight=0 cost=0",
 			want: want{id: "http://192.0.2.1:80", scheme: HTTP, host: "192.0.2.1:80"}},
 		{desc: "trailing comment", line: "  192.0.2.1:80 region=us # main exit, p#1",
@@ -87,6 +90,7 @@ func TestParseListRoutes(t *testing.T) {
 			r := routes[0]
 			var got want
 			got.id, got.scheme, got.labels, got.maxInflight, got.cost, got.weight = r.ID, r.Scheme, r.Labels.String(), r.MaxInflight, r.Cost, r.Weight
+			got.tier, got.perRequest, got.perGB = r.Tier, r.PricePerRequest, r.PricePerGB
 			if r.URL != nil {
 				got.host = r.URL.Host
 				if r.URL.Scheme != string(r.Scheme) {
@@ -178,6 +182,9 @@ func TestParseListErrors(t *testing.T) {
 		{desc: "label duplicate", list: "192.0.2.1:80 region=us region=eu", want: `proxies.txt:1: duplicate label key "region"`},
 		{desc: "label after comma in address", list: "192.0.2.1:80,region=us", want: "proxies.txt:1: invalid port"},
 		{desc: "duplicate id label", list: "192.0.2.1:80 id=a id=b", want: `proxies.txt:1: duplicate label key "id"`},
+		{desc: "tier above the costliest", list: "192.0.2.1:80 tier=8", want: `proxies.txt:1: label "tier=8": want a whole number from 0 (the cheapest) to 7`},
+		{desc: "tier not a number", list: "192.0.2.1:80 tier=residential", want: `proxies.txt:1: label "tier=residential": want a whole number from 0 (the cheapest) to 7`},
+		{desc: "negative price", list: "192.0.2.1:80 price_per_gb=-1", want: `proxies.txt:1: label "price_per_gb=-1": `},
 		{desc: "max_inflight negative", list: "192.0.2.1:80 max_inflight=-1", want: `proxies.txt:1: label "max_inflight=-1": want a whole number, 0 (unlimited) or more`},
 		{desc: "max_inflight fraction", list: "192.0.2.1:80 max_inflight=1.5", want: `proxies.txt:1: label "max_inflight=1.5": want a whole number`},
 		{desc: "max_inflight overflow", list: "192.0.2.1:80 max_inflight=99999999999999999999", want: `proxies.txt:1: label "max_inflight=99999999999999999999": want a whole number`},

@@ -32,7 +32,7 @@ type Route struct {
 	ID     string        // stable id: scheme://host:port[~user name fingerprint] (defaultID), or an id= label
 	Scheme Scheme        // how targets are reached
 	URL    *url.URL      // proxy address with credentials; nil for Direct
-	Labels engine.Labels // labels other than the reserved id, max_inflight, cost, weight
+	Labels engine.Labels // labels other than the reserved id, max_inflight, cost, weight, tier and prices
 	// Gateway steers a provider gateway (a gateway:// line) through its
 	// username; nil for other routes. Its Scheme is HTTP, the proxy
 	// beneath.
@@ -41,7 +41,20 @@ type Route struct {
 	MaxInflight int     // max_inflight= label; 0 = unlimited
 	Cost        float64 // cost= label
 	Weight      float64 // weight= label; 0 = 1
-	Line        int     // line in the list it came from, for messages
+	// Tier is the route's cost tier (tier=, 0 the cheapest): each target is
+	// served from the cheapest tier that works there (docs/design/015-tiers.md).
+	Tier int
+	// PricePerRequest and PricePerGB (price_per_request=, price_per_gb=)
+	// are what an attempt through the route costs, in the operator's
+	// currency: per attempt, and per 10^9 bytes sent and received.
+	PricePerRequest float64
+	PricePerGB      float64
+	Line            int // line in the list it came from, for messages
+}
+
+// Price is what attempts through r that moved bytes between them cost.
+func (r *Route) Price(attempts, bytes int64) float64 {
+	return float64(attempts)*r.PricePerRequest + r.PricePerGB*float64(bytes)/1e9
 }
 
 // Redacted is the route's address as it may be shown: "***" for the user
@@ -77,7 +90,7 @@ func (r *Route) Spec() engine.RouteSpec {
 		}
 		slices.SortFunc(labels, func(a, b engine.Label) int { return strings.Compare(a.Key, b.Key) })
 	}
-	return engine.RouteSpec{ID: r.ID, Labels: labels, MaxInflight: r.MaxInflight, Weight: r.Weight, Cost: r.Cost}
+	return engine.RouteSpec{ID: r.ID, Labels: labels, MaxInflight: r.MaxInflight, Weight: r.Weight, Cost: r.Cost, Tier: r.Tier}
 }
 
 // Gateway is how a provider gateway route is steered: the username

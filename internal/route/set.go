@@ -31,7 +31,7 @@ func NewSet(routes []*Route, d Dialer) (*Set, error) {
 // Diff is what a reload changes, in the terms the engine hears it.
 type Diff struct {
 	Added    []*Route // unknown to the previous set
-	Changed  []*Route // known, with another engine spec (labels, max_inflight, weight, cost)
+	Changed  []*Route // known, with another engine spec (labels, max_inflight, weight, cost, tier)
 	Returned []*Route // removed by an earlier reload and listed again
 	Removed  []*Route // listed before, not now: to drain
 }
@@ -132,5 +132,5 @@ func sameDial(a, b *Route) bool {
 
 // sameSpec reports whether the engine knows a and b alike.
 func sameSpec(a, b *Route) bool {
-	return a.MaxInflight == b.MaxInflight && a.Weight == b.Weight && a.Cost == b.Cost && a.Labels.String() == b.Labels.String()
+	return a.MaxInflight == b.MaxInflight && a.Weight == b.Weight && a.Cost == b.Cost && a.Tier == b.Tier && a.Labels.String() == b.Labels.String()
 }
