@@ -96,6 +96,14 @@
 // routes take no traffic until a neutral probe succeeded, unless
 // Config.UncheckedCandidates.
 //
+// In a pool of several cost tiers (RouteSpec.Tier), each target is drawn
+// from the cheapest tier that works there: the draw climbs to the next
+// tier while one has nothing to give, the target moves up a tier when its
+// answers through its tier are mostly failures (TierEscalateBelow), and
+// back down after TierCalm or when a cheaper route passes its probe there
+// (docs/design/015-tiers.md). Panic and the least-bad fallback come only
+// once every tier is exhausted.
+//
 // # Time
 //
 // Given Request.Timeout, a Lease carries a Deadline (Config.DeadlineFactor

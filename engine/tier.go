@@ -96,8 +96,8 @@ type targetTier struct {
 // tierWindow is a tier's latest answers at a target, a bit each (1: a
 // valid answer), newest lowest.
 type tierWindow struct {
-	bits uint32
-	n    int
+	bits uint16 // as many bits as tierWindowSize
+	n    uint8
 }
 
 func (w *tierWindow) add(ok bool) {
@@ -115,7 +115,7 @@ func (w *tierWindow) failing(below float64) bool {
 }
 
 func (w *tierWindow) valid() int {
-	return bits.OnesCount32(w.bits & (1<<w.n - 1))
+	return bits.OnesCount16(w.bits & uint16(1<<w.n-1))
 }
 
 // tierOf returns t's tier state, creating it.
@@ -213,7 +213,7 @@ func (e *Engine) observeTier(ns int64, t *target, tier int, c Class, rule Rule) 
 		tt.mu.Unlock()
 		return
 	}
-	valid := strconv.Itoa(w.valid()) + "/" + strconv.Itoa(w.n)
+	valid := strconv.Itoa(w.valid()) + "/" + strconv.Itoa(int(w.n))
 	var to int
 	var reason string
 	switch {

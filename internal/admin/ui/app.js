@@ -346,6 +346,8 @@ function eventItem(e) {
   const li = el('li', { 'data-kind': e.kind, 'data-route': e.route, 'data-target': e.target || '' }, el('time', { dateTime: e.time }, timeOf(e.time)));
   if (e.kind === 'incident') {
     li.append('incident ', e.open ? 'opened' : 'closed', ' on ', e.target, ' (', e.class || 'ok', ') via ', el('a', { href: routeHref(e.route) }, e.route));
+  } else if (e.kind === 'tier') {
+    li.append(e.target, ' served from cost tier ', String(e.from_tier), ' → ', String(e.to_tier));
   } else {
     li.append(el('a', { href: routeHref(e.route) }, e.route), e.target ? ' × ' + e.target : ' (global)', ' ', badge(e.from), ' → ', badge(e.to), ' on ', e.class || 'ok');
   }
@@ -728,6 +730,7 @@ function connectStream() {
   };
   src.addEventListener('state', take);
   src.addEventListener('incident', take);
+  src.addEventListener('tier', take);
   src.addEventListener('dropped', (m) => status(m.data + ' events were dropped: this tab fell behind'));
   src.addEventListener('open', () => {
     if (evs.source === 'down') evs.drawn = false; // what was missed meanwhile is fetched again

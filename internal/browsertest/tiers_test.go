@@ -1,0 +1,31 @@
+package browsertest
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/switchyard/switchyard/internal/route/routetest"
+)
+
+// A site that refuses the whole cheap tier moves to the costly one, and
+// the events page says so.
+func TestDashboardShowsTierMoves(t *testing.T) {
+	chromiumPath(t) // skip before building anything
+	var fakes []fake
+	for i := range 10 {
+		fakes = append(fakes, fake{id: fmt.Sprintf("dc%d", i), b: routetest.Behavior{BlockHosts: []string{"localhost"}}})
+	}
+	fakes = append(fakes, fake{id: "resi", labels: "tier=1"})
+	g := startGateway(t, fakes)
+	port := g.site.URL[strings.LastIndex(g.site.URL, ":")+1:]
+	stopLoad := g.load(20, "", "http://localhost:"+port+"/tickets")
+	defer stopLoad()
+	b := newBrowser(t)
+	b.run(t, 15*time.Second, chromedp.Navigate(g.admin+"/#events"))
+	b.until(t, 20*time.Second, `[...document.querySelectorAll('#ev-list li[data-kind="tier"]')].some((li) =>
+		li.textContent.includes('localhost served from cost tier 0 → 1') && li.textContent.includes('valid answers'))`)
+}
