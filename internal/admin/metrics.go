@@ -98,7 +98,7 @@ func NewMetrics(e *engine.Engine, log *slog.Logger) *Metrics {
 		}, []string{"reason"}),
 		localErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_local_errors_total",
-			Help: "Attempts the gateway could not make for want of its own resources, by reason: emfile, enfile (out of file descriptors), enobufs, enomem (kernel buffers or memory), eaddrnotavail (local ports). Answered 503 local_resources; no evidence against any route.",
+			Help: "Attempts the gateway could not make for want of its own resources, by reason: emfile, enfile (out of file descriptors), enobufs, enomem (kernel buffers or memory), eaddrnotavail (local ports), upstream_cap (server.max_upstream_conns open). Answered 503 local_resources; no evidence against any route.",
 		}, []string{"reason"}),
 		subExits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_sub_exit_failures_total",
@@ -113,7 +113,7 @@ func NewMetrics(e *engine.Engine, log *slog.Logger) *Metrics {
 	for _, r := range []CutReason{CutIdle, CutHeader, CutSlowBody, CutOverCap} {
 		m.connsCut.WithLabelValues(string(r))
 	}
-	for _, r := range []string{"emfile", "enfile", "enobufs", "enomem", "eaddrnotavail"} {
+	for _, r := range []string{"emfile", "enfile", "enobufs", "enomem", "eaddrnotavail", "upstream_cap"} {
 		m.localErrors.WithLabelValues(r)
 	}
 	authFailing := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -268,7 +268,7 @@ func (m *Metrics) WatchClientConns(open func() int64) {
 func (m *Metrics) WatchUpstreamConns(open func() int64) {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "switchyard_upstream_conns",
-		Help: "Connections open to upstream proxies (to targets, for direct routes), in use or idle; idle ones are capped by server.max_idle_upstream_conns.",
+		Help: "Connections open to upstream proxies (to targets, for direct routes), in use or idle, tunnels included; capped by server.max_upstream_conns, idle ones by server.max_idle_upstream_conns.",
 	}, func() float64 { return float64(open()) }))
 }
 

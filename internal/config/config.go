@@ -93,6 +93,12 @@ type Server struct {
 	// bounded whatever the size of the pool. SOCKS5 routes keep theirs
 	// apart. Must be positive; default 1024.
 	MaxIdleUpstreamConns int `toml:"max_idle_upstream_conns"`
+	// MaxUpstreamConns caps the connections open to upstream proxies (to
+	// targets, for direct routes) at once, in use or idle, tunnels
+	// included; an attempt past it is answered 503 local_resources and
+	// blames no route. 0 means no cap but the descriptor limit. Default
+	// 10000.
+	MaxUpstreamConns int `toml:"max_upstream_conns"`
 }
 
 // Log configures the log on stderr.
@@ -421,7 +427,7 @@ func Default() Config {
 	g, r, cl, f := gateway.DefaultConfig(), redisstore.DefaultOptions(), cluster.DefaultConfig(), fetchapi.DefaultOptions()
 	c := Config{
 		Listen: Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9090", API: "127.0.0.1:9091"},
-		Server: Server{HeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 1024, MaxClientConns: 10000,
+		Server: Server{HeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 1024, MaxClientConns: 10000, MaxUpstreamConns: g.MaxUpstreamConns,
 			MaxIdleUpstreamConns: g.MaxIdleUpstreamConns},
 		Log: Log{Format: "text"},
 		Retry: Retry{MaxAttempts: g.MaxAttempts, AttemptTimeout: g.AttemptTimeout, RequestTimeout: g.RequestTimeout,

@@ -261,11 +261,11 @@ func TestServerSection(t *testing.T) {
 		env  []string
 		want Server
 	}{
-		{"defaults", "", nil, Server{HeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 1024, MaxClientConns: 10000, MaxIdleUpstreamConns: 1024}},
-		{"file", "[server]\nheader_timeout = \"5s\"\nidle_timeout = \"30s\"\nbody_timeout = \"0s\"\nmin_body_rate = 0\nmax_client_conns = 0\nmax_idle_upstream_conns = 64\n", nil,
+		{"defaults", "", nil, Server{HeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 1024, MaxClientConns: 10000, MaxIdleUpstreamConns: 1024, MaxUpstreamConns: 10000}},
+		{"file", "[server]\nheader_timeout = \"5s\"\nidle_timeout = \"30s\"\nbody_timeout = \"0s\"\nmin_body_rate = 0\nmax_client_conns = 0\nmax_idle_upstream_conns = 64\nmax_upstream_conns = 0\n", nil,
 			Server{HeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second, MaxIdleUpstreamConns: 64}},
-		{"environment", "", []string{"SWITCHYARD_SERVER_IDLE_TIMEOUT=1m", "SWITCHYARD_SERVER_MIN_BODY_RATE=64", "SWITCHYARD_SERVER_MAX_CLIENT_CONNS=50", "SWITCHYARD_SERVER_MAX_IDLE_UPSTREAM_CONNS=10"},
-			Server{HeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 64, MaxClientConns: 50, MaxIdleUpstreamConns: 10}},
+		{"environment", "", []string{"SWITCHYARD_SERVER_IDLE_TIMEOUT=1m", "SWITCHYARD_SERVER_MIN_BODY_RATE=64", "SWITCHYARD_SERVER_MAX_CLIENT_CONNS=50", "SWITCHYARD_SERVER_MAX_IDLE_UPSTREAM_CONNS=10", "SWITCHYARD_SERVER_MAX_UPSTREAM_CONNS=200"},
+			Server{HeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 64, MaxClientConns: 50, MaxIdleUpstreamConns: 10, MaxUpstreamConns: 200}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {

@@ -114,6 +114,8 @@ func (l *loader) checkServer() error {
 		return l.errAt("server.max_client_conns", "must not be negative")
 	case s.MaxIdleUpstreamConns < 1:
 		return l.errAt("server.max_idle_upstream_conns", "must be positive")
+	case s.MaxUpstreamConns < 0:
+		return l.errAt("server.max_upstream_conns", "must not be negative (0: no cap)")
 	}
 	return nil
 }

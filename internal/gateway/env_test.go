@@ -202,3 +202,13 @@ func rawConn(t *testing.T, addr, req string) (*http.Response, *bufio.ReadWriter)
 	}
 	return resp, bufio.NewReadWriter(br, bufio.NewWriter(c))
 }
+
+// health is route i's global record.
+func (v *env) health(t *testing.T, i int) engine.Health {
+	t.Helper()
+	st, ok := v.e.Route(v.id(i))
+	if !ok {
+		t.Fatalf("route %s unknown", v.id(i))
+	}
+	return st.Health
+}

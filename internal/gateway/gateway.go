@@ -63,6 +63,12 @@ type Config struct {
 	// intercepted TLS, https:// fetches) are kept apart, per route and
 	// target, under the same cap. Default 1024 (route.DefaultMaxIdle).
 	MaxIdleUpstreamConns int
+	// MaxUpstreamConns caps the connections open to upstream proxies (to
+	// targets, for Direct routes) at once, in use or idle, tunnels
+	// included: an attempt past it fails as the gateway's own (local
+	// resources "upstream_cap", a 503, no evidence against the route).
+	// Negative means no cap. Default 10000.
+	MaxUpstreamConns int
 	// MaxBodyBytes is the largest request body buffered so that a retry can
 	// resend it. Larger bodies stream once and are never retried.
 	// Default 1 MiB.
@@ -172,6 +178,7 @@ func DefaultConfig() Config {
 		MaxFetchBody:         16 << 20,
 		FeedbackTTL:          15 * time.Minute,
 		MaxIdleUpstreamConns: route.DefaultMaxIdle,
+		MaxUpstreamConns:     10000,
 		Budget:               engine.DefaultBudget(),
 	}
 }
@@ -195,6 +202,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FeedbackTTL <= 0 {
 		c.FeedbackTTL = d.FeedbackTTL
+	}
+	if c.MaxUpstreamConns == 0 {
+		c.MaxUpstreamConns = d.MaxUpstreamConns
 	}
 	if c.MaxIdleUpstreamConns <= 0 {
 		c.MaxIdleUpstreamConns = d.MaxIdleUpstreamConns
@@ -244,7 +254,7 @@ type Gateway struct {
 // e (with r.Spec()): the engine picks among them, the gateway dials them.
 func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) {
 	cfg = cfg.withDefaults()
-	g := &Gateway{cfg: cfg, engine: e, budget: engine.NewBudget(cfg.Budget), upstream: route.NewUpstream(cfg.MaxIdleUpstreamConns),
+	g := &Gateway{cfg: cfg, engine: e, budget: engine.NewBudget(cfg.Budget), upstream: route.NewUpstream(cfg.MaxIdleUpstreamConns, cfg.MaxUpstreamConns),
 		targets: route.NewTargetConns(cfg.MaxIdleUpstreamConns), lookalike: lookalike.New(lookalike.Config{Now: cfg.Now}), bypass: newBypass(cfg.MITM), feedbackKey: newFeedbackKey()}
 	g.interceptor = g.newInterceptor()
 	// Pacing waits on real timers, so it reads the real clock too.

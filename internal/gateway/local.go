@@ -54,7 +54,11 @@ func (g *Gateway) localFailure(reason, route string, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	log.Error("the gateway is out of local resources: answering 503 local_resources, no route is blamed; raise the descriptor limit (ulimit -n) or lower the load",
+	remedy := "raise the descriptor limit (ulimit -n) or lower the load"
+	if reason == "upstream_cap" {
+		remedy = "raise server.max_upstream_conns (and the descriptor limit with it) or lower the load"
+	}
+	log.Error("the gateway is out of local resources: answering 503 local_resources, no route is blamed; "+remedy,
 		"reason", reason, "route", route, "err", err.Error(), "not_logged_since_last", suppressed)
 }
 

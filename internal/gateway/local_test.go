@@ -168,13 +168,3 @@ func exhaustDescriptors(t *testing.T) (release func()) {
 	t.Fatalf("still opening descriptors past RLIMIT_NOFILE %d", low.Cur)
 	return nil
 }
-
-// health is route i's global record.
-func (v *env) health(t *testing.T, i int) engine.Health {
-	t.Helper()
-	st, ok := v.e.Route(v.id(i))
-	if !ok {
-		t.Fatalf("route %s unknown", v.id(i))
-	}
-	return st.Health
-}

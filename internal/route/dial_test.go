@@ -631,7 +631,7 @@ func TestDialLocalResources(t *testing.T) {
 					}
 					d := route.Dialer{Control: control}
 					if p&shared != 0 {
-						d.Upstream = route.NewUpstream(0)
+						d.Upstream = route.NewUpstream(0, 0)
 						defer d.Upstream.CloseIdleConnections()
 					}
 					x := newExit(t, dialCase{r: &route.Route{ID: "direct", Scheme: route.Direct}}, d)

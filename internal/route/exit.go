@@ -78,11 +78,10 @@ func NewExit(r *Route, d Dialer) (*Exit, error) {
 	default:
 		// SOCKS5 and Direct: the request rides a tunnel to the target.
 		x.transport.DialContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
-			c, err := x.dialTarget(ctx, addr)
-			if err != nil || x.bound == nil {
-				return c, err
+			if x.bound == nil {
+				return x.dialTarget(ctx, addr)
 			}
-			return x.bound.counted(c), nil
+			return x.bound.dialCounted(x, func() (net.Conn, error) { return x.dialTarget(ctx, addr) })
 		}
 		x.bound = d.Upstream // nil but for SOCKS5 beside an Upstream
 	}
@@ -179,11 +178,26 @@ func (x *Exit) proxyRefused(req *http.Request, resp *http.Response) bool {
 // a plain error.
 func (x *Exit) DialTarget(ctx context.Context, addr string, p *Progress) (net.Conn, error) {
 	p.direct = x.route.Scheme == Direct
-	c, err := x.dialTarget(ctx, addr)
+	dial := func() (net.Conn, error) { return x.dialTarget(ctx, addr) }
+	var c net.Conn
+	var err error
+	if u := x.shared(); u != nil {
+		c, err = u.dialCounted(x, dial)
+	} else {
+		c, err = dial()
+	}
 	if err == nil {
 		p.connected.Store(true)
 	}
 	return c, err
+}
+
+// shared is the Upstream x's connections count against, nil without one.
+func (x *Exit) shared() *Upstream {
+	if x.upstream != nil {
+		return x.upstream
+	}
+	return x.bound
 }
 
 // Check is the neutral check of the exit: a TCP connection to its proxy,

@@ -78,7 +78,7 @@ func TestExitWithUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x, err := NewExit(&routes[0], Dialer{Upstream: NewUpstream(0)})
+	x, err := NewExit(&routes[0], Dialer{Upstream: NewUpstream(0, 0)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,11 +23,14 @@ import (
 // their connections are tunnels through one proxy and must never carry
 // another route's requests. Only the SOCKS5 routes used last keep idle
 // connections, as many routes as MaxIdle allows at 16 each, so that a
-// pool of SOCKS5 routes is bounded alike. Safe for concurrent use.
+// pool of SOCKS5 routes is bounded alike. Every connection its exits open,
+// tunnels included, counts against a cap on those open at once. Safe for
+// concurrent use.
 type Upstream struct {
 	// Immutable after NewUpstream.
 	transport *http.Transport
-	open      atomic.Int64 // connections open now, in use or idle: the shared transport's and SOCKS5 routes'
+	maxOpen   int64        // cap on open; 0: none
+	open      atomic.Int64 // connections open now, in use or idle, tunnels included, and dials under way
 
 	warm warmExits
 }
@@ -77,15 +80,16 @@ const (
 )
 
 // NewUpstream returns a shared transport for exits (Dialer.Upstream),
-// keeping at most maxIdle connections idle across all routes; maxIdle ≤ 0
-// means DefaultMaxIdle. Each connection is dialled as the exit it is made
-// for says: its Dialer's timeouts and proxy roots, and for a Direct route
-// its Control and Resolver.
-func NewUpstream(maxIdle int) *Upstream {
+// keeping at most maxIdle connections idle across all routes (maxIdle ≤ 0
+// means DefaultMaxIdle) and at most maxOpen open, in use or idle (≤ 0: no
+// cap but the process's descriptors). Each connection is dialled as the
+// exit it is made for says: its Dialer's timeouts and proxy roots, and for
+// a Direct route its Control and Resolver.
+func NewUpstream(maxIdle, maxOpen int) *Upstream {
 	if maxIdle <= 0 {
 		maxIdle = DefaultMaxIdle
 	}
-	u := &Upstream{warm: warmExits{max: max(1, maxIdle/maxIdlePerKey), at: make(map[*Exit]*list.Element)}}
+	u := &Upstream{maxOpen: int64(max(maxOpen, 0)), warm: warmExits{max: max(1, maxIdle/maxIdlePerKey), at: make(map[*Exit]*list.Element)}}
 	u.transport = &http.Transport{
 		Proxy:               u.proxy,
 		DialContext:         u.dial,
@@ -101,8 +105,30 @@ func NewUpstream(maxIdle int) *Upstream {
 }
 
 // Open is how many connections to upstream proxies (to targets, for Direct
-// routes) the exits sharing u hold open now, in use or idle.
+// routes) the exits sharing u hold open now, in use or idle, tunnels
+// included.
 func (u *Upstream) Open() int64 { return u.open.Load() }
+
+// ErrUpstreamCap is the error of a dial refused because the gateway holds
+// its cap of upstream connections open: its own limit, not the route's
+// fault (Error.Local "upstream_cap").
+var ErrUpstreamCap = errors.New("route: the cap on open upstream connections is reached")
+
+// dialCounted dials with dial, counting the connection in Open until it is
+// closed, or refuses when the cap is reached: the slot is taken before
+// the dial, so that dials under way cannot overshoot it together.
+func (u *Upstream) dialCounted(x *Exit, dial func() (net.Conn, error)) (net.Conn, error) {
+	if n := u.open.Add(1); u.maxOpen > 0 && n > u.maxOpen {
+		u.open.Add(-1)
+		return nil, &Error{Phase: PhaseDial, Route: x.route.ID, Err: ErrUpstreamCap, Local: "upstream_cap"}
+	}
+	c, err := dial()
+	if err != nil {
+		u.open.Add(-1)
+		return nil, err
+	}
+	return &countedConn{Conn: c, open: &u.open}, nil
+}
 
 // CloseIdleConnections closes the shared idle connections, every route's.
 // Requests in progress are not cut.
@@ -144,17 +170,12 @@ func (u *Upstream) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 	if x == nil {
 		return nil, errNoExit
 	}
-	var c net.Conn
-	var err error
-	if x.route.Scheme == Direct {
-		c, err = x.dialTarget(ctx, addr)
-	} else {
-		c, err = x.dialProxy(ctx)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return u.counted(c), nil
+	return u.dialCounted(x, func() (net.Conn, error) {
+		if x.route.Scheme == Direct {
+			return x.dialTarget(ctx, addr)
+		}
+		return x.dialProxy(ctx)
+	})
 }
 
 // dialTLS is the shared transport's DialTLSContext, for HTTPS proxies: TLS
@@ -167,14 +188,10 @@ func (u *Upstream) dialTLS(ctx context.Context, _, _ string) (net.Conn, error) {
 	return x.negotiateCounted(ctx, u, x.proxyTLS)
 }
 
-// counted is c, counted in Open until it is closed.
-func (u *Upstream) counted(c net.Conn) net.Conn {
-	u.open.Add(1)
-	return &countedConn{Conn: c, open: &u.open}
-}
-
-// countedConn is a connection of the shared transport: closing it takes it
-// out of Upstream.Open, once.
+// countedConn is a connection counted in Upstream.Open: closing it takes
+// it out, once. It passes on what a tunnel's copy asks of the connection
+// beneath (prefixConn's): the bytes it holds read ahead, the TCP
+// connection to splice, the half-close.
 type countedConn struct {
 	net.Conn
 	open   *atomic.Int64
@@ -186,15 +203,40 @@ func (c *countedConn) Close() error {
 	return c.Conn.Close()
 }
 
+// Buffered is what the connection beneath holds read ahead (Read returns
+// it first), 0 when it holds nothing.
+func (c *countedConn) Buffered() int {
+	if b, ok := c.Conn.(interface{ Buffered() int }); ok {
+		return b.Buffered()
+	}
+	return 0
+}
+
+// TCPConn is the TCP connection beneath, nil when there is none.
+func (c *countedConn) TCPConn() *net.TCPConn {
+	switch in := c.Conn.(type) {
+	case *net.TCPConn:
+		return in
+	case interface{ TCPConn() *net.TCPConn }:
+		return in.TCPConn()
+	}
+	return nil
+}
+
+// CloseWrite half-closes the connection beneath where it can, and closes
+// it otherwise.
+func (c *countedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Close()
+}
+
 // negotiateCounted is negotiate with the TCP connection beneath counted in
 // u: the TLS connection on top is what the transport holds and closes.
 func (x *Exit) negotiateCounted(ctx context.Context, u *Upstream, step func(context.Context, net.Conn) (net.Conn, error)) (net.Conn, error) {
 	return x.negotiateWith(ctx, func(ctx context.Context) (net.Conn, error) {
-		c, err := x.dialProxy(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return u.counted(c), nil
+		return u.dialCounted(x, func() (net.Conn, error) { return x.dialProxy(ctx) })
 	}, step)
 }
 

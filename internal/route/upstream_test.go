@@ -3,6 +3,7 @@ package route_test
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -55,7 +56,7 @@ func TestUpstreamSharesPerProxyAndCredentials(t *testing.T) {
 		plain := routetest.NewProxy(t, routetest.Behavior{KeepAlive: true})
 		secure := routetest.NewProxy(t, routetest.Behavior{KeepAlive: true, TLS: true})
 		roots := &tls.Config{RootCAs: secure.CertPool()}
-		u := route.NewUpstream(0)
+		u := route.NewUpstream(0, 0)
 		defer u.CloseIdleConnections()
 		host, sHost := plain.URL.Host, secure.URL.Host
 		steps := []struct {
@@ -97,7 +98,7 @@ func TestUpstreamCapsIdleAcrossRoutes(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
 		const routes, capacity = 6, 2
 		target := pageTarget(t)
-		u := route.NewUpstream(capacity)
+		u := route.NewUpstream(capacity, 0)
 		defer u.CloseIdleConnections()
 		exits := make([]*route.Exit, routes)
 		for i := range exits {
@@ -125,7 +126,7 @@ func TestUpstreamBoundsSOCKS5Routes(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
 		const routes, capacity = 6, 32 // two routes' worth
 		target := pageTarget(t)
-		u := route.NewUpstream(capacity)
+		u := route.NewUpstream(capacity, 0)
 		exits := make([]*route.Exit, routes)
 		for i := range exits {
 			exits[i] = sharedExit(t, routetest.NewProxy(t, routetest.Behavior{Kind: routetest.SOCKS5Proxy}).URL.String(), u, nil)
@@ -156,7 +157,7 @@ func TestUpstreamKeepsRoutesApart(t *testing.T) {
 		target := pageTarget(t)
 		p := routetest.NewProxy(t, routetest.Behavior{KeepAlive: true})
 		socks := routetest.NewProxy(t, routetest.Behavior{Kind: routetest.SOCKS5Proxy})
-		u := route.NewUpstream(0)
+		u := route.NewUpstream(0, 0)
 		defer u.CloseIdleConnections()
 		direct := sharedExit(t, "direct", u, nil)
 		proxied := sharedExit(t, p.URL.String(), u, nil)
@@ -175,6 +176,50 @@ func TestUpstreamKeepsRoutesApart(t *testing.T) {
 		}
 		if got := u.Open(); got != 3 {
 			t.Errorf("%d connections open, want 3: the proxy's, the direct one and the SOCKS5 route's own", got)
+		}
+	})
+}
+
+// The cap on open upstream connections counts tunnels and pooled
+// connections alike, refuses past it as the gateway's own limit (Local
+// "upstream_cap", no dial made), and frees a slot as a connection closes.
+func TestUpstreamCapsOpenConnections(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		target := pageTarget(t)
+		proxy := routetest.NewProxy(t, routetest.Behavior{KeepAlive: true})
+		u := route.NewUpstream(0, 2)
+		defer u.CloseIdleConnections()
+		x := sharedExit(t, proxy.URL.String(), u, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+
+		tunnel, err := x.DialTarget(ctx, target, new(route.Progress))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sharedGet(t, x, target, "/a"); got != "hello /a" { // a pooled connection, kept idle
+			t.Fatalf("GET through the exit: %q", got)
+		}
+		if n := u.Open(); n != 2 {
+			t.Fatalf("Open() = %d with a tunnel and an idle connection, want 2", n)
+		}
+		dials := proxy.Requests()
+		_, err = x.DialTarget(ctx, target, new(route.Progress))
+		var re *route.Error
+		if !errors.As(err, &re) || re.Local != "upstream_cap" || !errors.Is(err, route.ErrUpstreamCap) || route.LocalReason(err) != "upstream_cap" {
+			t.Fatalf("a third connection: %v, want the cap's local error", err)
+		}
+		if got := proxy.Requests(); got != dials {
+			t.Errorf("the refused connection reached the proxy: %d requests, want %d", got, dials)
+		}
+		tunnel.Close()
+		tunnel, err = x.DialTarget(ctx, target, new(route.Progress))
+		if err != nil {
+			t.Fatalf("after a tunnel closed: %v", err)
+		}
+		tunnel.Close()
+		if n := u.Open(); n != 1 {
+			t.Errorf("Open() = %d once the tunnels closed, want 1 (the idle one)", n)
 		}
 	})
 }

@@ -126,6 +126,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		ResolveProxyTargets:  cfg.Security.ResolveProxyTargets,
 		Log:                  log,
 		MaxIdleUpstreamConns: cfg.Server.MaxIdleUpstreamConns,
+		MaxUpstreamConns:     upstreamCap(cfg.Server.MaxUpstreamConns),
 		MaxFetchBody:         cfg.Fetch.MaxResponseBytes,
 		FeedbackTTL:          cfg.Fetch.FeedbackTTL,
 	}
@@ -536,4 +537,13 @@ func (s *Server) background(ctx context.Context) {
 			s.engine.Sweep(now)
 		}
 	}
+}
+
+// upstreamCap is server.max_upstream_conns as the gateway takes it: 0, no
+// cap, is negative there, where 0 means its default.
+func upstreamCap(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
