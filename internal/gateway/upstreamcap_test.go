@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -10,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/logtest"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
 
@@ -23,7 +24,9 @@ func TestUpstreamCapIsLocal(t *testing.T) {
 		site := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "fine") })
 		siteAddr := strings.TrimPrefix(site.URL, "http://")
 		rec := &recorder{}
-		v := newEnv(t, Config{Observer: rec, MaxUpstreamConns: 1}, proxyLine(routetest.NewProxy(t, routetest.Behavior{}), ""))
+		logs := &logtest.Buffer{}
+		v := newEnv(t, Config{Observer: rec, MaxUpstreamConns: 1, Log: slog.New(slog.NewTextHandler(logs, nil))},
+			proxyLine(routetest.NewProxy(t, routetest.Behavior{}), ""))
 		before := v.health(t, 0)
 
 		c, err := net.DialTimeout("tcp", v.url.Host, 5*time.Second)
@@ -53,8 +56,12 @@ func TestUpstreamCapIsLocal(t *testing.T) {
 		if !slices.Equal(local, []string{"upstream_cap"}) {
 			t.Errorf("local errors %v, want [upstream_cap]", local)
 		}
-		if h := v.health(t, 0); h.ConsecFail != 0 || h.State != before.State || h.State != engine.Healthy && before.State == engine.Healthy {
-			t.Errorf("route after the refusal: %v, %d failures in a row; want no evidence (%v)", h.State, h.ConsecFail, before.State)
+		if !strings.Contains(logs.String(), "raise server.max_upstream_conns") {
+			t.Errorf("the log does not say which cap to raise:\n%s", logs.String())
+		}
+		if h := v.health(t, 0); h.Samples != before.Samples || h.ConsecFail != 0 || h.State != before.State {
+			t.Errorf("route after the refusal: %v, %d samples, %d failures in a row; want no evidence (%v, %d samples)",
+				h.State, h.Samples, h.ConsecFail, before.State, before.Samples)
 		}
 
 	})

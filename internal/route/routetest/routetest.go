@@ -61,6 +61,10 @@ type Behavior struct {
 	Silent         bool            // read each request (SOCKS5: the CONNECT request, after the greeting) and never answer it
 	SSLPortsOnly   bool            // HTTPProxy: answer CONNECT to any port but 443 with 403, before looking at credentials (Squid's default rules)
 	KeepAlive      bool            // HTTPProxy: serve further absolute-form requests on a connection whose request was forwarded, as real proxies do (benchmarks)
+	// Received, when set, is called with each HTTP request once it is
+	// read, before it is answered (or, Silent, not): a test that must act
+	// while an attempt is surely under way.
+	Received func()
 }
 
 // Proxy is a fake upstream proxy on 127.0.0.1 with a fault profile. It
@@ -272,6 +276,9 @@ func (p *Proxy) serveRequest(c net.Conn, br *bufio.Reader) (again bool) {
 	p.requests.Add(1)
 	if req.URL.Host != "" {
 		p.asked.note(req.URL.Host)
+	}
+	if p.b.Received != nil {
+		p.b.Received()
 	}
 	status, refused := forHost(p.b.HostStatus, req.URL.Hostname())
 	switch {
