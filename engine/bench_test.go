@@ -13,6 +13,12 @@ import (
 // 10% suspect, and each route with route×target records on two of the 100
 // targets, a third of them cooling.
 func benchPool(b *testing.B, routes int) (*Engine, []string) {
+	return benchPoolTiers(b, routes, 0)
+}
+
+// benchPoolTiers is benchPool with every costlyEvery-th route on tier 1
+// (0: every route on tier 0).
+func benchPoolTiers(b *testing.B, routes, costlyEvery int) (*Engine, []string) {
 	b.Helper()
 	e, err := New(Config{UncheckedCandidates: true}, nil)
 	if err != nil {
@@ -24,7 +30,11 @@ func benchPool(b *testing.B, routes int) (*Engine, []string) {
 	}
 	for i := range routes {
 		id := fmt.Sprintf("r%d", i)
-		if err := e.AddRoute(start, RouteSpec{ID: id}); err != nil {
+		spec := RouteSpec{ID: id}
+		if costlyEvery > 0 && i%costlyEvery == 0 {
+			spec.Tier = 1
+		}
+		if err := e.AddRoute(start, spec); err != nil {
 			b.Fatal(err)
 		}
 		switch {
@@ -57,6 +67,14 @@ func BenchmarkAcquireReport(b *testing.B) {
 			acquireReport(b, e, targets, &now, b.N)
 		})
 	}
+	// A pool of two cost tiers, a tenth of it costly: what tiers add.
+	b.Run("routes=1000/tiers=2", func(b *testing.B) {
+		e, targets := benchPoolTiers(b, 1000, 10)
+		now := start
+		b.ReportAllocs()
+		b.ResetTimer()
+		acquireReport(b, e, targets, &now, b.N)
+	})
 }
 
 // benchStep is the virtual time between two picks: 10,000 picks a second,
