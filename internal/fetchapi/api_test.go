@@ -140,6 +140,56 @@ func TestFeedback(t *testing.T) {
 	}
 }
 
+// TestFeedbackSubExit: a content_invalid verdict on an attempt through a
+// provider gateway's sub-exit retires it, so the session's next fetch goes
+// out through a new provider session (its own fake IP); a verdict on an
+// attempt through a sub-exit already replaced retires nothing.
+func TestFeedbackSubExit(t *testing.T) {
+	pg := routetest.NewProviderGateway(t, "acct", "pw")
+	site := newSite(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.Header.Get(routetest.HeaderProviderIP))
+	})
+	// A deadline floor of its own: a loaded machine's slow answer must not
+	// pass for a silent sub-exit, which retires it as a ban would.
+	v := newEnv(t, testOptions{lines: []string{"gateway://acct:pw@" + pg.URL.Host + " preset=brightdata"}, floor: 30 * time.Second})
+	fetch := func(target string) (ip, attempt string) {
+		t.Helper()
+		resp, err := v.client.Fetch(ctx(t), &pb.FetchRequest{Url: site.URL, Session: "s1", Target: target})
+		if err != nil || resp.GetStatus() != 200 || len(resp.GetTrace().GetAttempts()) != 1 {
+			t.Fatalf("fetch at %s: %v, %v", target, resp, err)
+		}
+		return string(resp.GetBody()), resp.GetTrace().GetAttempts()[0].GetAttemptId()
+	}
+	// Sub-exit 1 answers at two targets.
+	ip1, atA := fetch("a")
+	ipB, atB := fetch("b")
+	if ipB != ip1 {
+		t.Fatalf("the session moved from %s to %s", ip1, ipB)
+	}
+	if _, err := v.client.Feedback(ctx(t), &pb.FeedbackRequest{AttemptId: atA, Verdict: "content_invalid"}); err != nil {
+		t.Fatal(err)
+	}
+	ip2, _ := fetch("a")
+	if ip2 == ip1 || pg.Sessions() != 2 {
+		t.Fatalf("after the verdict the session is on %s, was on %s (%d provider sessions)", ip2, ip1, pg.Sessions())
+	}
+	// A verdict on sub-exit 1's other answer, over JSON: its successor
+	// stays.
+	if code, body := v.post(t, "/v1/feedback", "", &pb.FeedbackRequest{AttemptId: atB, Verdict: "content_invalid"}); code != 200 {
+		t.Fatalf("verdict over JSON: %d %s", code, body)
+	}
+	if ip, _ := fetch("a"); ip != ip2 || pg.Sessions() != 2 {
+		t.Fatalf("a verdict on a replaced sub-exit moved the session from %s to %s", ip2, ip)
+	}
+	// Both verdicts were the first ban at their target, each sub-exit's
+	// alone: the gateway stands at both.
+	for _, target := range []string{"a", "b"} {
+		if got := v.pairState(t, 0, target); !got.Usable() {
+			t.Errorf("the gateway at %s: %v", target, got)
+		}
+	}
+}
+
 // TestAuth checks that the API asks for the proxy's users: missing and
 // wrong credentials are UNAUTHENTICATED (401), not UNAVAILABLE as a node
 // out of reach is, a flood of wrong ones is throttled as the proxy's are,

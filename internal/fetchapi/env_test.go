@@ -39,25 +39,34 @@ type env struct {
 	now    atomic.Pointer[time.Time] // the API's clock; nil: time.Now
 }
 
-// testOptions are an env's: its API, and gateway users.
+// testOptions are an env's: its API, gateway users, route lines after
+// the proxies' (a provider gateway's), and the engine's deadline floor (0:
+// its default).
 type testOptions struct {
 	api   Options
 	users map[string]gateway.User
+	lines []string
+	floor time.Duration
 }
 
-// newEnv starts the API over one route per proxy, taken round-robin in
-// order. Admission lets 127.0.0.1 through (the test sites) and no other
+// newEnv starts the API over one route per proxy, then one per line of
+// o.lines, taken round-robin in order. Admission lets 127.0.0.1 through (the test sites) and no other
 // internal address.
 func newEnv(t testing.TB, o testOptions, proxies ...*routetest.Proxy) *env {
 	t.Helper()
-	e, err := engine.New(engine.Config{Picker: &engine.RoundRobin{}, Seed: 1, MaxRemovedShare: -1}, nil)
+	e, err := engine.New(engine.Config{Picker: &engine.RoundRobin{}, Seed: 1, MaxRemovedShare: -1, DeadlineFloor: o.floor}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	v := &env{e: e}
 	var routes []*route.Route
+	var lines []string
 	for _, p := range proxies {
-		list, err := route.ParseList("test", []byte(p.URL.String()))
+		lines = append(lines, p.URL.String())
+	}
+	lines = append(lines, o.lines...)
+	for _, line := range lines {
+		list, err := route.ParseList("test", []byte(line))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/gateway"
 )
 
 // attempts remembers the answered attempts of recent fetches, so that a
@@ -28,6 +29,7 @@ type attempt struct {
 	route   string
 	target  string
 	gens    engine.Generations // a verdict after the records moved on is evidence only
+	sub     gateway.SubExit    // the sub-exit it went through, retired by a content_invalid verdict
 	latency time.Duration      // an ok verdict reports it, as the attempt's own report did
 	expires time.Time
 	verdict engine.Class // the last verdict given; Canceled for none

@@ -31,10 +31,12 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// Fetcher is what the API carries requests with and checks callers and
-// destinations against; *gateway.Gateway is one.
+// Fetcher is what the API carries requests with, checks callers and
+// destinations against, and reports late verdicts to; *gateway.Gateway is
+// one.
 type Fetcher interface {
 	Fetch(ctx context.Context, req gateway.FetchRequest) (*gateway.FetchResult, error)
+	Feedback(now time.Time, route, target string, gens engine.Generations, sub gateway.SubExit, o engine.Outcome) error
 	Admit(ctx context.Context, authority string) (string, error)
 	TargetKey(authority string) string
 	PaceForward(ctx context.Context, target string) (release func(), err error)
@@ -42,10 +44,8 @@ type Fetcher interface {
 	RequiresAuth() bool
 }
 
-// Pool is what the API reports late verdicts to and counts routes of;
-// *engine.Engine is one.
+// Pool is what the API counts routes of; *engine.Engine is one.
 type Pool interface {
-	FeedbackAt(now time.Time, route, target string, gens engine.Generations, o engine.Outcome) error
 	Routes() []engine.RouteStatus
 }
 
@@ -375,7 +375,7 @@ func (s *Server) feedback(ctx context.Context, c caller, req *pb.FeedbackRequest
 		if class == engine.OK {
 			o.Latency = a.latency
 		}
-		if err := s.pool.FeedbackAt(now, a.route, a.target, a.gens, o); err != nil {
+		if err := s.fetcher.Feedback(now, a.route, a.target, a.gens, a.sub, o); err != nil {
 			return nil, err // the route left the pool since
 		}
 		s.opts.Log.Info("feedback", "attempt", clip(req.GetAttemptId()), "route", a.route, "target", a.target,

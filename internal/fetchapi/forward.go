@@ -123,7 +123,7 @@ func (s *Server) fetchHere(ctx context.Context, c caller, req *pb.FetchRequest) 
 	now := s.opts.Now()
 	for _, a := range res.Attempts {
 		if a.Status != 0 { // an answer: a page a caller may judge later
-			s.attempts.add(a.ID, attempt{user: c.user, route: a.Route, target: a.Target, gens: a.Gens, latency: a.Latency}, now)
+			s.attempts.add(a.ID, attempt{user: c.user, route: a.Route, target: a.Target, gens: a.Gens, sub: a.SubExit, latency: a.Latency}, now)
 		}
 	}
 	return fetchResponse(res, err, s.opts.Node)

@@ -20,9 +20,10 @@ import (
 // finds the page is a ban the gateway could not see (a captcha its
 // parser recognised, an empty result list) sends that token back in
 // X-Switchyard-Feedback on a later request: the attempt's route×target
-// takes the verdict, as the fetch API's Feedback gives it. The token is
-// the attempt itself, sealed with a key of this process, so the gateway
-// keeps nothing per answer. A value that is no token is refused (400); a
+// takes the verdict, as the fetch API's Feedback gives it, and so does
+// the gateway route's sub-exit it went through (Gateway.Feedback). The
+// token is the attempt itself, sealed with a key of this process, so the
+// gateway keeps nothing per answer. A value that is no token is refused (400); a
 // token that does not open (forged, altered, another user's, sealed
 // before a restart) or is older than Config.FeedbackTTL is ignored, no
 // evidence; and a verdict repeated after the pair moved on moves nothing
@@ -51,14 +52,22 @@ func newFeedbackKey() []byte {
 }
 
 // attemptToken seals what a verdict needs of an attempt: its route, target
-// and generations, when it was answered and for whom (user, "" without
-// client auth), which is sealed but not carried: only that user's verdict
-// opens it.
-func (g *Gateway) attemptToken(l engine.Lease, user string, at time.Time) string {
+// and generations, the sub-exit it went through, when it was answered and
+// for whom (user, "" without client auth), which is sealed but not
+// carried: only that user's verdict opens it.
+func (g *Gateway) attemptToken(l engine.Lease, sub SubExit, user string, at time.Time) string {
 	var b []byte
 	b = binary.AppendUvarint(b, uint64(at.Unix()))
 	b = binary.AppendUvarint(b, uint64(l.Gens.Route))
 	b = binary.AppendUvarint(b, uint64(l.Gens.Pair))
+	if r := sub.ref; r.Serial != 0 {
+		// A route id is never empty: a 0 where its length would be says a
+		// sub-exit comes first, so a token through none is as it was.
+		b = append(b, 0)
+		b = binary.AppendUvarint(b, r.Serial)
+		b = binary.AppendUvarint(b, uint64(len(r.Key)))
+		b = append(b, r.Key...)
+	}
 	b = binary.AppendUvarint(b, uint64(len(l.Route)))
 	b = append(b, l.Route...)
 	b = append(b, l.Target...)
@@ -99,7 +108,7 @@ func (g *Gateway) applyFeedback(r *http.Request, user string) (string, error) {
 				return "", fmt.Errorf("%s: want TOKEN or TOKEN; class=content_invalid|blocked", headerFeedback)
 			}
 		}
-		route, target, gens, err := g.openToken(strings.TrimSpace(token), user, now)
+		a, err := g.openToken(strings.TrimSpace(token), user, now)
 		switch {
 		case errors.Is(err, errFeedbackExpired):
 			result = "expired"
@@ -107,40 +116,75 @@ func (g *Gateway) applyFeedback(r *http.Request, user string) (string, error) {
 		case err != nil:
 			return "", fmt.Errorf("%s: %v", headerFeedback, err)
 		}
-		if err := g.engine.FeedbackAt(now, route, target, gens, engine.Outcome{Class: class}); err != nil {
+		if err := g.Feedback(now, a.route, a.target, a.gens, a.sub, engine.Outcome{Class: class}); err != nil {
 			result = "expired" // the route left the list since
 		}
 	}
 	return result, nil
 }
 
+// tokenAttempt is an attempt as its token names it.
+type tokenAttempt struct {
+	route, target string
+	gens          engine.Generations
+	sub           SubExit
+}
+
+var errNotToken = errors.New("not an attempt token")
+
 // openToken checks a token's seal and age and returns the attempt.
-func (g *Gateway) openToken(token, user string, now time.Time) (route, target string, gens engine.Generations, err error) {
+func (g *Gateway) openToken(token, user string, now time.Time) (a tokenAttempt, err error) {
 	b, err := base64.RawURLEncoding.DecodeString(token)
 	if err != nil || len(b) < feedbackMAC {
-		return "", "", gens, errors.New("not an attempt token")
+		return a, errNotToken
 	}
 	body, mac := b[:len(b)-feedbackMAC], b[len(b)-feedbackMAC:]
 	if !hmac.Equal(mac, g.seal(body, user)) {
 		// Forged, altered, another user's, or sealed before a restart
 		// with another key: none can be told apart, and none is evidence.
-		return "", "", gens, errFeedbackExpired
+		return a, errFeedbackExpired
 	}
-	var fields [4]uint64
-	rest := body
-	for i := range fields {
-		v, n := binary.Uvarint(rest)
-		if n <= 0 {
-			return "", "", gens, errors.New("not an attempt token")
-		}
-		fields[i], rest = v, rest[n:]
+	r := tokenReader{rest: body}
+	at, routeGen, pairGen, n := r.uvarint(), r.uvarint(), r.uvarint(), r.uvarint()
+	if n == 0 {
+		a.sub.ref.Serial = r.uvarint()
+		a.sub.ref.Key = r.string(r.uvarint())
+		n = r.uvarint()
 	}
-	if fields[3] > uint64(len(rest)) {
-		return "", "", gens, errors.New("not an attempt token")
+	a.route = r.string(n)
+	if r.bad {
+		return tokenAttempt{}, errNotToken
 	}
-	if at := time.Unix(int64(fields[0]), 0); now.Sub(at) > g.cfg.FeedbackTTL {
-		return "", "", gens, errFeedbackExpired
+	if now.Sub(time.Unix(int64(at), 0)) > g.cfg.FeedbackTTL {
+		return tokenAttempt{}, errFeedbackExpired
 	}
-	gens = engine.Generations{Route: uint32(fields[1]), Pair: uint32(fields[2])}
-	return string(rest[:fields[3]]), string(rest[fields[3]:]), gens, nil
+	a.target, a.gens = string(r.rest), engine.Generations{Route: uint32(routeGen), Pair: uint32(pairGen)}
+	return a, nil
+}
+
+// tokenReader reads a token's body; once a read falls short, bad is set
+// and every read after it is zero.
+type tokenReader struct {
+	rest []byte
+	bad  bool
+}
+
+func (r *tokenReader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.rest)
+	if r.bad || n <= 0 {
+		r.bad = true
+		return 0
+	}
+	r.rest = r.rest[n:]
+	return v
+}
+
+func (r *tokenReader) string(n uint64) string {
+	if r.bad || n > uint64(len(r.rest)) {
+		r.bad = true
+		return ""
+	}
+	s := string(r.rest[:n])
+	r.rest = r.rest[n:]
+	return s
 }

@@ -93,7 +93,8 @@ type AttemptTrace struct {
 	ID      string             // the request id and the attempt's number: what Feedback names
 	Route   string             // the route id, never credentials
 	Target  string             // the target key the attempt was judged against
-	Gens    engine.Generations // of the route's records when leased, for a late verdict (engine.FeedbackAt)
+	Gens    engine.Generations // of the route's records when leased, for a late verdict (Gateway.Feedback)
+	SubExit SubExit            // the gateway route's sub-exit it went through, for a late verdict
 	Class   engine.Class
 	Running bool // still in flight when the fetch returned (a hedge's loser): Class is not known yet
 	Status  int  // 0 when no answer came back
@@ -334,12 +335,12 @@ type fetched struct {
 	detail    string // the validator that refused it
 }
 
-// begin records an attempt leased at now.
-func (f *fetchJob) begin(l engine.Lease, now time.Time, hedge bool) {
+// begin records an attempt leased at now, to go through sub.
+func (f *fetchJob) begin(l engine.Lease, sub SubExit, now time.Time, hedge bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.trace = append(f.trace, AttemptTrace{
-		ID: f.id + "." + strconv.Itoa(len(f.trace)+1), Route: l.Route, Target: l.Target, Gens: l.Gens,
+		ID: f.id + "." + strconv.Itoa(len(f.trace)+1), Route: l.Route, Target: l.Target, Gens: l.Gens, SubExit: sub,
 		Running: true, Start: now.Sub(f.start), Hedge: hedge,
 	})
 	f.leases = append(f.leases, l.ID)

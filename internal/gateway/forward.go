@@ -364,7 +364,7 @@ func (g *Gateway) reportWin(win *outcome, c engine.Class) {
 // answer for a whole one.
 func (g *Gateway) respond(w http.ResponseWriter, rec *record, o *outcome, attempts, hedges int) (broken bool) {
 	if o.resp != nil { // a relayed answer: the client may judge it later
-		w.Header().Set(headerAttempt, g.attemptToken(o.lease, rec.user, g.cfg.Now()))
+		w.Header().Set(headerAttempt, g.attemptToken(o.lease, g.subExitOf(o.lease, o.exit), rec.user, g.cfg.Now()))
 	}
 	broken = g.answer(w, rec.method, rec.start, o, attempts, hedges)
 	rec.route, rec.class, rec.attempts, rec.hedges = o.lease.Route, o.class, attempts, hedges

@@ -267,7 +267,7 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 		}
 		attempts++
 		if j.fetch != nil {
-			j.fetch.begin(l, g.cfg.Now(), hedge)
+			j.fetch.begin(l, g.subExitOf(l, x), g.cfg.Now(), hedge)
 		}
 		flights = append(flights, g.fly(ctx, j, l, x, hedgeAt, events))
 		return nil

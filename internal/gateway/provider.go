@@ -83,6 +83,23 @@ func (p *providers) route(x *route.Exit, s *settings) *gatewayRoute {
 	return gr
 }
 
+// table is route id's sub-exit table, nil when it has none.
+func (p *providers) table(id string) *gatewayRoute {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.routes[id]
+}
+
+// live is the sub-exit sub names on route id, nil when it is gone.
+func (p *providers) live(now time.Time, id string, sub SubExit) *route.Exit {
+	gr := p.table(id)
+	if gr == nil {
+		return nil
+	}
+	x, _ := gr.sessions.Live(now, sub.ref)
+	return x
+}
+
 // unfillableError is a gateway route's username that cannot be built for
 // a request: a label its template needs is missing, or a value is not
 // safe to send. The route does not satisfy the request's constraints.
@@ -163,45 +180,83 @@ func retires(c engine.Class) bool {
 }
 
 // reportAttempt reports o's attempt as ev, first settling what it says of
-// a gateway route's sub-exit: a failure that marks the sub-exit retires
-// it, and a ban or captcha that is the first on the route's target within
-// banWindow is the sub-exit's alone, recorded in the log but kept from the
-// engine, which would otherwise cool the whole gateway for the target.
+// a gateway route's sub-exit (settle).
 func (g *Gateway) reportAttempt(o *outcome, ev engine.Outcome) {
 	if o.exit != nil && o.exit.Route().Gateway != nil && retires(ev.Class) {
-		ev = g.settle(o, ev)
+		ev, o.retired = g.settle(g.cfg.Now(), o.lease.Route, o.lease.Target, o.exit, false, ev)
 	}
 	g.report(o.lease, ev)
 }
 
-// settle retires o's sub-exit for ev and returns what the engine is told.
-func (g *Gateway) settle(o *outcome, ev engine.Outcome) engine.Outcome {
-	now := g.cfg.Now()
-	g.providers.mu.Lock()
-	gr := g.providers.routes[o.lease.Route]
-	g.providers.mu.Unlock()
-	if gr == nil {
-		return ev
+// SubExit names the sub-exit an attempt went through, for a late verdict
+// on it (Feedback): its session's key and the provider session's serial,
+// never a username or provider session id. The zero SubExit names none.
+type SubExit struct{ ref provider.Ref }
+
+// subExitOf is the SubExit of an attempt leased as l through x, the zero
+// one when x is no session's sub-exit or no longer live.
+func (g *Gateway) subExitOf(l engine.Lease, x *route.Exit) SubExit {
+	if x == nil || x.Sub() == 0 {
+		return SubExit{}
 	}
-	if o.exit.Sub() > 0 {
-		o.retired = gr.sessions.Retire(now, o.exit)
+	gr := g.providers.table(l.Route)
+	if gr == nil {
+		return SubExit{}
+	}
+	r, _ := gr.sessions.RefOf(x)
+	return SubExit{r}
+}
+
+// Feedback takes a client's late verdict o on an attempt through route
+// id at target, leased with generations gens, through sub: the proxy's
+// X-Switchyard-Feedback and the fetch API's Feedback. A ban or captcha
+// through a gateway route is settled as the attempt's own failure would
+// have been (settle): its sub-exit is retired if still live (sub names
+// that provider session alone, never the one that replaced it), and the
+// first-ban rule holds for it too: a page a client's parser finds is a
+// ban is as much one IP's mark as a 403 the gateway sees, and without the
+// rule each such verdict would cool the whole gateway for the target. A
+// verdict on a sub-exit already gone counts as a ban all the same, as
+// sessionless attempts' do: its IP may have left by its TTL, unjudged.
+// The engine takes the rest (engine.FeedbackAt).
+func (g *Gateway) Feedback(now time.Time, id, target string, gens engine.Generations, sub SubExit, o engine.Outcome) error {
+	if retires(o.Class) {
+		o, _ = g.settle(now, id, target, g.providers.live(now, id, sub), true, o)
+	}
+	return g.engine.FeedbackAt(now, id, target, gens, o)
+}
+
+// settle retires x, route id's sub-exit (nil for none, or none still
+// live), for its failure ev at target, and returns what the engine is
+// told and whether x was retired: a ban or captcha that is the first on
+// the route's target within banWindow is the sub-exit's alone, recorded
+// in the log but kept from the engine, which would otherwise cool the
+// whole gateway for the target. late marks a client's verdict (Feedback).
+func (g *Gateway) settle(now time.Time, id, target string, x *route.Exit, late bool, ev engine.Outcome) (_ engine.Outcome, retired bool) {
+	gr := g.providers.table(id)
+	if gr == nil {
+		return ev, false
+	}
+	sub := 0
+	if x != nil && x.Sub() > 0 {
+		sub, retired = x.Sub(), gr.sessions.Retire(now, x)
 	}
 	first := false
 	if ev.Class == engine.Blocked || ev.Class == engine.ContentInvalid {
-		first = gr.firstBan(o.lease.Target, now.UnixNano())
+		first = gr.firstBan(target, now.UnixNano())
 	}
-	if log := g.cfg.Log; log != nil && (o.retired || first) {
+	if log := g.cfg.Log; log != nil && (retired || first) {
 		log.LogAttrs(context.Background(), slog.LevelInfo, "sub-exit failed",
-			slog.String("route", o.lease.Route), slog.Int("sub_exit", o.exit.Sub()), slog.String("class", ev.Class.String()),
-			slog.String("target", clip(o.lease.Target, maxLogField)), slog.Bool("retired", o.retired), slog.Bool("gateway_spared", first))
+			slog.String("route", id), slog.Int("sub_exit", sub), slog.String("class", ev.Class.String()),
+			slog.String("target", clip(target, maxLogField)), slog.Bool("retired", retired), slog.Bool("gateway_spared", first), slog.Bool("late", late))
 	}
-	if obs := g.cfg.Observer; obs != nil && (o.retired || first) {
-		obs.ObserveSubExit(ev.Class, o.retired, first)
+	if obs := g.cfg.Observer; obs != nil && (retired || first) {
+		obs.ObserveSubExit(ev.Class, retired, first)
 	}
 	if first {
-		return engine.Outcome{Class: engine.Canceled, Latency: ev.Latency}
+		return engine.Outcome{Class: engine.Canceled, Latency: ev.Latency}, retired
 	}
-	return ev
+	return ev, retired
 }
 
 // firstBan notes a sub-exit's ban of target at ns and reports whether it

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"log/slog"
@@ -64,12 +65,20 @@ type answer struct {
 	exit, country string // the fake IP and country the site saw
 	sub, err      string // X-Switchyard-Sub-Exit, X-Switchyard-Error
 	attempts      string // X-Switchyard-Attempts
+	token         string // X-Switchyard-Attempt
+	feedback      string // X-Switchyard-Feedback: what became of the verdicts sent
 }
 
 // get requests the site with the control headers h.
 func (v *providerEnv) get(t *testing.T, h http.Header) answer {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, v.site.URL+"/", nil)
+	return v.getURL(t, v.site.URL, h)
+}
+
+// getURL requests u, the site by another name, with the control headers h.
+func (v *providerEnv) getURL(t *testing.T, u string, h http.Header) answer {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, u+"/", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +91,8 @@ func (v *providerEnv) get(t *testing.T, h http.Header) answer {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	a := answer{status: resp.StatusCode, sub: resp.Header.Get(headerSubExit), err: resp.Header.Get(headerError), attempts: resp.Header.Get(headerAttempts)}
+	a := answer{status: resp.StatusCode, sub: resp.Header.Get(headerSubExit), err: resp.Header.Get(headerError), attempts: resp.Header.Get(headerAttempts),
+		token: resp.Header.Get(headerAttempt), feedback: resp.Header.Get(headerFeedback)}
 	if resp.StatusCode == http.StatusOK {
 		a.exit, a.country, _ = strings.Cut(string(body), " ")
 	}
@@ -197,6 +207,67 @@ func TestProviderSubExitRetired(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestProviderLateVerdict: a client's late verdict on an answer through a
+// session's sub-exit retires that sub-exit as the ban seen in-line would,
+// so the session's next request goes out through a new one; a verdict
+// naming a sub-exit already replaced retires nothing, its successor least
+// of all; and late bans keep to the first-ban rule (settle).
+func TestProviderLateVerdict(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		v := newProviderEnv(t, "preset=brightdata")
+		site, other := v.site.URL, strings.Replace(v.site.URL, "127.0.0.1", "localhost", 1)
+		// Sub-exit 1 answers at the site and at another target.
+		atSite, atOther := v.get(t, session("s1")), v.getURL(t, other, session("s1"))
+		if atSite.sub != "1" || atOther.sub != "1" || atOther.exit != atSite.exit || atSite.token == "" || atOther.token == "" {
+			t.Fatalf("sub-exit 1's answers: %+v, %+v", atSite, atOther)
+		}
+		for _, tok := range []string{atSite.token, atOther.token} {
+			b, err := base64.RawURLEncoding.DecodeString(tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, secret := range append([]string{providerPassword}, v.pg.Users()...) {
+				if strings.Contains(string(b), secret) {
+					t.Fatalf("a token carries %q", secret)
+				}
+			}
+		}
+		exit := atSite.exit
+		for _, step := range []struct {
+			desc     string
+			token, u string // the verdict's token, and where the request carrying it goes
+			moved    bool   // the session goes out through a new sub-exit
+			observed string // the sub-exit failures observed so far
+			banned   bool   // the engine took a ban of the gateway route at the site
+		}{
+			{"a ban of sub-exit 1's answer", atSite.token, site, true, "blocked true true", false},
+			{"a ban of its answer elsewhere, sub-exit 2 live", atOther.token, site, false, "blocked true true, blocked false true", false},
+			{"the first verdict again: a second ban at the site within the minute", atSite.token, other, false, "blocked true true, blocked false true", true},
+		} {
+			h := session("s1")
+			h.Set(headerFeedback, step.token+"; class=blocked")
+			a := v.getURL(t, step.u, h)
+			if a.status != http.StatusOK || a.feedback != "applied" || a.sub != "2" || a.attempts != "1" || (a.exit != exit) != step.moved {
+				t.Fatalf("%s: %+v, the session was on %s", step.desc, a, exit)
+			}
+			exit = a.exit
+			v.rec.mu.Lock()
+			got := strings.Join(v.rec.subExits, ", ")
+			v.rec.mu.Unlock()
+			if got != step.observed {
+				t.Fatalf("%s: sub-exit failures observed: %s, want %s", step.desc, got, step.observed)
+			}
+			// Its last failure, which no success reported meanwhile undoes.
+			if p, _ := v.pair(t, 0, "127.0.0.1"); (p.Health.Evidence.LastFailure != 0) != step.banned {
+				t.Fatalf("%s: the gateway's pair with the site is %+v", step.desc, p.Health)
+			}
+		}
+		if v.pg.Sessions() != 2 || !strings.Contains(v.log.String(), "late=true") {
+			t.Fatalf("%d provider sessions; the log:\n%s", v.pg.Sessions(), v.log.String())
+		}
+	})
 }
 
 // TestProviderLabels: a request's labels fill the template; a label it

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -60,7 +61,8 @@ type Sessions[V comparable] struct {
 type entry[V comparable] struct {
 	key, id    string
 	seq        int
-	born, used int64 // unix ns: started (retired, for a tombstone), last used
+	serial     uint64 // of the live provider session (Ref)
+	born, used int64  // unix ns: started (retired, for a tombstone), last used
 	retired    bool
 	value      V
 	prev, next *entry[V]
@@ -81,6 +83,19 @@ type Stats struct {
 	Expired int // ended by their TTL or idle timeout
 	Evicted int // dropped for room
 }
+
+// Ref names one provider session for later, when its value is no longer
+// at hand: a late verdict on an attempt through it. Its serial is unique
+// in the process, so a Ref names neither the session's successor, nor one
+// started anew for its key after an eviction, nor one of another table (a
+// reload's). The zero Ref names none.
+type Ref struct {
+	Key    string
+	Serial uint64
+}
+
+// serials numbers the provider sessions of all tables.
+var serials atomic.Uint64
 
 // NewSessions returns an empty table bounded by c.
 func NewSessions[V comparable](c Config) *Sessions[V] {
@@ -134,7 +149,7 @@ func (s *Sessions[V]) Get(now time.Time, key string, strict bool, mint func(seq 
 			s.stats.Evicted++
 		}
 	}
-	e.id, e.seq, e.value, e.born, e.used, e.retired = id, seq, v, ns, ns, false
+	e.id, e.seq, e.serial, e.value, e.born, e.used, e.retired = id, seq, serials.Add(1), v, ns, ns, false
 	s.byValue[v] = e
 	s.toFront(e)
 	s.stats.Minted++
@@ -154,6 +169,31 @@ func (s *Sessions[V]) Retire(now time.Time, v V) bool {
 	s.bury(e, now.UnixNano())
 	s.stats.Retired++
 	return true
+}
+
+// RefOf is the Ref of the live provider session whose value is v; ok is
+// false when v is not live.
+func (s *Sessions[V]) RefOf(v V) (r Ref, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.byValue[v]
+	if e == nil {
+		return Ref{}, false
+	}
+	return Ref{Key: e.key, Serial: e.serial}, true
+}
+
+// Live is the value of the provider session r names, if it is still live
+// at now: not retired, expired or dropped. Its use is not a use of the
+// session.
+func (s *Sessions[V]) Live(now time.Time, r Ref) (v V, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.byKey[r.Key]
+	if e == nil || e.retired || e.serial != r.Serial || s.expired(e, now.UnixNano()) {
+		return v, false
+	}
+	return e.value, true
 }
 
 // Stats is what the table did so far.

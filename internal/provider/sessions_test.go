@@ -175,3 +175,53 @@ func TestSessionsMemory(t *testing.T) {
 	}
 	runtime.KeepAlive(s)
 }
+
+// TestSessionsRef: a Ref names its provider session while it is live and
+// none other after: not its successor, not a namesake started anew after
+// an eviction, not one of another table.
+func TestSessionsRef(t *testing.T) {
+	t.Parallel()
+	var m minter
+	s := NewSessions[*int](Config{Max: 1, TTL: time.Minute})
+	ref := func(s *Sessions[*int], key string) (Ref, Sub[*int]) {
+		t.Helper()
+		sub, err := s.Get(t0, key, false, m.mint)
+		r, ok := s.RefOf(sub.Value)
+		if err != nil || !ok {
+			t.Fatalf("Get(%s) = %+v, %v; RefOf: %v", key, sub, err, ok)
+		}
+		return r, sub
+	}
+	first, sub := ref(s, "a")
+	if v, live := s.Live(t0, first); !live || v != sub.Value {
+		t.Fatalf("Live(%+v) = %v, %v; want %v", first, v, live, sub.Value)
+	}
+	if _, live := s.Live(t0.Add(time.Minute), first); live {
+		t.Fatal("an expired provider session is live by its Ref")
+	}
+	s.Retire(t0, sub.Value)
+	if _, ok := s.RefOf(sub.Value); ok {
+		t.Fatal("a retired provider session has a Ref")
+	}
+	ref(s, "a") // its successor
+	evicted, _ := ref(s, "b")
+	ref(s, "a")            // evicts b
+	_, anew := ref(s, "b") // b anew, seq 1 again
+	other, _ := ref(NewSessions[*int](Config{}), "b")
+	if anew.Seq != 1 {
+		t.Fatalf("b started anew at seq %d, want 1 as before its eviction", anew.Seq)
+	}
+	for _, tc := range []struct {
+		desc string
+		ref  Ref
+	}{
+		{"retired, a successor live", first},
+		{"evicted, its key started anew at the same seq", evicted},
+		{"another table's", other},
+		{"none", Ref{}},
+	} {
+		if v, live := s.Live(t0, tc.ref); live {
+			t.Errorf("%s: Live = %v, want none", tc.desc, v)
+		}
+	}
+}
