@@ -155,6 +155,26 @@ func (v *env) waitReported(t *testing.T, c engine.Class, n int) {
 	}
 }
 
+// waitPairState waits (bounded) until route i's pair with target is in
+// state st: already, or by a state event to come.
+func (v *env) waitPairState(t *testing.T, i int, target string, st engine.State) {
+	t.Helper()
+	if p, ok := v.pair(t, i, target); ok && p.Health.State == st {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		ev, err := v.events.Next(ctx)
+		if err != nil {
+			t.Fatalf("route %s at %s not %v: %v", v.id(i), target, st, err)
+		}
+		if ev.Kind == engine.EventState && ev.Route == v.id(i) && ev.Target == target && ev.To == st {
+			return
+		}
+	}
+}
+
 // site is an HTTP server on 127.0.0.1 whose handler sees the hit number
 // (1-based) of each request.
 type site struct {

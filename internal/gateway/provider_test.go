@@ -192,7 +192,12 @@ func TestProviderSubExitRetired(t *testing.T) {
 				}
 				// A second sub-exit marked by the site within the window is
 				// evidence against the gateway there: the pair cools and the
-				// session's exit is gone for the site.
+				// session's exit is gone for the site. The three answers so
+				// far are reported first (a winner is, once its body is
+				// relayed): the third promotes the pair from candidate, a
+				// new generation, under which a ban leased before would be
+				// late news that moves no state (docs/design/001-generations.md).
+				v.waitPairState(t, 0, "127.0.0.1", engine.Healthy)
 				tc.mark(v.pg, second.exit)
 				if third := v.get(t, h); third.sub != "2; retired" {
 					t.Fatalf("through the second marked IP: %+v", third)
