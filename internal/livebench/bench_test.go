@@ -13,16 +13,7 @@ import (
 //	go test -run '^$' -bench LiveFleet -benchtime 1x ./internal/livebench
 //	SWITCHYARD_LIVEBENCH_DURATION=5s go test -run '^$' -bench 'LiveFleet/a_' -benchtime 1x ./internal/livebench
 func BenchmarkLiveFleet(b *testing.B) {
-	opts, err := optionsFromEnv(os.Getenv)
-	if err != nil {
-		b.Fatal(err)
-	}
-	dir := opts.Dir
-	if dir == "" {
-		dir = b.TempDir()
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
+	opts, dir := benchSetup(b)
 	cs := contenders(switchyardBinary(opts.Binary, dir))
 	for _, p := range pools() {
 		b.Run(p.name, func(b *testing.B) {
@@ -39,4 +30,38 @@ func BenchmarkLiveFleet(b *testing.B) {
 			b.ReportMetric(rep.oracleRate(), "oracle_tasks/s")
 		})
 	}
+}
+
+// BenchmarkLiveCost measures the gateway's own cost beside HAProxy's over
+// ten exits that add no delay, and prints the cells' table and the
+// ratios; the metrics are switchyard ÷ haproxy per cell and the headline
+// figures. It measures once whatever b.N is (run it with -benchtime 1x);
+// it takes about (contenders × 5 × Duration), Duration being per cell.
+//
+//	SWITCHYARD_LIVEBENCH_DURATION=15s SWITCHYARD_LIVEBENCH_ROUNDS=3 go test -run '^$' -bench LiveCost -benchtime 1x -timeout 20m ./internal/livebench
+func BenchmarkLiveCost(b *testing.B) {
+	opts, dir := benchSetup(b)
+	rep, err := runCost(b.Context(), costContenders(switchyardBinary(opts.Binary, dir)), opts, dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rep.write(os.Stdout)
+	rep.reportMetrics(b.ReportMetric)
+}
+
+// benchSetup reads the options from the environment and gives the
+// directory for the contenders' files: Options.Dir, made if need be, or
+// a temporary one.
+func benchSetup(b *testing.B) (Options, string) {
+	opts, err := optionsFromEnv(os.Getenv)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if opts.Dir == "" {
+		return opts, b.TempDir()
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	return opts, opts.Dir
 }

@@ -71,8 +71,9 @@ func directContender(name string, router func(f *fleet, clients []*http.Client, 
 	return contender{name: name, missing: always, start: func(_ context.Context, f *fleet, opts Options, _ string) (*session, error) {
 		clients := directClients(f, opts.Workers)
 		return &session{
-			router: router(f, clients, opts),
-			stop:   func() { closeClients(clients...) },
+			router:  router(f, clients, opts),
+			proxies: f.urls(),
+			stop:    func() { closeClients(clients...) },
 		}, nil
 	}}
 }

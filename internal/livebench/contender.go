@@ -23,6 +23,10 @@ type contender struct {
 // session is a contender carrying traffic over one fleet.
 type session struct {
 	router router
+	// proxies are the forward proxies its clients may send through: the
+	// gateway's, or every exit for a client-side contender. LiveCost
+	// builds its own clients over them.
+	proxies []*url.URL
 	// cpu is the CPU its process has used so far; nil for contenders that
 	// run inside the benchmark.
 	cpu func() (time.Duration, error)
@@ -30,6 +34,25 @@ type session struct {
 	notes func(ctx context.Context) []string
 	// stop ends everything start started.
 	stop func()
+}
+
+// cpuDuring runs f and returns the CPU the session's process used
+// meanwhile, and whether it has a process to read that from.
+func (s *session) cpuDuring(f func()) (cpu time.Duration, has bool, err error) {
+	if s.cpu == nil {
+		f()
+		return 0, false, nil
+	}
+	cpu0, err := s.cpu()
+	if err != nil {
+		return 0, false, err
+	}
+	f()
+	cpu1, err := s.cpu()
+	if err != nil {
+		return 0, false, err
+	}
+	return cpu1 - cpu0, true, nil
 }
 
 // installed is the missing of a contender that needs binary on PATH.
@@ -60,7 +83,7 @@ func contenders(switchyardBinary func() (string, error)) []contender {
 		oracleContender(),
 		switchyardContender("switchyard", switchyardBinary, false),
 		switchyardContender("switchyard-mitm", switchyardBinary, true),
-		haproxyContender(),
+		haproxyContender("leastconn"),
 		gliderContender(),
 		roundRobinContender(),
 	}
@@ -93,10 +116,12 @@ func runGateway(ctx context.Context, g gatewayProcess, workers int) (*session, e
 		p.stop(stopGrace)
 		return nil, err
 	}
-	client := proxyClient(&url.URL{Scheme: "http", Host: g.listen}, workers, g.roots)
+	proxy := &url.URL{Scheme: "http", Host: g.listen}
+	client := proxyClient(proxy, workers, g.roots)
 	return &session{
-		router: gateway{client},
-		cpu:    p.cpuTime,
+		router:  gateway{client},
+		proxies: []*url.URL{proxy},
+		cpu:     p.cpuTime,
 		stop: func() {
 			closeClients(client)
 			p.stop(stopGrace)

@@ -252,6 +252,12 @@ func (c *siteConn) Close() error {
 	return c.Conn.Close()
 }
 
+// WriteTo hands io.Copy the TCP connection under the wrapper, which would
+// otherwise hide it from the splice fast path: a tunnel's bulk direction
+// then costs the exit what it costs a splicing proxy (LiveCost's
+// "upstream alone").
+func (c *siteConn) WriteTo(w io.Writer) (int64, error) { return io.Copy(w, c.Conn) }
+
 // hopHeaders are the hop-by-hop headers a proxy does not pass on (RFC 9110
 // §7.6.1), and the client's proxy credentials.
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization", "Proxy-Authenticate", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
@@ -323,18 +329,7 @@ func (x *exit) carry(ctx context.Context, site io.Writer, client io.Reader) {
 	for {
 		n, err := client.Read(buf)
 		if n > 0 {
-			act, delay := x.world.atExit(x.index, time.Now())
-			var t *time.Timer
-			var done <-chan time.Time // nil, for a blackhole: wait for the end
-			if act != actHold {
-				t = time.NewTimer(delay)
-				done = t.C
-			}
-			ok := x.wait(ctx, done)
-			if t != nil {
-				t.Stop()
-			}
-			if !ok {
+			if !x.await(ctx) {
 				return
 			}
 			if _, err := site.Write(buf[:n]); err != nil {
@@ -345,4 +340,22 @@ func (x *exit) carry(ctx context.Context, site io.Writer, client io.Reader) {
 			return
 		}
 	}
+}
+
+// await waits what the world says one burst of a tunnel's bytes waits at
+// this exit: its latency (no timer when that is none, so a fast exit's
+// tunnel costs what a plain relay does), or, blackholed, until the end.
+// False when the tunnel is to end instead.
+func (x *exit) await(ctx context.Context) bool {
+	act, delay := x.world.atExit(x.index, time.Now())
+	if act != actHold && delay <= 0 {
+		return true
+	}
+	var done <-chan time.Time // nil, for a blackhole: wait for the end
+	if act != actHold {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		done = t.C
+	}
+	return x.wait(ctx, done)
 }

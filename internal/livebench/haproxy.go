@@ -11,10 +11,11 @@ import (
 )
 
 // haproxyContender runs HAProxy configured as its documentation suggests
-// for a pool of HTTP proxies: leastconn over one server per exit with TCP
+// for a pool of HTTP proxies: balance (leastconn for a fleet of unequal
+// exits, roundrobin for equal ones) over one server per exit with TCP
 // health checks, retries with redispatch. It passes the clients'
 // absolute-form requests on to the exits unchanged.
-func haproxyContender() contender {
+func haproxyContender(balance string) contender {
 	return contender{name: "haproxy", missing: installed("haproxy"), start: func(ctx context.Context, f *fleet, opts Options, dir string) (*session, error) {
 		bin, err := exec.LookPath("haproxy")
 		if err != nil {
@@ -25,7 +26,7 @@ func haproxyContender() contender {
 			return nil, err
 		}
 		cfg := filepath.Join(dir, "haproxy.cfg")
-		if err := os.WriteFile(cfg, []byte(haproxyConfig(listen, f.urls())), 0o600); err != nil {
+		if err := os.WriteFile(cfg, []byte(haproxyConfig(listen, f.urls(), balance)), 0o600); err != nil {
 			return nil, err
 		}
 		// -db: stay in the foreground, one process, so its CPU is ours to read.
@@ -37,11 +38,11 @@ func haproxyContender() contender {
 }
 
 // haproxyConfig is the configuration of HAProxy listening on listen in
-// front of exits: mode http, balance leastconn, a server line with check
+// front of exits: mode http, the balance algorithm, a server line with check
 // (TCP checks at the default inter 2s, rise 2, fall 3) per exit, retries
 // 3, option redispatch, and the timeouts a pool of proxies gets in the
 // documentation's examples.
-func haproxyConfig(listen string, exits []*url.URL) string {
+func haproxyConfig(listen string, exits []*url.URL, balance string) string {
 	var b strings.Builder
 	b.WriteString(`global
     maxconn 4096
@@ -59,7 +60,7 @@ frontend livebench
     default_backend exits
 
 backend exits
-    balance leastconn
+    balance ` + balance + `
 `)
 	for i, u := range exits {
 		fmt.Fprintf(&b, "    server exit%02d %s check\n", i, u.Host)

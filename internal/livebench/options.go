@@ -11,7 +11,8 @@ import (
 // Options are one benchmark run's settings. Zero fields mean the defaults
 // below; optionsFromEnv reads them from SWITCHYARD_LIVEBENCH_* variables.
 type Options struct {
-	// Duration of the load, per contender per pool. Default 15s.
+	// Duration of the load, per contender per pool (LiveFleet) or per
+	// cell (LiveCost). Default 15s.
 	Duration time.Duration
 	// Rounds splits each contender's Duration into this many runs,
 	// interleaved with the other contenders' in a rotating order, so that
@@ -20,8 +21,8 @@ type Options struct {
 	Rounds int
 	// Workers run tasks back to back. Default 32.
 	Workers int
-	// Timeout of one client attempt, waiting for a route excluded.
-	// Default 3s.
+	// Timeout of one client attempt, waiting for a route excluded (of
+	// one request or tunnel in LiveCost). Default 3s.
 	Timeout time.Duration
 	// Attempts a client makes per task, the first included. Default 3.
 	Attempts int

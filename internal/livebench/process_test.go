@@ -93,14 +93,16 @@ func TestSubprocessEnvDropsOurSettings(t *testing.T) {
 func TestGatewayConfigs(t *testing.T) {
 	t.Parallel()
 	exits := []*url.URL{{Scheme: "http", Host: "127.0.0.1:1001"}, {Scheme: "http", Host: "127.0.0.1:1002"}}
-	cfg := haproxyConfig("127.0.0.1:9000", exits)
-	for _, want := range []string{
-		"mode http", "balance leastconn", "retries 3", "option redispatch",
-		"timeout connect 5s", "timeout server 30s", "timeout client 30s",
-		"bind 127.0.0.1:9000", "server exit00 127.0.0.1:1001 check\n", "server exit01 127.0.0.1:1002 check\n",
-	} {
-		if !strings.Contains(cfg, want) {
-			t.Errorf("haproxy config lacks %q:\n%s", want, cfg)
+	for _, balance := range []string{"leastconn", "roundrobin"} {
+		cfg := haproxyConfig("127.0.0.1:9000", exits, balance)
+		for _, want := range []string{
+			"mode http", "balance " + balance + "\n", "retries 3", "option redispatch",
+			"timeout connect 5s", "timeout server 30s", "timeout client 30s",
+			"bind 127.0.0.1:9000", "server exit00 127.0.0.1:1001 check\n", "server exit01 127.0.0.1:1002 check\n",
+		} {
+			if !strings.Contains(cfg, want) {
+				t.Errorf("haproxy config lacks %q:\n%s", want, cfg)
+			}
 		}
 	}
 	args := strings.Join(gliderArgs("127.0.0.1:9000", exits, "http://shop.test/"), " ")

@@ -41,8 +41,10 @@ func (r row) cpuPerRequest() time.Duration {
 }
 
 // percentile is the q quantile of the finished tasks' latencies.
-func (r row) percentile(q float64) time.Duration {
-	l := r.res.latencies
+func (r row) percentile(q float64) time.Duration { return quantile(r.res.latencies, q) }
+
+// quantile is the q quantile of sorted latencies l, 0 for none.
+func quantile(l []time.Duration, q float64) time.Duration {
 	if len(l) == 0 {
 		return 0
 	}
@@ -123,8 +125,11 @@ func (p poolReport) write(w io.Writer) {
 	}
 }
 
-// ms formats a latency in milliseconds.
+// ms formats a latency in milliseconds, or microseconds under one.
 func ms(d time.Duration) string {
+	if d < time.Millisecond {
+		return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
+	}
 	if d < 10*time.Millisecond {
 		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
 	}

@@ -76,22 +76,14 @@ func measure(ctx context.Context, p pool, c contender, opts Options, d time.Dura
 	defer s.stop()
 	r := row{contender: c.name}
 	before := f.perExit()
-	var cpu0 time.Duration
-	if s.cpu != nil {
-		if cpu0, err = s.cpu(); err != nil {
-			return row{}, fmt.Errorf("%s: cpu: %w", c.name, err)
-		}
-	}
-	f.begin(time.Now(), d)
-	l := newLoad(opts)
-	l.duration = d
-	r.res = l.run(ctx, s.router)
-	if s.cpu != nil {
-		cpu1, err := s.cpu()
-		if err != nil {
-			return row{}, fmt.Errorf("%s: cpu: %w", c.name, err)
-		}
-		r.cpu, r.hasCPU = cpu1-cpu0, true
+	r.cpu, r.hasCPU, err = s.cpuDuring(func() {
+		f.begin(time.Now(), d)
+		l := newLoad(opts)
+		l.duration = d
+		r.res = l.run(ctx, s.router)
+	})
+	if err != nil {
+		return row{}, fmt.Errorf("%s: cpu: %w", c.name, err)
 	}
 	r.exitRequests = f.perExit()
 	for i := range r.exitRequests {
@@ -107,33 +99,54 @@ func measure(ctx context.Context, p pool, c contender, opts Options, d time.Dura
 // of Duration/Rounds each with the order rotating between rounds, and
 // notes the contenders that cannot run here.
 func runPool(ctx context.Context, p pool, cs []contender, opts Options, dir string) (poolReport, error) {
-	rep := poolReport{pool: p, opts: opts}
-	var run []contender
+	run, skipped := runnable(cs, opts)
+	rep := poolReport{pool: p, opts: opts, skipped: skipped}
+	rows := make([]row, len(run))
+	d := opts.Duration / time.Duration(opts.Rounds)
+	err := interleave(opts.Rounds, len(run), func(i int) error {
+		r, err := measure(ctx, p, run[i], opts, d, dir)
+		if err != nil {
+			return err
+		}
+		rows[i].merge(r)
+		rows[i].contender = r.contender
+		return nil
+	})
+	if err != nil {
+		return rep, err
+	}
+	rep.rows = rows
+	return rep, nil
+}
+
+// runnable are the contenders of cs that opts wants and this machine can
+// run, and a line for each of the others that opts wants, saying why not.
+func runnable(cs []contender, opts Options) (run []contender, skipped []string) {
 	for _, c := range cs {
 		if !opts.wants(c.name) {
 			continue
 		}
 		if why := c.missing(opts); why != "" {
-			rep.skipped = append(rep.skipped, c.name+": skipped, "+why)
+			skipped = append(skipped, c.name+": skipped, "+why)
 			continue
 		}
 		run = append(run, c)
 	}
-	rows := make([]row, len(run))
-	d := opts.Duration / time.Duration(opts.Rounds)
-	for round := range opts.Rounds {
-		for k := range run {
-			i := (k + round) % len(run)
-			r, err := measure(ctx, p, run[i], opts, d, dir)
-			if err != nil {
-				return rep, err
+	return run, skipped
+}
+
+// interleave calls run for each of n contenders in each of rounds rounds,
+// the order rotating by one each round, so that a machine whose load
+// drifts favours none; it stops at the first error.
+func interleave(rounds, n int, run func(i int) error) error {
+	for round := range rounds {
+		for k := range n {
+			if err := run((k + round) % n); err != nil {
+				return err
 			}
-			rows[i].merge(r)
-			rows[i].contender = r.contender
 		}
 	}
-	rep.rows = rows
-	return rep, nil
+	return nil
 }
 
 // exitList is exits.txt: each exit of f, as its URL and its kind in p.

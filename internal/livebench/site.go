@@ -114,6 +114,7 @@ func (s *siteServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	bulk := bulkSize(r.URL.Path)
 	ans := siteAnswer{status: http.StatusOK}
 	if exit, ok := s.from(r.RemoteAddr); ok {
 		ans = s.world.atSite(exit, host, time.Now())
@@ -123,6 +124,8 @@ func (s *siteServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case ans.status == http.StatusOK && ans.captcha:
 		w.Write(s.captcha)
+	case ans.status == http.StatusOK && bulk > 0:
+		writeBulk(w, bulk)
 	case ans.status == http.StatusOK:
 		w.Write(page(host, r.URL.Path))
 	default:
@@ -131,6 +134,41 @@ func (s *siteServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.WriteHeader(ans.status)
 		fmt.Fprintf(w, "<html><body>%d %s</body></html>\n", ans.status, http.StatusText(ans.status))
+	}
+}
+
+// bulkPrefix starts the path of a bulk download: /bulk/N is N zero bytes,
+// what LiveCost pulls through one tunnel.
+const bulkPrefix = "/bulk/"
+
+// maxBulk bounds a bulk download, so no request makes a site stream
+// without end.
+const maxBulk = 1 << 30
+
+// bulkSize is the size a bulk path asks for, 0 when path is none or asks
+// for nothing, or too much.
+func bulkSize(path string) int64 {
+	n, err := strconv.ParseInt(strings.TrimPrefix(path, bulkPrefix), 10, 64)
+	if !strings.HasPrefix(path, bulkPrefix) || err != nil || n <= 0 || n > maxBulk {
+		return 0
+	}
+	return n
+}
+
+// bulkChunk is what writeBulk writes at a time: zeros, shared.
+var bulkChunk = make([]byte, 256<<10)
+
+// writeBulk answers n zero bytes, with their length, so that the client
+// knows when it has them all.
+func writeBulk(w http.ResponseWriter, n int64) {
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+	for n > 0 {
+		k, err := w.Write(bulkChunk[:min(n, int64(len(bulkChunk)))])
+		if err != nil {
+			return
+		}
+		n -= int64(k)
 	}
 }
 
