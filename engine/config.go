@@ -17,7 +17,8 @@ type Config struct {
 	// score^Gamma (docs/design/005-cost.md). Default 2.
 	Gamma float64
 	// Sharpness is how strongly selection prefers cheaper routes: a route
-	// is drawn with weight cost^-Sharpness. Default 4.
+	// is drawn with weight cost^-Sharpness. Default 6 (measured against 4
+	// and 8 in docs/design/005-cost.md).
 	Sharpness float64
 	// LatencyDecay is how fast the peak-EWMA latency forgets a spike once
 	// faster samples come (as Finagle's decayTime). Default 10s.
@@ -197,7 +198,7 @@ func (c Config) normalize() (Config, error) {
 	}
 	setF(&c.Alpha, 0.3)
 	setF(&c.Gamma, 2)
-	setF(&c.Sharpness, 4)
+	setF(&c.Sharpness, 6)
 	setD(&c.LatencyDecay, 10*time.Second)
 	setD(&c.LatencyForget, 2*time.Minute)
 	setF(&c.DeadlineFactor, 3)

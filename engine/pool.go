@@ -22,8 +22,9 @@ func (e *Engine) cost(h *Health, inflight int32, ns int64) float64 {
 }
 
 // pow is math.Pow, with the whole exponents of the default configuration
-// (γ 2, sharpness 4: 2, 4, -4, 8) done by multiplication, as it runs on
-// every weight refresh and every draw's target factor.
+// (γ 2, sharpness 6: 2, 6, -6, 12) and of its usual neighbours done by
+// multiplication, as it runs on every weight refresh and every draw's
+// target factor.
 func pow(x, y float64) float64 {
 	switch y {
 	case 1:
@@ -38,10 +39,20 @@ func pow(x, y float64) float64 {
 	case -4:
 		x *= x
 		return 1 / (x * x)
+	case 6:
+		x2 := x * x
+		return x2 * x2 * x2
+	case -6:
+		x2 := x * x
+		return 1 / (x2 * x2 * x2)
 	case 8:
 		x *= x
 		x *= x
 		return x * x
+	case 12:
+		x2 := x * x
+		x6 := x2 * x2 * x2
+		return x6 * x6
 	}
 	return math.Pow(x, y)
 }
@@ -87,15 +98,10 @@ func (e *Engine) sweepPool(ns int64) {
 	count := min(n, max(sweepMin, n/sweepShare))
 	step := max(1, count/typicalSamples)
 	p.lat, p.success, p.ttfb = p.lat[:0], p.success[:0], p.ttfb[:0]
-	for i := range count {
-		slot := (p.next + i) % n
-		e.refresh(e.routes.get(slot), ns)
-		if i%step != 0 {
-			continue
-		}
+	for i := int32(0); i < count; i += step {
 		// The typical latency is that of routes that can carry traffic:
 		// silent exits cut at their deadline are not the pool's pace.
-		if h, _ := e.store.Read(Key{Route: slot}); h.State.Usable() {
+		if h, _ := e.store.Read(Key{Route: (p.next + i) % n}); h.State.Usable() {
 			if h.LatencyAt != 0 {
 				p.lat = append(p.lat, h.Latency)
 			}
@@ -109,7 +115,6 @@ func (e *Engine) sweepPool(ns int64) {
 			}
 		}
 	}
-	p.next = (p.next + count) % n
 	smoothMedian(&e.typicalLatency, p.lat)
 	smoothMedian(&e.typicalSuccess, p.success)
 	if len(p.ttfb) > 0 {
@@ -118,6 +123,13 @@ func (e *Engine) sweepPool(ns int64) {
 		})
 		e.typicalTTFB.store(p.ttfb[len(p.ttfb)/2])
 	}
+	// Refreshed after the typicals are measured, so that a route without
+	// evidence of its own is weighed at the pool's typical from the pass
+	// that first measured it, not the one after.
+	for i := range count {
+		e.refresh(e.routes.get((p.next+i)%n), ns)
+	}
+	p.next = (p.next + count) % n
 }
 
 // smoothMedian stores into v (float64 bits) the median of samples, averaged
