@@ -288,3 +288,33 @@ func TestTieredAcquireReportAllocatesNothing(t *testing.T) {
 		t.Fatalf("tiered acquire+report allocated %v times", n)
 	}
 }
+
+// A cheaper route passing its probe of the target steps an escalated
+// target down at once: the tier works there again, before the calm says.
+func TestTierStepsDownOnAPassedProbe(t *testing.T) {
+	e := newTierEngine(t, Config{TierCalm: time.Hour, TierCalmMax: time.Hour}, 10, 2)
+	now := start
+	for range 40 {
+		l := mustAcquire(t, e, now, Request{Target: "shop.example"})
+		c := Blocked
+		if strings.HasPrefix(l.Route, "x") {
+			c = OK
+		}
+		if err := e.Report(now, l, Outcome{Class: c, Latency: 100 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if lvl := e.tierLevel(e.target("shop.example"), now.UnixNano()); lvl != 1 {
+		t.Fatalf("tier level after the cheap tier's bans = %d, want 1", lvl)
+	}
+	// The bans' cooldowns end; the half-open pairs' probes pass.
+	now = now.Add(10 * time.Minute)
+	e.Sweep(now)
+	if n := probeUntilDone(t, e, now); n == 0 {
+		t.Fatal("no probe of the cooled pairs")
+	}
+	tiers := e.Tiers()
+	if lvl := e.tierLevel(e.target("shop.example"), now.UnixNano()); lvl != 0 || len(tiers) != 1 || !strings.Contains(tiers[0].Reason, "passed its probe") {
+		t.Fatalf("after the probes passed: level %d, Tiers() %+v; want tier 0, stepped down by a probe", lvl, tiers)
+	}
+}
