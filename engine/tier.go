@@ -128,7 +128,8 @@ func (t *target) tierOf() *targetTier {
 }
 
 // tierLevel returns the tier t draws from first: -1 when the pool's routes
-// all share one tier. It steps an escalated target down once its calm period is over.
+// all share one tier. It steps an escalated target down once its calm
+// period is over.
 func (e *Engine) tierLevel(t *target, ns int64) int {
 	if e.tiers.Load() <= 1 {
 		return -1
@@ -140,6 +141,7 @@ func (e *Engine) tierLevel(t *target, ns int64) int {
 	return int(tt.level.Load())
 }
 
+// stepDown moves tt a tier down, once its calm period is over.
 func (e *Engine) stepDown(ns int64, t *target, tt *targetTier) {
 	tt.mu.Lock()
 	from := int(tt.level.Load())

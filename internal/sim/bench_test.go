@@ -161,4 +161,22 @@ func TestTiersScenario(t *testing.T) {
 	if cheap.CompletionRate > 0.95 {
 		t.Errorf("always_cheap completed %.1f%% of its tasks: the scenario must need the costly tier", 100*cheap.CompletionRate)
 	}
+	// The one-tier policies run by default where there are tiers, only.
+	mixed, err := Builtin("mixed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		sc   *Scenario
+		want bool
+	}{{sc, true}, {mixed, false}} {
+		jobs, err := c.sc.jobs(Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		has := slices.ContainsFunc(jobs, func(j job) bool { return j.name == "always_costly" })
+		if has != c.want || jobs[len(jobs)-1].name != oracleName {
+			t.Errorf("%s: default policies include always_costly %v, want %v, the oracle last", c.sc.Name, has, c.want)
+		}
+	}
 }

@@ -181,3 +181,22 @@ func TestWriteErrors(t *testing.T) {
 		})
 	}
 }
+
+// The cost column is there for a scenario whose routes have prices, and
+// only for it.
+func TestWriteTablePriced(t *testing.T) {
+	t.Parallel()
+	summaries := []Summary{
+		{Scenario: "tiers", Policy: "cheap", Throughput: 10, CompletionRate: 1, Spend: 5, CostPerCompleted: 0.25},
+		{Scenario: "tiers", Policy: "costly", Throughput: 10, CompletionRate: 1, Spend: 20, CostPerCompleted: 1},
+		{Scenario: "plain", Policy: "any", Throughput: 10, CompletionRate: 1},
+	}
+	var b bytes.Buffer
+	if err := WriteTable(&b, summaries); err != nil {
+		t.Fatal(err)
+	}
+	tables := strings.Split(b.String(), "\n\n")
+	if len(tables) != 2 || !strings.Contains(tables[0], "cost/task") || !strings.Contains(tables[0], "0.250*") || strings.Contains(tables[1], "cost/task") {
+		t.Errorf("WriteTable:\n%s\nwant cost/task in the priced scenario's table alone, the cheaper marked", b.String())
+	}
+}

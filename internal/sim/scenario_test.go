@@ -51,6 +51,8 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"probe_url not a boolean", "tasks = 1\nprobe_url = 'yes'\n[[targets]]\nname = 'x'\n[[routes]]\nname = 'a'\n", "bad.toml:2: probe_url: want a boolean, not a string"},
 		{"ban without target", scnHead + "[[routes.behaviours]]\nkind = 'ban'\n", "routes[0].behaviours[0].target: ban needs a target"},
 		{"errors without p", scnHead + "[[routes.behaviours]]\nkind = 'errors'\n", "bad.toml:7: routes[0].behaviours[0]: errors needs p"},
+		{"tier above the costliest", "tasks = 1\n[[targets]]\nname = 'x'\n[[routes]]\nname = 'a'\ntier = 8\n", "routes[0].tier: must be in [0, 7]"},
+		{"negative price", "tasks = 1\n[[targets]]\nname = 'x'\n[[routes]]\nname = 'a'\nprice_per_request = -1\n", "routes[0].price_per_request: must not be negative"},
 		{"slow without factor", scnHead + "[[routes.behaviours]]\nkind = 'slow'\n", "routes[0].behaviours[0]: slow needs factor"},
 		{"degrade without factor", scnHead + "[[routes.behaviours]]\nkind = 'degrade'\nuntil = '1m'\n", "routes[0].behaviours[0]: degrade needs factor"},
 		{"degrade without until", scnHead + "[[routes.behaviours]]\nkind = 'degrade'\nfactor = 2\n", "routes[0].behaviours[0].until: degrade needs until"},
