@@ -185,6 +185,14 @@ const (
 	outcomeCut     = "cut at the end"
 )
 
+// runOver reports whether ctx's deadline, the run's end, has passed: an
+// attempt whose own timeout fell a moment before it fires first, before
+// ctx has noticed, and must not count as a client timeout.
+func runOver(ctx context.Context) bool {
+	end, ok := ctx.Deadline()
+	return ok && !time.Now().Before(end)
+}
+
 // attempt GETs site's page at path with c and says how it ended, the
 // gateway attempts its answer reports, and how long it took.
 func (l load) attempt(ctx context.Context, c *http.Client, site, path string) (outcome string, gatewayAttempts int, took time.Duration) {
@@ -204,7 +212,7 @@ func (l load) attempt(ctx context.Context, c *http.Client, site, path string) (o
 	}
 	took = time.Since(start)
 	switch {
-	case ctx.Err() != nil:
+	case ctx.Err() != nil || runOver(ctx):
 		return outcomeCut, 0, took
 	case err != nil && actx.Err() != nil:
 		return outcomeTimeout, gatewayAttempts, took
