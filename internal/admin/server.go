@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/provider"
 	"github.com/switchyard/switchyard/internal/route"
 )
 
@@ -59,6 +60,10 @@ type Options struct {
 	// POST /api/reload calls it for holders of Token and answers with its
 	// result; nil answers 404.
 	Reload func() error
+	// SubExits is what a provider gateway route's sub-exits (its provider
+	// sessions) did, for /api/routes; ok false for any other route. nil
+	// shows none.
+	SubExits func(routeID string) (st provider.Stats, ok bool)
 
 	// The dashboard's (docs/design/010-dashboard.md).
 
@@ -99,6 +104,7 @@ type Server struct {
 	degraded func() error
 	restart  func() []string
 	reload   func() error
+	subExits func(string) (provider.Stats, bool) // nil: none shown
 	log      *slog.Logger
 	mux      *http.ServeMux
 	now      func() time.Time
@@ -165,6 +171,7 @@ func NewServer(e *engine.Engine, routes func() *route.Set, m *Metrics, opts Opti
 		degraded: opts.Degraded,
 		restart:  opts.RestartRequired,
 		reload:   opts.Reload,
+		subExits: opts.SubExits,
 		log:      opts.Log,
 		mux:      http.NewServeMux(),
 		sub:      e.Subscribe(subscriptionBuffer, engine.EventState, engine.EventIncident, engine.EventTier),
@@ -348,6 +355,16 @@ type routeJSON struct {
 	CooldownUntil       string            `json:"cooldown_until,omitempty"`
 	Cause               string            `json:"cause,omitempty"`
 	Targets             []targetJSON      `json:"targets"`
+	SubExits            *subExitsJSON     `json:"sub_exits,omitempty"` // a provider gateway's
+}
+
+// subExitsJSON is provider.Stats: a gateway route's provider sessions.
+type subExitsJSON struct {
+	Live    int `json:"live"`    // in use now
+	Minted  int `json:"minted"`  // started since the route's table was made
+	Retired int `json:"retired"` // ended by a failure through them
+	Expired int `json:"expired"` // ended by session_ttl or session_idle
+	Evicted int `json:"evicted"` // dropped for room (sessions=)
 }
 
 // targetJSON is one route×target record of a route in /api/routes.
@@ -385,6 +402,11 @@ func (s *Server) routeJSON(st engine.RouteStatus) routeJSON {
 	}
 	if r := s.routes().Route(st.ID); r != nil {
 		rj.URL, rj.Scheme = r.Redacted(), string(r.Scheme)
+		if r.Gateway != nil && s.subExits != nil {
+			if se, ok := s.subExits(st.ID); ok {
+				rj.SubExits = &subExitsJSON{Live: se.Live, Minted: se.Minted, Retired: se.Retired, Expired: se.Expired, Evicted: se.Evicted}
+			}
+		}
 	}
 	for _, l := range st.Labels {
 		rj.Labels[l.Key] = l.Value

@@ -83,6 +83,16 @@ func (p *providers) route(x *route.Exit, s *settings) *gatewayRoute {
 	return gr
 }
 
+// SubExits is what route id's table of sub-exits (its provider sessions)
+// did; ok is false for a route that is no provider gateway or has not
+// carried a session's request yet. For the admin API.
+func (g *Gateway) SubExits(id string) (st provider.Stats, ok bool) {
+	if gr := g.providers.table(id); gr != nil {
+		return gr.sessions.Stats(), true
+	}
+	return st, false
+}
+
 // table is route id's sub-exit table, nil when it has none.
 func (p *providers) table(id string) *gatewayRoute {
 	p.mu.Lock()

@@ -190,6 +190,9 @@ func TestProviderSubExitRetired(t *testing.T) {
 				if !strings.Contains(v.log.String(), "sub-exit failed") {
 					t.Fatalf("the retirement is not in the log:\n%s", v.log.String())
 				}
+				if st, ok := v.g.SubExits(v.id(0)); !ok || st.Minted != 2 || st.Retired != 1 || st.Live != 1 {
+					t.Fatalf("SubExits = %+v, %v; want 2 minted, 1 retired, 1 live", st, ok)
+				}
 				// A second sub-exit marked by the site within the window is
 				// evidence against the gateway there: the pair cools and the
 				// session's exit is gone for the site. The three answers so

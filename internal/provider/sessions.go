@@ -77,6 +77,7 @@ type Sub[V comparable] struct {
 
 // Stats counts what a table did, the evidence of its sub-exits.
 type Stats struct {
+	Live    int // provider sessions in use now: not retired, expired or evicted yet
 	Entries int // kept now, tombstones included
 	Minted  int // provider sessions started
 	Retired int // ended by a failure through them (Retire)
@@ -201,7 +202,7 @@ func (s *Sessions[V]) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
-	st.Entries = len(s.byKey)
+	st.Live, st.Entries = len(s.byValue), len(s.byKey)
 	return st
 }
 

@@ -161,7 +161,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 	s.metrics = metrics
 	aopts := admin.Options{
 		Token: cfg.Admin.Token.Value(), Pprof: cfg.Admin.Pprof, RestartRequired: s.restartRequired, Reload: s.ReloadFromSource, Log: log,
-		Fetcher: s.gateway, Budget: gcfg.Budget,
+		Fetcher: s.gateway, Budget: gcfg.Budget, SubExits: s.gateway.SubExits,
 	}
 	if s.shared != nil {
 		aopts.StateAddr = s.shared.Addr()
