@@ -113,8 +113,8 @@ type routeConfig struct {
 	labels  Labels         // owned by the engine: the caller's slice is copied
 	indexes []*weightIndex // the label indexes the route belongs to, one per distinct label
 	limit   int32          // max_inflight as the LeaseStore takes it; 0 = unlimited
+	tier    int8           // cost tier (tier.go); beside limit, in its word
 	static  float64        // Weight / (1 + Cost), Weight 0 counting as 1
-	tier    int8           // cost tier (tier.go)
 
 	// as given, so RouteSpec returns exactly what the caller configured
 	maxInflight  int
@@ -370,7 +370,7 @@ func (e *Engine) routeConfig(spec RouteSpec) routeConfig {
 	if w == 0 {
 		w = 1
 	}
-	indexes := make([]*weightIndex, 0, len(labels)+1)
+	indexes := make([]*weightIndex, 0, len(labels)+min(spec.Tier, 1))
 	for _, l := range labels {
 		if x := e.labelIndex(l, true); !slices.Contains(indexes, x) {
 			indexes = append(indexes, x)

@@ -52,10 +52,14 @@ func listLine(r *route.Route) string {
 	if r.Weight > 0 {
 		parts = append(parts, "weight="+strconv.FormatFloat(r.Weight, 'g', -1, 64))
 	}
+	var prices route.Prices
+	if r.Prices != nil {
+		prices = *r.Prices
+	}
 	for _, n := range []struct {
 		key string
 		v   float64
-	}{{"cost", r.Cost}, {"tier", float64(r.Tier)}, {"price_per_request", r.PricePerRequest}, {"price_per_gb", r.PricePerGB}} {
+	}{{"cost", r.Cost}, {"tier", float64(r.Tier)}, {"price_per_request", prices.PerRequest}, {"price_per_gb", prices.PerGB}} {
 		if n.v > 0 {
 			parts = append(parts, n.key+"="+strconv.FormatFloat(n.v, 'g', -1, 64))
 		}

@@ -26,6 +26,6 @@ func (g *Gateway) charge(routeID string, attempts, bytes int64) {
 		return
 	}
 	if amount := r.Price(attempts, bytes); amount > 0 {
-		obs.ObserveSpend(r.Tier, amount)
+		obs.ObserveSpend(int(r.Tier), amount)
 	}
 }

@@ -67,7 +67,7 @@ func ParseList(name string, data []byte) ([]Route, error) {
 			return nil, fmt.Errorf("%s:%d: duplicate route id %q (first on line %d)", name, n, r.ID, first)
 		}
 		firstLine[r.ID] = n
-		r.Line = n
+		r.Line = int32(n)
 		routes = append(routes, r)
 	}
 	if len(routes) == 0 {
@@ -137,14 +137,23 @@ func (r *Route) takeReserved(labels engine.Labels) error {
 		case "cost":
 			r.Cost, err = parseNonNegative(l.Value)
 		case "tier":
-			r.Tier, err = strconv.Atoi(l.Value)
-			if err != nil || r.Tier < 0 || r.Tier > engine.MaxTier {
+			var tier int
+			if tier, err = strconv.Atoi(l.Value); err != nil || tier < 0 || tier > engine.MaxTier {
 				err = fmt.Errorf("want a whole number from 0 (the cheapest) to %d", engine.MaxTier)
 			}
-		case "price_per_request":
-			r.PricePerRequest, err = parseNonNegative(l.Value)
-		case "price_per_gb":
-			r.PricePerGB, err = parseNonNegative(l.Value)
+			r.Tier = int32(tier)
+		case "price_per_request", "price_per_gb":
+			var v float64
+			if v, err = parseNonNegative(l.Value); err == nil && v > 0 {
+				if r.Prices == nil {
+					r.Prices = &Prices{}
+				}
+				if l.Key == "price_per_request" {
+					r.Prices.PerRequest = v
+				} else {
+					r.Prices.PerGB = v
+				}
+			}
 		case "weight":
 			r.Weight, err = parseNonNegative(l.Value)
 			// The engine reads weight 0 as "unset" (1), the opposite of

@@ -102,7 +102,7 @@ func checkRoutes(t *testing.T, list string, routes []Route) {
 			t.Fatalf("ParseList(%q): route %d has empty or duplicate id %q", list, i, r.ID)
 		}
 		ids[r.ID] = true
-		if r.Line < 1 || r.Line > len(lines) || i > 0 && r.Line <= routes[i-1].Line {
+		if r.Line < 1 || int(r.Line) > len(lines) || i > 0 && r.Line <= routes[i-1].Line {
 			t.Fatalf("ParseList(%q): route %d on line %d", list, i, r.Line)
 		}
 		if (r.URL == nil) != (r.Scheme == Direct) || r.URL != nil && r.URL.Scheme != string(r.Scheme) {

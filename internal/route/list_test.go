@@ -90,7 +90,10 @@ func TestParseListRoutes(t *testing.T) {
 			r := routes[0]
 			var got want
 			got.id, got.scheme, got.labels, got.maxInflight, got.cost, got.weight = r.ID, r.Scheme, r.Labels.String(), r.MaxInflight, r.Cost, r.Weight
-			got.tier, got.perRequest, got.perGB = r.Tier, r.PricePerRequest, r.PricePerGB
+			got.tier = int(r.Tier)
+			if r.Prices != nil {
+				got.perRequest, got.perGB = r.Prices.PerRequest, r.Prices.PerGB
+			}
 			if r.URL != nil {
 				got.host = r.URL.Host
 				if r.URL.Scheme != string(r.Scheme) {
@@ -375,7 +378,7 @@ func TestParseListLines(t *testing.T) {
 	}
 	var got []line
 	for _, r := range routes {
-		got = append(got, line{r.ID, r.Line})
+		got = append(got, line{r.ID, int(r.Line)})
 	}
 	want := []line{{"http://192.0.2.1:80", 4}, {"http://192.0.2.2:80~0bfe935e", 6}, {"direct", 8}}
 	if !slices.Equal(got, want) {

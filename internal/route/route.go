@@ -43,18 +43,24 @@ type Route struct {
 	Weight      float64 // weight= label; 0 = 1
 	// Tier is the route's cost tier (tier=, 0 the cheapest): each target is
 	// served from the cheapest tier that works there (docs/design/015-tiers.md).
-	Tier int
-	// PricePerRequest and PricePerGB (price_per_request=, price_per_gb=)
-	// are what an attempt through the route costs, in the operator's
-	// currency: per attempt, and per 10^9 bytes sent and received.
-	PricePerRequest float64
-	PricePerGB      float64
-	Line            int // line in the list it came from, for messages
+	Tier   int32
+	Line   int32   // line in the list it came from, for messages
+	Prices *Prices // price_per_request=, price_per_gb=; nil when neither is set
+}
+
+// Prices are what an attempt through a route costs, in the operator's
+// currency: per attempt, and per 10^9 bytes sent and received. A route
+// without them keeps none: a pointer costs a million-route list less.
+type Prices struct {
+	PerRequest, PerGB float64
 }
 
 // Price is what attempts through r that moved bytes between them cost.
 func (r *Route) Price(attempts, bytes int64) float64 {
-	return float64(attempts)*r.PricePerRequest + r.PricePerGB*float64(bytes)/1e9
+	if r.Prices == nil {
+		return 0
+	}
+	return float64(attempts)*r.Prices.PerRequest + r.Prices.PerGB*float64(bytes)/1e9
 }
 
 // Redacted is the route's address as it may be shown: "***" for the user
@@ -90,7 +96,7 @@ func (r *Route) Spec() engine.RouteSpec {
 		}
 		slices.SortFunc(labels, func(a, b engine.Label) int { return strings.Compare(a.Key, b.Key) })
 	}
-	return engine.RouteSpec{ID: r.ID, Labels: labels, MaxInflight: r.MaxInflight, Weight: r.Weight, Cost: r.Cost, Tier: r.Tier}
+	return engine.RouteSpec{ID: r.ID, Labels: labels, MaxInflight: r.MaxInflight, Weight: r.Weight, Cost: r.Cost, Tier: int(r.Tier)}
 }
 
 // Gateway is how a provider gateway route is steered: the username
