@@ -15,7 +15,7 @@ func billed(c engine.Class) bool {
 }
 
 // charge tells the Observer what attempts through route routeID that moved
-// bytes cost. A route without prices costs nothing to look up twice.
+// bytes cost; a route without prices costs nothing, and is not told.
 func (g *Gateway) charge(routeID string, attempts, bytes int64) {
 	obs := g.cfg.Observer
 	if obs == nil {
