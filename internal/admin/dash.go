@@ -191,6 +191,7 @@ type targetRow struct {
 	Paced     int        `json:"paced,omitempty"`
 	PacedRate float64    `json:"paced_rate,omitempty"` // their rates' sum, requests/s
 	Recent    []apiEvent `json:"recent,omitempty"`     // its incident events kept, newest first
+	Tier      *tierJSON  `json:"tier,omitempty"`       // above the cheapest cost tier (GET /api/targets' tiers)
 }
 
 const maxInvolved = 20
@@ -233,6 +234,10 @@ func (s *Server) dashTargets(w http.ResponseWriter, _ *http.Request) {
 	}
 	for name, c := range open {
 		get(name).Incident = c.String()
+	}
+	for _, tt := range s.engine.Tiers() {
+		tj := newTierJSON(tt)
+		get(tt.Target).Tier = &tj
 	}
 	for _, e := range s.events.newest(s.events.capacity()) {
 		if e.Kind == engine.EventIncident {

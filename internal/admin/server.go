@@ -440,17 +440,22 @@ func (s *Server) targets(w http.ResponseWriter, _ *http.Request) {
 	}
 	slices.SortFunc(out.Incidents, func(a, b incidentJSON) int { return strings.Compare(a.Target, b.Target) })
 	for _, t := range tiers {
-		tj := tierJSON{Target: t.Target, Tier: t.Tier, Serving: t.Serving, Reason: t.Reason}
-		if !t.Since.IsZero() {
-			tj.Since = &t.Since
-		}
-		if !t.Until.IsZero() {
-			tj.Until = &t.Until
-		}
-		out.Tiers = append(out.Tiers, tj)
+		out.Tiers = append(out.Tiers, newTierJSON(t))
 	}
 	slices.SortFunc(out.Tiers, func(a, b tierJSON) int { return strings.Compare(a.Target, b.Target) })
 	writeJSON(w, http.StatusOK, out)
+}
+
+// newTierJSON is t as the API shows it.
+func newTierJSON(t engine.TargetTier) tierJSON {
+	tj := tierJSON{Target: t.Target, Tier: t.Tier, Serving: t.Serving, Reason: t.Reason}
+	if !t.Since.IsZero() {
+		tj.Since = &t.Since
+	}
+	if !t.Until.IsZero() {
+		tj.Until = &t.Until
+	}
+	return tj
 }
 
 // tierJSON is engine.TargetTier: a target served above the cheapest tier.

@@ -28,4 +28,8 @@ func TestDashboardShowsTierMoves(t *testing.T) {
 	b.run(t, 15*time.Second, chromedp.Navigate(g.admin+"/#events"))
 	b.until(t, 20*time.Second, `[...document.querySelectorAll('#ev-list li[data-kind="tier"]')].some((li) =>
 		li.textContent.includes('localhost served from cost tier 0 → 1') && li.textContent.includes('valid answers'))`)
+	// The targets page says which tier the site is on, and why.
+	b.run(t, 5*time.Second, js(`location.hash = '#targets'`))
+	b.until(t, 10*time.Second, `[...document.querySelectorAll('#tg-body tr[data-target="localhost"] td')].some((td) =>
+		td.textContent.startsWith('tier 1') && td.textContent.includes('valid answers'))`)
 }

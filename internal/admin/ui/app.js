@@ -615,7 +615,8 @@ function drawTargets() {
     el('td', { className: 'num' }, fmt(t.banned, 0)), el('td', { className: 'num' }, fmt(t.samples, 0)),
     el('td', {}, t.tolerance ? fmt(t.tolerance, 1) + ' / window / exit' + (t.paced ? ', ' + t.paced + ' routes at ' + fmt(t.paced_rate, 2) + ' req/s' : '') : '–'),
     el('td', {}, t.incident ? el('span', {}, badge('ejected'), ' ', t.incident, t.involved ? ' — ' + t.involved.join(', ') : '') : ''),
-    el('td', {}, (t.recent || []).slice(0, 3).map((e) => timeOf(e.time) + ' ' + (e.open ? 'opened' : 'closed') + ' (' + (e.class || 'ok') + ')').join('; ')))));
+    el('td', {}, (t.recent || []).slice(0, 3).map((e) => timeOf(e.time) + ' ' + (e.open ? 'opened' : 'closed') + ' (' + (e.class || 'ok') + ')').join('; ')),
+    el('td', {}, t.tier ? 'tier ' + t.tier.tier + (t.tier.serving !== t.tier.tier ? ', serving from ' + t.tier.serving : '') + (t.tier.reason ? ' — ' + t.tier.reason : '') : '–'))));
 }
 
 pages.targets = {
