@@ -83,13 +83,14 @@ func (e *Engine) candidates(c *Candidates, ns int64, t *target, req *Request, ti
 		judged = all
 	}
 	if p := e.cfg.PanicThreshold; p > 0 {
-		if tier >= 0 {
-			if float64(eligible) < p*float64(judged) {
-				return errTierExhausted
-			}
-		} else if float64(eligible) < p*float64(judged) {
+		switch few := float64(eligible) < p*float64(judged); {
+		case few && tier >= 0:
+			return errTierExhausted
+		case few:
 			c.Panic, c.all, c.ignorePairs = true, true, true
-		} else if float64(eligible-int(t.excluded.Load())) < p*float64(judged) {
+		case tier < 0 && float64(eligible-int(t.excluded.Load())) < p*float64(judged):
+			// Not within a tier: t.excluded counts the target's pairs of
+			// every tier.
 			c.Panic, c.ignorePairs = true, true
 		}
 	}

@@ -744,8 +744,8 @@ func (e *Engine) observe(ns int64, r *route, t *target, o Observation, rec *Leas
 	}
 	rule := e.cfg.Rules.Rule(o.Class)
 	e.publishOutcome(ns, r, t, o, rec)
-	if t.tier.Load() != nil {
-		e.observeTier(ns, t, int(r.config.Load().tier), o.Class, rule)
+	if tt := t.tier.Load(); tt != nil {
+		e.observeTier(ns, t, tt, int(r.config.Load().tier), o.Class, rule)
 	}
 	switch o.Class {
 	case RateLimited:
@@ -858,8 +858,8 @@ func (e *Engine) follow(ns int64, r *route, t *target, ch Change, cause Class) {
 	e.publishState(ns, r, t, ch, cause)
 	if t != nil {
 		t.excluded.Add(excludes(ch.To, ch.Cause) - excludes(ch.From, ch.OldCause))
-		if ch.From == HalfOpen && ch.To.Usable() && t.tier.Load() != nil {
-			e.tierRecovered(ns, r, t)
+		if tt := t.tier.Load(); tt != nil && ch.From == HalfOpen && ch.To.Usable() {
+			e.tierRecovered(ns, r, t, tt)
 		}
 	} else {
 		if removed(ch.From) != removed(ch.To) {

@@ -153,11 +153,11 @@ func (e *Engine) stepDown(ns int64, t *target, tt *targetTier) {
 	e.stepDownLocked(ns, t, tt, from, to, "calm for "+time.Duration(tt.calm).String()+" on tier "+strconv.Itoa(from)+": trying tier "+strconv.Itoa(to)+" again")
 }
 
-// tierRecovered steps t down to the tier of r, a route whose pair with t
-// just passed its probe, when t is escalated above it: evidence that the
-// tier works there again, sooner than the calm period would tell.
-func (e *Engine) tierRecovered(ns int64, r *route, t *target) {
-	tt := t.tier.Load()
+// tierRecovered steps t (tier state tt) down to the tier of r, a route
+// whose pair with t just passed its probe, when t is escalated above it:
+// evidence that the tier works there again, sooner than the calm period
+// would tell.
+func (e *Engine) tierRecovered(ns int64, r *route, t *target, tt *targetTier) {
 	tier := int(r.config.Load().tier)
 	if int(tt.level.Load()) <= tier {
 		return
@@ -191,13 +191,13 @@ func (tt *targetTier) setLevel(ns int64, level int, reason string) {
 	tt.stepAt.Store(0)
 }
 
-// observeTier counts an answer through a route of the given tier at t:
+// observeTier counts an answer through a route of the given tier at t,
+// whose tier state is tt:
 // valid (OK) or a failure that is the target's answer through the route
 // (route×target scope, but 429s, which pacing handles: being paced is not
 // failing). The route's own faults say nothing of the tier at the target.
-func (e *Engine) observeTier(ns int64, t *target, tier int, c Class, rule Rule) {
-	tt := t.tier.Load()
-	if tt == nil || c != OK && (rule.Scope&ScopeTarget == 0 || c == RateLimited) {
+func (e *Engine) observeTier(ns int64, t *target, tt *targetTier, tier int, c Class, rule Rule) {
+	if c != OK && (rule.Scope&ScopeTarget == 0 || c == RateLimited) {
 		return
 	}
 	_, incident := e.store.Incident(t.n)

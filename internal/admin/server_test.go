@@ -809,6 +809,34 @@ func TestReloadEndpoint(t *testing.T) {
 
 // fixedRoutes is the routes as a gateway that never reloads publishes
 // them.
+// newListFixture serves the routes of list (proxy-list lines) from an
+// engine with cfg, each added at at, with opts; it returns the parsed
+// routes beside the fixture.
+func newListFixture(t *testing.T, list string, cfg engine.Config, at time.Time, opts Options) (*fixture, []route.Route) {
+	t.Helper()
+	parsed, err := route.ParseList("test", []byte(list))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := make([]*route.Route, len(parsed))
+	for i := range parsed {
+		routes[i] = &parsed[i]
+		if err := e.AddRoute(at, parsed[i].Spec()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := &fixture{e: e, m: NewMetrics(e, nil)}
+	f.srv = NewServer(e, fixedRoutes(t, routes), f.m, opts)
+	t.Cleanup(f.srv.Close)
+	f.hs = httptest.NewServer(f.srv.Handler())
+	t.Cleanup(f.hs.Close)
+	return f, parsed
+}
+
 func fixedRoutes(tb testing.TB, routes []*route.Route) func() *route.Set {
 	set, err := route.NewSet(routes, route.Dialer{})
 	if err != nil {

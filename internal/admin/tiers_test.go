@@ -1,42 +1,23 @@
 package admin
 
 import (
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
-	"github.com/switchyard/switchyard/internal/route"
 )
 
 // A target escalated to a costlier tier is listed by /api/targets with its
 // reason and counted by /metrics, beside what the tiers spent.
 func TestTargetTiers(t *testing.T) {
 	t.Parallel()
-	list, err := route.ParseList("test", []byte("http://192.0.2.1:80\nhttp://192.0.2.2:80\nhttp://192.0.2.3:80 tier=1 price_per_request=0.5\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(engine.Config{Seed: 1, UncheckedCandidates: true}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	at := time.Now().Add(-time.Second)
-	routes := make([]*route.Route, len(list))
-	for i := range list {
-		routes[i] = &list[i]
-		if err := e.AddRoute(at, list[i].Spec()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m := NewMetrics(e, nil)
-	m.ObserveSpend(1, 0.5)
-	m.ObserveSpend(1, 0.25)
-	f := &fixture{e: e, m: m, srv: NewServer(e, fixedRoutes(t, routes), m, Options{})}
-	t.Cleanup(f.srv.Close)
-	f.hs = httptest.NewServer(f.srv.Handler())
-	t.Cleanup(f.hs.Close)
+	f, list := newListFixture(t, "http://192.0.2.1:80\nhttp://192.0.2.2:80\nhttp://192.0.2.3:80 tier=1 price_per_request=0.5\n",
+		engine.Config{Seed: 1, UncheckedCandidates: true}, at, Options{})
+	e := f.e
+	f.m.ObserveSpend(1, 0.5)
+	f.m.ObserveSpend(1, 0.25)
 	if _, err := e.Acquire(at, engine.Request{Target: "tickets.example"}); err != nil {
 		t.Fatal(err)
 	}
