@@ -409,6 +409,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// logger is where the gateway's own failures go: Config.Log, or the
+// default logger when requests are not logged.
+func (g *Gateway) logger() *slog.Logger {
+	if g.cfg.Log != nil {
+		return g.cfg.Log
+	}
+	return slog.Default()
+}
+
 // begin starts r's record and, when requests are logged, has w note the
 // status it sends. The caller logs the record when done (logRequest).
 func (g *Gateway) begin(w http.ResponseWriter, r *http.Request, s *settings) (http.ResponseWriter, *record) {

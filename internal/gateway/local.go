@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
@@ -50,15 +49,11 @@ func (g *Gateway) localFailure(reason, route string, err error) {
 	suppressed := g.local.suppressed
 	g.local.next, g.local.suppressed = now.Add(localLogEvery), 0
 	g.local.mu.Unlock()
-	log := g.cfg.Log
-	if log == nil {
-		log = slog.Default()
-	}
 	remedy := "raise the descriptor limit (ulimit -n) or lower the load"
 	if reason == "upstream_cap" {
 		remedy = "raise server.max_upstream_conns (and the descriptor limit with it) or lower the load"
 	}
-	log.Error("the gateway is out of local resources: answering 503 local_resources, no route is blamed; "+remedy,
+	g.logger().Error("the gateway is out of local resources: answering 503 local_resources, no route is blamed; "+remedy,
 		"reason", reason, "route", route, "err", err.Error(), "not_logged_since_last", suppressed)
 }
 

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -501,11 +500,7 @@ func (f *flight) leased() engine.Lease {
 func (g *Gateway) attempt(ctx context.Context, j *job, l engine.Lease, x *route.Exit) (o *outcome) {
 	defer func() {
 		if p := recover(); p != nil {
-			log := g.cfg.Log
-			if log == nil {
-				log = slog.Default()
-			}
-			log.Error("attempt panicked", "route", l.Route, "panic", p, "stack", string(debug.Stack()))
+			g.logger().Error("attempt panicked", "route", l.Route, "panic", p, "stack", string(debug.Stack()))
 			o = &outcome{lease: l, class: engine.Canceled}
 		}
 	}()

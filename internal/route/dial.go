@@ -76,9 +76,9 @@ func (x *Exit) dialTarget(ctx context.Context, addr string) (net.Conn, error) {
 			return x.handshake(ctx, conn, addr)
 		})
 	}
-	nd := net.Dialer{Timeout: x.timeouts.Dial, Resolver: x.resolver}
-	if x.control != nil {
-		nd.Control = x.control(host)
+	nd := net.Dialer{Timeout: x.dialer.Timeouts.Dial, Resolver: x.dialer.Resolver}
+	if x.dialer.Control != nil {
+		nd.Control = x.dialer.Control(host)
 	}
 	c, err := nd.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -90,7 +90,7 @@ func (x *Exit) dialTarget(ctx context.Context, addr string) (net.Conn, error) {
 
 // dialProxy connects to the route's proxy.
 func (x *Exit) dialProxy(ctx context.Context) (net.Conn, error) {
-	nd := net.Dialer{Timeout: x.timeouts.Dial}
+	nd := net.Dialer{Timeout: x.dialer.Timeouts.Dial}
 	conn, err := nd.DialContext(ctx, "tcp", x.route.URL.Host)
 	if err != nil {
 		err = callerGaveUp(ctx, err)
@@ -151,7 +151,7 @@ func (x *Exit) negotiateWith(ctx context.Context, dial func(context.Context) (ne
 	if err != nil {
 		return nil, err
 	}
-	hctx, cancel := context.WithTimeout(ctx, x.timeouts.Handshake)
+	hctx, cancel := context.WithTimeout(ctx, x.dialer.Timeouts.Handshake)
 	defer cancel()
 	// Cancellation or the handshake timeout cuts any I/O in progress.
 	stop := context.AfterFunc(hctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
@@ -172,7 +172,7 @@ func (x *Exit) negotiateWith(ctx context.Context, dial func(context.Context) (ne
 		case ctx.Err() != nil:
 			err = context.Cause(ctx)
 		case hctx.Err() != nil:
-			err = fmt.Errorf("no answer within %v: %w", x.timeouts.Handshake, err)
+			err = fmt.Errorf("no answer within %v: %w", x.dialer.Timeouts.Handshake, err)
 		}
 		e = &Error{Phase: PhaseHandshake, Err: err}
 	}

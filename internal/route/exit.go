@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
-	"syscall"
 )
 
 // Exit is one route's way out, built once per route so that connections
@@ -21,23 +20,32 @@ import (
 // concurrent use.
 type Exit struct {
 	// Immutable after NewExit.
-	route     *Route
-	timeouts  Timeouts // defaults applied
-	control   func(host string) func(network, address string, c syscall.RawConn) error
-	resolver  *net.Resolver // Direct targets' lookups; nil: the system's
-	tls       *tls.Config   // TLS to the HTTPS proxy; nil for other schemes
+	route *Route
+	// dialer is how the exit dials, its timeouts' defaults applied: one
+	// for all the exits of a Set, so that a route does not carry a copy.
+	dialer    *Dialer
+	tls       *tls.Config // TLS to the HTTPS proxy; nil for other schemes
 	transport *http.Transport
 	upstream  *Upstream // the shared transport is transport; nil when it is the exit's own
 	// bound, for a SOCKS5 exit, is the Upstream whose bound on idle
 	// connections its own transport keeps to; nil without one.
-	bound  *Upstream
-	dialer Dialer // as given, for the exits of provider sessions (WithUser)
-	sub    int    // the provider session's Seq for an exit of one (WithUser); 0 otherwise
+	bound *Upstream
+	sub   int // the provider session's Seq for an exit of one (WithUser); 0 otherwise
 }
 
 // NewExit builds the exit of r, dialling as d says. r must be Direct or
 // name its proxy (HTTP, HTTPS, SOCKS5).
-func NewExit(r *Route, d Dialer) (*Exit, error) {
+func NewExit(r *Route, d Dialer) (*Exit, error) { return newExit(r, d.withDefaults()) }
+
+// withDefaults is d with its timeouts' defaults applied, for exits to
+// share (newExit).
+func (d Dialer) withDefaults() *Dialer {
+	d.Timeouts = d.Timeouts.withDefaults()
+	return &d
+}
+
+// newExit is NewExit dialling as d says, d's defaults applied.
+func newExit(r *Route, d *Dialer) (*Exit, error) {
 	switch {
 	case r.Scheme == Direct:
 	case r.Scheme != HTTP && r.Scheme != HTTPS && r.Scheme != SOCKS5:
@@ -45,7 +53,7 @@ func NewExit(r *Route, d Dialer) (*Exit, error) {
 	case r.URL == nil:
 		return nil, fmt.Errorf("route %s: %s route without a proxy address", r.ID, r.Scheme)
 	}
-	x := &Exit{route: r, timeouts: d.Timeouts.withDefaults(), control: d.Control, resolver: d.Resolver, dialer: d}
+	x := &Exit{route: r, dialer: d}
 	if r.Scheme == HTTPS {
 		x.tls = proxyTLSConfig(d.TLS, r.URL.Hostname())
 	}
@@ -237,7 +245,7 @@ func (x *Exit) WithUser(user string, seq int) (*Exit, error) {
 		u.User = url.User(user)
 	}
 	r.URL = &u
-	y, err := NewExit(&r, x.dialer)
+	y, err := newExit(&r, x.dialer)
 	if err != nil {
 		return nil, err
 	}

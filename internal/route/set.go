@@ -12,7 +12,7 @@ import (
 // probes and the admin API read the same Set; a reload derives the next
 // one with Next and publishes it whole (docs/design/008-gateway.md).
 type Set struct {
-	dialer Dialer
+	dialer *Dialer // its defaults applied; the exits' (newExit)
 	byID   map[string]member
 	listed int
 }
@@ -25,7 +25,7 @@ type member struct {
 
 // NewSet is the set of routes, each with its Exit dialling as d says.
 func NewSet(routes []*Route, d Dialer) (*Set, error) {
-	return (&Set{dialer: d}).next(routes, nil)
+	return (&Set{dialer: d.withDefaults()}).next(routes, nil)
 }
 
 // Diff is what a reload changes, in the terms the engine hears it.
@@ -87,7 +87,7 @@ func (s *Set) next(routes []*Route, reuse func(*Route) *Exit) (*Set, error) {
 		}
 		if x == nil {
 			var err error
-			if x, err = NewExit(r, s.dialer); err != nil {
+			if x, err = newExit(r, s.dialer); err != nil {
 				return nil, err
 			}
 		}
