@@ -8,8 +8,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
@@ -44,11 +46,40 @@ var feedbackVerdicts = map[string]engine.Class{
 	"blocked":         engine.Blocked,
 }
 
-// newFeedbackKey is a process's sealing key.
-func newFeedbackKey() []byte {
-	k := make([]byte, 32)
-	rand.Read(k)
-	return k
+// sealer seals attempt tokens with a key of this process. Every relayed
+// answer carries a token, so it keeps the HMAC state and the buffers of
+// the tokens it sealed for the next ones: made afresh, one token cost a
+// dozen allocations.
+type sealer struct {
+	pool sync.Pool // of *sealing
+}
+
+// sealing is one token's HMAC and buffers.
+type sealing struct {
+	mac     hash.Hash
+	body    []byte // the token's body, then its seal after it
+	scratch []byte
+	sum     [sha256.Size]byte
+	out     []byte // the token, encoded
+}
+
+// newSealer is a sealer with a new random key.
+func newSealer() *sealer {
+	key := make([]byte, 32)
+	rand.Read(key)
+	return &sealer{pool: sync.Pool{New: func() any { return &sealing{mac: hmac.New(sha256.New, key)} }}}
+}
+
+func (s *sealer) get() *sealing  { return s.pool.Get().(*sealing) }
+func (s *sealer) put(t *sealing) { s.pool.Put(t) }
+
+// seal is the seal of body for user, valid until t's next use.
+func (t *sealing) seal(body []byte, user string) []byte {
+	t.mac.Reset()
+	t.mac.Write(body)
+	t.scratch = append(append(t.scratch[:0], 0), user...)
+	t.mac.Write(t.scratch)
+	return t.mac.Sum(t.sum[:0])[:feedbackMAC]
 }
 
 // attemptToken seals what a verdict needs of an attempt: its route, target
@@ -56,7 +87,9 @@ func newFeedbackKey() []byte {
 // for whom (user, "" without client auth), which is sealed but not
 // carried: only that user's verdict opens it.
 func (g *Gateway) attemptToken(l engine.Lease, sub SubExit, user string, at time.Time) string {
-	var b []byte
+	t := g.tokens.get()
+	defer g.tokens.put(t)
+	b := t.body[:0]
 	b = binary.AppendUvarint(b, uint64(at.Unix()))
 	b = binary.AppendUvarint(b, uint64(l.Gens.Route))
 	b = binary.AppendUvarint(b, uint64(l.Gens.Pair))
@@ -71,16 +104,10 @@ func (g *Gateway) attemptToken(l engine.Lease, sub SubExit, user string, at time
 	b = binary.AppendUvarint(b, uint64(len(l.Route)))
 	b = append(b, l.Route...)
 	b = append(b, l.Target...)
-	b = append(b, g.seal(b, user)...)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func (g *Gateway) seal(body []byte, user string) []byte {
-	m := hmac.New(sha256.New, g.feedbackKey)
-	m.Write(body)
-	m.Write([]byte{0})
-	m.Write([]byte(user))
-	return m.Sum(nil)[:feedbackMAC]
+	b = append(b, t.seal(b, user)...)
+	t.body = b
+	t.out = base64.RawURLEncoding.AppendEncode(t.out[:0], b)
+	return string(t.out)
 }
 
 // errFeedbackExpired is a token past Config.FeedbackTTL: no verdict, and
@@ -139,7 +166,10 @@ func (g *Gateway) openToken(token, user string, now time.Time) (a tokenAttempt, 
 		return a, errNotToken
 	}
 	body, mac := b[:len(b)-feedbackMAC], b[len(b)-feedbackMAC:]
-	if !hmac.Equal(mac, g.seal(body, user)) {
+	t := g.tokens.get()
+	sealed := hmac.Equal(mac, t.seal(body, user))
+	g.tokens.put(t)
+	if !sealed {
 		// Forged, altered, another user's, or sealed before a restart
 		// with another key: none can be told apart, and none is evidence.
 		return a, errFeedbackExpired

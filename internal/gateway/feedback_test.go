@@ -1,11 +1,15 @@
 package gateway
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
 
@@ -71,4 +75,44 @@ func TestFeedback(t *testing.T) {
 			t.Errorf("route 0 globally: %+v; a verdict on a page is the pair's alone", st.Health)
 		}
 	})
+}
+
+// TestTokensConcurrent seals tokens from many goroutines at once, as
+// relayed answers do: each opens for its own user to its own attempt, and
+// for no other user, however the sealer's reused buffers interleave.
+func TestTokensConcurrent(t *testing.T) {
+	g := &Gateway{cfg: Config{FeedbackTTL: time.Hour}, tokens: newSealer()}
+	now := time.Now()
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 200 {
+				l := engine.Lease{Route: fmt.Sprintf("http://10.0.%d.%d:3128", w, i), Target: fmt.Sprintf("site%d.test", i), Gens: engine.Generations{Route: uint32(i), Pair: uint32(w)}}
+				user := fmt.Sprintf("user%d", w)
+				token := g.attemptToken(l, SubExit{}, user, now)
+				a, err := g.openToken(token, user, now)
+				if err != nil || a.route != l.Route || a.target != l.Target || a.gens != l.Gens {
+					t.Errorf("token of %s × %s opened to %+v, %v", l.Route, l.Target, a, err)
+					return
+				}
+				if _, err := g.openToken(token, user+"x", now); err != errFeedbackExpired {
+					t.Errorf("another user's token opened: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// BenchmarkAttemptToken is the sealing of the token every relayed answer
+// carries (X-Switchyard-Attempt).
+func BenchmarkAttemptToken(b *testing.B) {
+	g := &Gateway{tokens: newSealer()}
+	l := engine.Lease{Route: "http://10.0.0.1:3128", Target: "example.com"}
+	at := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		g.attemptToken(l, SubExit{}, "", at)
+	}
 }

@@ -231,8 +231,8 @@ type Gateway struct {
 	pacer    *pacing.Pacer
 	upstream *route.Upstream    // the transport exits share
 	targets  *route.TargetConns // connections to targets the gateway opened through exits itself (owned.go)
-	// feedbackKey seals the attempt tokens of relayed answers (feedback.go).
-	feedbackKey []byte
+	// tokens seals the attempt tokens of relayed answers (feedback.go).
+	tokens *sealer
 	// interceptor serves intercepted connections, and bypass names the
 	// hosts that are not; both nil without Config.MITM.
 	interceptor *http.Server
@@ -255,7 +255,7 @@ type Gateway struct {
 func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) {
 	cfg = cfg.withDefaults()
 	g := &Gateway{cfg: cfg, engine: e, budget: engine.NewBudget(cfg.Budget), upstream: route.NewUpstream(cfg.MaxIdleUpstreamConns, cfg.MaxUpstreamConns),
-		targets: route.NewTargetConns(cfg.MaxIdleUpstreamConns), lookalike: lookalike.New(lookalike.Config{Now: cfg.Now}), bypass: newBypass(cfg.MITM), feedbackKey: newFeedbackKey()}
+		targets: route.NewTargetConns(cfg.MaxIdleUpstreamConns), lookalike: lookalike.New(lookalike.Config{Now: cfg.Now}), bypass: newBypass(cfg.MITM), tokens: newSealer()}
 	g.interceptor = g.newInterceptor()
 	// Pacing waits on real timers, so it reads the real clock too.
 	g.pacer = pacing.New(pacing.Config{Limits: g.paceOf, MaxTargets: cfg.MaxPacedTargets})
