@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -106,6 +107,39 @@ func TestServeRejectsBadInput(t *testing.T) {
 			}
 			if !strings.Contains(log.String(), tt.want) || strings.Contains(log.String(), "Sekr1tPw") {
 				t.Fatalf("output %q, want it to mention %q and no password", log.String(), tt.want)
+			}
+		})
+	}
+}
+
+// TestServeNamesABusyListener starts serve with one listener's address
+// already taken, as by a second gateway on one machine: it exits 1 naming
+// that listener's setting and how to move it.
+func TestServeNamesABusyListener(t *testing.T) {
+	t.Parallel()
+	list := filepath.Join(t.TempDir(), "proxies.txt")
+	os.WriteFile(list, []byte("direct\n"), 0o644)
+	tests := []struct {
+		flag, want string
+	}{
+		{"listen", "listen.proxy 127.0.0.1:"},
+		{"admin", "listen.admin 127.0.0.1:"},
+		{"api", "listen.api 127.0.0.1:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.flag, func(t *testing.T) {
+			t.Parallel()
+			busy, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer busy.Close()
+			args := map[string]string{"listen": "127.0.0.1:0", "admin": "127.0.0.1:0", "api": "127.0.0.1:0"}
+			args[tt.flag] = busy.Addr().String()
+			log := &logtest.Buffer{}
+			code := serve(context.Background(), []string{"--listen", args["listen"], "--admin", args["admin"], "--api", args["api"], "--proxies", list}, log, nil)
+			if code != 1 || !strings.Contains(log.String(), tt.want) || !strings.Contains(log.String(), "in use") || !strings.Contains(log.String(), "--"+tt.flag) {
+				t.Errorf("exit %d, output %q; want 1 and %q, in use, --%s", code, log.String(), tt.want, tt.flag)
 			}
 		})
 	}
