@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -116,19 +115,19 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 		log.Warn("the proxy or the fetch API listens beyond loopback without client auth: anyone who reaches it can use your exits (add [[users]] or SWITCHYARD_USERS)", "proxy", cfg.Listen.Proxy, "api", cfg.Listen.API)
 	}
 	var ln server.Listeners
-	if ln.Proxy, err = listen("proxy", "listen", cfg.Listen.Proxy); err != nil {
+	if ln.Proxy, err = listen("listen", cfg.Listen.Proxy); err != nil {
 		fmt.Fprintln(stderr, "switchyard serve:", err)
 		return 1
 	}
 	if cfg.Listen.Admin != "" {
-		if ln.Admin, err = listen("admin", "admin", cfg.Listen.Admin); err != nil {
+		if ln.Admin, err = listen("admin", cfg.Listen.Admin); err != nil {
 			ln.Proxy.Close()
 			fmt.Fprintln(stderr, "switchyard serve:", err)
 			return 1
 		}
 	}
 	if cfg.Listen.API != "" {
-		if ln.API, err = listen("api", "api", cfg.Listen.API); err != nil {
+		if ln.API, err = listen("api", cfg.Listen.API); err != nil {
 			closeAll(ln)
 			fmt.Fprintln(stderr, "switchyard serve:", err)
 			return 1
@@ -209,27 +208,27 @@ func newLogger(format string, stderr io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(stderr, nil))
 }
 
-// closeAll closes the listeners of a server that never ran.
-// listen opens the listener of [listen] key (set by --flag too) on addr.
-// Its error names the setting, and for an address in use, how to choose
+// listen opens, on addr, the listener that --flag sets (flagKeys). Its
+// error names the setting, and for an address in use, how to choose
 // another: a second gateway on one machine meets it on every listener it
 // did not move.
-func listen(key, flag, addr string) (net.Listener, error) {
+func listen(flag, addr string) (net.Listener, error) {
 	l, err := net.Listen("tcp", addr)
 	if err == nil {
 		return l, nil
 	}
-	env := "SWITCHYARD_LISTEN_" + strings.ToUpper(key)
+	key := flagKeys[flag]
 	if errors.Is(err, syscall.EADDRINUSE) {
-		remedy := "give this gateway another with --" + flag + ", " + env + " or listen." + key
-		if key != "proxy" {
+		remedy := "give this gateway another with --" + flag + ", " + config.EnvName(key) + " or " + key
+		if key != "listen.proxy" {
 			remedy += `, or "" to turn it off`
 		}
-		return nil, fmt.Errorf("listen.%s %s: the address is in use (another switchyard?): %s", key, addr, remedy)
+		return nil, fmt.Errorf("%s %s: the address is in use (another switchyard?): %s", key, addr, remedy)
 	}
-	return nil, fmt.Errorf("listen.%s (--%s, %s) %s: %w", key, flag, env, addr, err)
+	return nil, fmt.Errorf("%s (--%s, %s) %s: %w", key, flag, config.EnvName(key), addr, err)
 }
 
+// closeAll closes the listeners of a server that never ran.
 func closeAll(ln server.Listeners) {
 	ln.Proxy.Close()
 	if ln.Admin != nil {

@@ -500,7 +500,7 @@ func TestEverySettingHasAnEnvironmentVariable(t *testing.T) {
 		if err := l.set(key, value, "test"); err != nil {
 			var e *Error
 			if !errors.As(err, &e) || strings.Contains(e.Msg, "no such setting") || strings.Contains(e.Msg, "cannot be set") {
-				t.Errorf("%s (%s): %v", key, envName(key), err)
+				t.Errorf("%s (%s): %v", key, EnvName(key), err)
 			}
 		}
 	}

@@ -283,7 +283,7 @@ func isToolVariable(name string) bool {
 func (l *loader) applyEnv() error {
 	known := map[string]bool{}
 	for _, key := range settableKeys() {
-		name := envName(key)
+		name := EnvName(key)
 		known[name] = true
 		if v, ok := l.env[name]; ok {
 			if err := l.set(key, v, "environment variable "+name); err != nil {
@@ -310,7 +310,7 @@ func (l *loader) applyEnv() error {
 		slices.Sort(unknown) // the same one named every time
 		name := unknown[0]
 		msg := "no such setting (see switchyard.example.toml)"
-		if !slices.ContainsFunc(sections(), func(section string) bool { return strings.HasPrefix(name, envName(section)+"_") }) {
+		if !slices.ContainsFunc(sections(), func(section string) bool { return strings.HasPrefix(name, EnvName(section)+"_") }) {
 			msg = "no such section (see switchyard.example.toml)"
 		}
 		return &Error{Key: strings.ToLower(strings.TrimPrefix(name, "SWITCHYARD_")), From: "environment variable " + name, Msg: msg}
@@ -329,9 +329,9 @@ func (l *loader) applyEnv() error {
 // SWITCHYARD_CLUSTER_NODE_ID).
 const nodeIDVariable = "SWITCHYARD_NODE_ID"
 
-// envName is the variable that overrides key: "listen.proxy" is
+// EnvName is the variable that overrides key: "listen.proxy" is
 // SWITCHYARD_LISTEN_PROXY.
-func envName(key string) string {
+func EnvName(key string) string {
 	return "SWITCHYARD_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
 }
 
