@@ -62,8 +62,8 @@ func newExit(r *Route, d *Dialer) (*Exit, error) {
 		return x, nil
 	}
 	x.transport = &http.Transport{
-		MaxIdleConns:        maxIdlePerKey,
-		MaxIdleConnsPerHost: maxIdlePerKey,
+		MaxIdleConns:        ownTransportIdle,
+		MaxIdleConnsPerHost: ownTransportIdle,
 		IdleConnTimeout:     upstreamIdleTimeout,
 		// The client's Accept-Encoding goes through untouched; the answer
 		// must reach it as the target sent it.

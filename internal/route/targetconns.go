@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"container/list"
 	"net"
+	"slices"
 	"sync"
 	"time"
 )
@@ -16,11 +17,12 @@ import (
 // proxy's and the site's round trips, so a crawler's keep-alive must not
 // be undone by the gateway in the middle. Connections are kept per route
 // and target authority, never shared between routes (a tunnel is its
-// exit's), at most perKey per key and max in all, the least recently used
+// exit's), at most max in all however many of them one key holds (32
+// workers on one site through one exit keep 32), the least recently used
 // closed first, and none idle past idleTimeout. Safe for concurrent use.
 type TargetConns struct {
 	// Immutable after NewTargetConns.
-	max, perKey int
+	max         int
 	idleTimeout time.Duration
 
 	mu    sync.Mutex
@@ -42,13 +44,9 @@ type TargetConn struct {
 	puts  uint64        // times put idle: a timer of an earlier idle spell must not close it
 }
 
-// The bounds of a TargetConns besides its total: those of the shared
-// transport's pools, so that a crawler's workers on one site through one
-// exit keep as many connections as they would to a proxy.
-const (
-	targetConnsPerKey = maxIdlePerKey
-	targetIdleTimeout = upstreamIdleTimeout
-)
+// targetIdleTimeout is the shared transport's, so that a crawler's
+// connection to a site through an exit lasts as one to a proxy would.
+const targetIdleTimeout = upstreamIdleTimeout
 
 // NewTargetConns keeps at most max idle connections in all; max ≤ 0 means
 // DefaultMaxIdle.
@@ -56,7 +54,7 @@ func NewTargetConns(max int) *TargetConns {
 	if max <= 0 {
 		max = DefaultMaxIdle
 	}
-	return &TargetConns{max: max, perKey: min(targetConnsPerKey, max), idleTimeout: targetIdleTimeout, byKey: make(map[targetKey][]*TargetConn), lru: list.New()}
+	return &TargetConns{max: max, idleTimeout: targetIdleTimeout, byKey: make(map[targetKey][]*TargetConn), lru: list.New()}
 }
 
 // NewTargetConn wraps c, just opened through route to addr, for Put.
@@ -79,9 +77,9 @@ func (t *TargetConns) Get(route, addr string) *TargetConn {
 	return c
 }
 
-// Put keeps c idle for a later Get, or closes it when its key or the whole
-// is at its bound (the least recently used then goes first) or it holds
-// bytes no request asked for.
+// Put keeps c idle for a later Get, closing the least recently used when
+// the whole is at its bound, or closes c when it holds bytes no request
+// asked for.
 func (t *TargetConns) Put(c *TargetConn) {
 	if c.R.Buffered() > 0 {
 		c.Conn.Close()
@@ -89,11 +87,6 @@ func (t *TargetConns) Put(c *TargetConn) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if idle := t.byKey[c.key]; len(idle) >= t.perKey {
-		old := idle[0]
-		t.forget(old)
-		old.Conn.Close()
-	}
 	for t.lru.Len() >= t.max {
 		old := t.lru.Back().Value.(*TargetConn)
 		t.forget(old)
@@ -119,15 +112,16 @@ func (t *TargetConns) expire(c *TargetConn, spell uint64) {
 	}
 }
 
-// forget takes idle c out of the pool. The caller holds mu.
+// forget takes idle c out of the pool. The caller holds mu. Get takes a
+// key's most recent, the bound and the timeout its oldest: either end of
+// the list, which may be long.
 func (t *TargetConns) forget(c *TargetConn) {
 	idle := t.byKey[c.key]
-	for i, x := range idle {
-		if x == c {
-			idle = append(idle[:i], idle[i+1:]...)
-			break
-		}
+	i := len(idle) - 1
+	if idle[i] != c {
+		i = slices.Index(idle, c)
 	}
+	idle = slices.Delete(idle, i, i+1)
 	if len(idle) == 0 {
 		delete(t.byKey, c.key)
 	} else {

@@ -19,7 +19,10 @@ import (
 // (the proxy's URL: the scheme, and so the TLS to an HTTPS proxy, its host
 // and port, its user name and password), or per target for Direct routes,
 // and at most MaxIdle of them are kept idle across all routes, the least
-// recently used closed first. SOCKS5 routes keep a transport of their own:
+// recently used closed first, however many one pool holds: a provider's
+// gateway carrying 200 requests at once keeps 200 connections, where a
+// cap per pool would close what it is over after every answer and dial
+// it again for the next. SOCKS5 routes keep a transport of their own:
 // their connections are tunnels through one proxy and must never carry
 // another route's requests. Only the SOCKS5 routes used last keep idle
 // connections, as many routes as MaxIdle allows at 16 each, so that a
@@ -71,10 +74,10 @@ const (
 	// DefaultMaxIdle is the idle connections an Upstream keeps across all
 	// routes when NewUpstream is given no bound.
 	DefaultMaxIdle = 1024
-	// maxIdlePerKey is the idle connections kept per proxy endpoint and
-	// credentials (per target for Direct routes), as each route's own
-	// transport kept before.
-	maxIdlePerKey = 16
+	// ownTransportIdle is the idle connections a route's own transport
+	// keeps, per target: a SOCKS5 route's, within the Upstream's cap on
+	// those kept warm, or any route's dialled without an Upstream.
+	ownTransportIdle = 16
 	// upstreamIdleTimeout closes a connection idle this long.
 	upstreamIdleTimeout = 90 * time.Second
 )
@@ -89,13 +92,13 @@ func NewUpstream(maxIdle, maxOpen int) *Upstream {
 	if maxIdle <= 0 {
 		maxIdle = DefaultMaxIdle
 	}
-	u := &Upstream{maxOpen: int64(max(maxOpen, 0)), warm: warmExits{max: max(1, maxIdle/maxIdlePerKey), at: make(map[*Exit]*list.Element)}}
+	u := &Upstream{maxOpen: int64(max(maxOpen, 0)), warm: warmExits{max: max(1, maxIdle/ownTransportIdle), at: make(map[*Exit]*list.Element)}}
 	u.transport = &http.Transport{
 		Proxy:               u.proxy,
 		DialContext:         u.dial,
 		DialTLSContext:      u.dialTLS,
 		MaxIdleConns:        maxIdle,
-		MaxIdleConnsPerHost: min(maxIdlePerKey, maxIdle),
+		MaxIdleConnsPerHost: maxIdle,
 		IdleConnTimeout:     upstreamIdleTimeout,
 		// The client's Accept-Encoding goes through untouched; the answer
 		// must reach it as the target sent it.

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -220,6 +222,48 @@ func TestUpstreamCapsOpenConnections(t *testing.T) {
 		tunnel.Close()
 		if n := u.Open(); n != 1 {
 			t.Errorf("Open() = %d once the tunnels closed, want 1 (the idle one)", n)
+		}
+	})
+}
+
+// A pool carrying many requests at once keeps a connection for each of
+// them, within the Upstream's cap: one busy route (a provider's gateway)
+// does not close what a per-pool bound would refuse after every answer
+// and dial it again for the next request.
+func TestUpstreamKeepsABusyPoolsConnections(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		const parallel = 24 // more than a route's own transport keeps
+		var arrived sync.WaitGroup
+		all := []chan struct{}{make(chan struct{}), make(chan struct{})} // per round: every request is in
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			arrived.Done()
+			select { // every request of the round in flight at once
+			case <-all[r.URL.Path[1]-'0']:
+			case <-time.After(5 * time.Second):
+			}
+			io.WriteString(w, "ok")
+		}))
+		defer ts.Close()
+		proxy := routetest.NewProxy(t, routetest.Behavior{KeepAlive: true})
+		u := route.NewUpstream(0, 0)
+		defer u.CloseIdleConnections()
+		x := sharedExit(t, proxy.URL.String(), u, nil)
+		for round := range 2 {
+			arrived.Add(parallel)
+			var done sync.WaitGroup
+			for i := range parallel {
+				done.Go(func() {
+					if got := sharedGet(t, x, ts.Listener.Addr().String(), fmt.Sprintf("/%d/%d", round, i)); got != "ok" {
+						t.Errorf("body %q", got)
+					}
+				})
+			}
+			arrived.Wait()
+			close(all[round])
+			done.Wait()
+			if got := u.Open(); got != parallel {
+				t.Errorf("round %d: %d connections open at rest after %d requests at once, want %d", round, got, parallel, parallel)
+			}
 		}
 	})
 }
