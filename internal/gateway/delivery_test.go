@@ -106,3 +106,54 @@ func proxies(b routetest.Behavior) func(t *testing.T) []string {
 		return lines
 	}
 }
+
+// A page the gateway read whole to judge it reaches the client with its
+// length, however the site framed it; one longer than what is read
+// streams on chunked, and an answer without a body is given no length.
+func TestDeliveredLength(t *testing.T) {
+	page := func(n int) string { return strings.Repeat("p", n) }
+	cases := []struct {
+		desc, method string
+		size         int   // of the page the site sends, chunked
+		wantLength   int64 // resp.ContentLength at the client
+	}{
+		{"small chunked page", http.MethodGet, 5000, 5000},
+		{"page the size of the window", http.MethodGet, signatureWindow, -1},
+		{"long chunked page", http.MethodGet, 3 * signatureWindow, -1},
+		{"HEAD of a chunked page", http.MethodHead, 5000, -1},
+	}
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newTarget(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+			n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+			w.Header().Set("Content-Type", "text/html")
+			w.(http.Flusher).Flush() // no length: chunked
+			io.WriteString(w, page(n))
+		})
+		v := newEnv(t, Config{}, "direct")
+		client := v.client(t, "")
+		for _, tc := range cases {
+			t.Run(tc.desc, func(t *testing.T) {
+				req, _ := http.NewRequest(tc.method, site.URL+"/?n="+strconv.Itoa(tc.size), nil)
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.ContentLength != tc.wantLength {
+					t.Errorf("Content-Length %d (Transfer-Encoding %v), want %d", resp.ContentLength, resp.TransferEncoding, tc.wantLength)
+				}
+				want := page(tc.size)
+				if tc.method == http.MethodHead {
+					want = ""
+				}
+				if string(body) != want {
+					t.Errorf("body of %d bytes, want %d", len(body), len(want))
+				}
+			})
+		}
+	})
+}

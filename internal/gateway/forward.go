@@ -273,7 +273,8 @@ func (j *job) judgeBy(policy *target.Policy, d *lookalike.Detector) (hedge bool)
 // are checked first, on all three; then, for a 2xx or 5xx, the start of a
 // text or HTML body, decoded, is searched (target.Signature.On5xx says
 // which built-in marks count on a 5xx), and the bytes read are put back in
-// front of the body.
+// front of the body; a body read to its end has its length recorded in
+// resp.ContentLength, for answer to tell the client.
 // An ok answer no signature marks is then judged, as route's, by the
 // lookalike detector (lookalike.go).
 func (j *job) judge(resp *http.Response, route string, class *engine.Class) error {
@@ -298,6 +299,9 @@ func (j *job) judge(resp *http.Response, route string, class *engine.Class) erro
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, signatureWindow))
 	if err != nil {
 		return err
+	}
+	if len(raw) < signatureWindow && resp.ContentLength < 0 && resp.Body != http.NoBody {
+		resp.ContentLength = int64(len(raw)) // the whole body: it ended before the window did
 	}
 	resp.Body = struct {
 		io.Reader
@@ -419,6 +423,13 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, start time.Time, 
 		if !strings.HasPrefix(k, headerPrefix) { // a site's must not pass for ours
 			h[k] = v
 		}
+	}
+	if resp.ContentLength > 0 && h.Get("Content-Length") == "" {
+		// A chunked page judge read whole goes out with its length, so
+		// that the client has it all with its last byte, not once the
+		// chunked ending follows after the request's log line: one write
+		// fewer, and the answer complete sooner.
+		h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
 	}
 	// The class tells a relayed 403 (blocked) or soft ban (content_invalid,
 	// every route tried having served one) from a page.
