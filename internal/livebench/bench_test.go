@@ -41,7 +41,7 @@ func BenchmarkLiveFleet(b *testing.B) {
 //	SWITCHYARD_LIVEBENCH_DURATION=15s SWITCHYARD_LIVEBENCH_ROUNDS=3 go test -run '^$' -bench LiveCost -benchtime 1x -timeout 20m ./internal/livebench
 func BenchmarkLiveCost(b *testing.B) {
 	opts, dir := benchSetup(b)
-	rep, err := runCost(b.Context(), costContenders(switchyardBinary(opts.Binary, dir)), opts, dir)
+	rep, err := runCost(b.Context(), costContenders(switchyardBinary(opts.Binary, dir), dir), opts, dir)
 	if err != nil {
 		b.Fatal(err)
 	}

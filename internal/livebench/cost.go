@@ -11,8 +11,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +29,7 @@ const (
 	costDirect     = "direct"
 	costHAProxy    = "haproxy"
 	costSwitchyard = "switchyard"
+	costGoFloor    = "go-floor"
 )
 
 // costExits is the size of LiveCost's fleet.
@@ -133,11 +136,36 @@ func (r cellResult) cpuPerOp() time.Duration {
 
 // costContenders are LiveCost's: the clients straight to the exits in
 // client-side rotation (the baseline), HAProxy in roundrobin (the exits
-// are all alike), and the gateway's quick start.
-func costContenders(switchyardBinary func() (string, error)) []contender {
+// are all alike), the least a Go proxy on net/http does (floorproxy,
+// built into dir), and the gateway's quick start.
+func costContenders(switchyardBinary func() (string, error), dir string) []contender {
 	direct := roundRobinContender()
 	direct.name = costDirect
-	return []contender{direct, haproxyContender("roundrobin"), switchyardContender(costSwitchyard, switchyardBinary, false)}
+	floor := goFloorContender(moduleBinary("./internal/livebench/floorproxy", filepath.Join(dir, "floorproxy")))
+	return []contender{direct, haproxyContender("roundrobin"), floor, switchyardContender(costSwitchyard, switchyardBinary, false)}
+}
+
+// goFloorContender runs floorproxy over the fleet: what a forward proxy
+// written in Go on net/http costs before it does anything of its own.
+func goFloorContender(binary func() (string, error)) contender {
+	return contender{name: costGoFloor, missing: always, start: func(ctx context.Context, f *fleet, opts Options, dir string) (*session, error) {
+		bin, err := binary()
+		if err != nil {
+			return nil, err
+		}
+		listen, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		exits := make([]string, len(f.urls()))
+		for i, u := range f.urls() {
+			exits[i] = u.Host
+		}
+		return runGateway(ctx, gatewayProcess{
+			bin: bin, args: []string{"-listen", listen, "-exits", strings.Join(exits, ",")}, log: filepath.Join(dir, "floorproxy.log"),
+			listen: listen, ready: dialable(listen), roots: f.roots,
+		}, opts.Workers)
+	}}
 }
 
 // costReport is LiveCost's measurements: each contender's cells.

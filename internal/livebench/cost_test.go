@@ -97,7 +97,7 @@ func TestCostReportRatios(t *testing.T) {
 	sec := time.Second
 	full := costReport{
 		opts:  Options{Duration: 4 * time.Second, Rounds: 2, Timeout: 3 * time.Second},
-		order: []string{costDirect, costHAProxy, costSwitchyard},
+		order: []string{costDirect, costHAProxy, costGoFloor, costSwitchyard},
 		cells: map[string][]cellResult{
 			costDirect: costCellsOf(
 				cellResult{ops: 100, elapsed: sec, latencies: latencies(100, 100*time.Microsecond, time.Millisecond)},
@@ -105,6 +105,9 @@ func TestCostReportRatios(t *testing.T) {
 			costHAProxy: costCellsOf(
 				cellResult{ops: 80, elapsed: sec, cpu: 8 * time.Millisecond, hasCPU: true, latencies: latencies(100, 200*time.Microsecond, 3*time.Millisecond)},
 				cellResult{ops: 1, bytes: 100 << 20, elapsed: sec / 4, cpu: 80 * time.Millisecond, hasCPU: true, latencies: []time.Duration{sec / 4}}),
+			costGoFloor: costCellsOf(
+				cellResult{ops: 60, elapsed: sec, cpu: 9 * time.Millisecond, hasCPU: true, latencies: latencies(100, 150*time.Microsecond, 2*time.Millisecond)},
+				cellResult{ops: 1, bytes: 100 << 20, elapsed: sec / 2, cpu: 40 * time.Millisecond, hasCPU: true, latencies: []time.Duration{sec / 2}}),
 			costSwitchyard: costCellsOf(
 				cellResult{ops: 40, failed: 2, firstErr: "502 Bad Gateway", elapsed: sec, cpu: 12 * time.Millisecond, hasCPU: true, latencies: latencies(100, 300*time.Microsecond, 5*time.Millisecond)},
 				cellResult{ops: 1, bytes: 100 << 20, elapsed: sec / 5, cpu: 20 * time.Millisecond, hasCPU: true, latencies: []time.Duration{sec / 5}}),
@@ -128,6 +131,7 @@ func TestCostReportRatios(t *testing.T) {
 			wantMetrics: map[string]float64{
 				"switchyard/haproxy_get16_rate": 0.5, "switchyard/haproxy_get16_cpu": 3, // 300 µs ÷ 100 µs per request
 				"switchyard/haproxy_tunnel_rate": 1.25, "switchyard/haproxy_tunnel_cpu": 0.25,
+				"switchyard/go-floor_get16_rate": 40.0 / 60, "switchyard/go-floor_tunnel_rate": 2.5,
 				"switchyard_added_p99_ms_get16":   4,
 				"switchyard/upstream_tunnel_rate": 0.5,
 			},
@@ -135,8 +139,8 @@ func TestCostReportRatios(t *testing.T) {
 				"| GET, 16 keep-alive clients | switchyard | 40 req/s | 300 µs | 5.0 ms | 300 µs/req | 2 |",
 				"| GET, 16 keep-alive clients | direct | 100 req/s | 100 µs | 1.0 ms | — | 0 |",
 				"| 100 MiB through one tunnel, one at a time | haproxy | 400 MiB/s | 250 ms | 250 ms | 80 ms/transfer | 0 |",
-				"| GET, 16 keep-alive clients | 0.50 | 3.00 | 0.40 | 0.80 | +4.0 ms | +2.0 ms |",
-				"| 100 MiB through one tunnel, one at a time | 1.25 | 0.25 | 0.50 | 0.40 | +100 ms | +150 ms |",
+				"| GET, 16 keep-alive clients | 0.50 | 3.00 | 0.67 | 2.00 | 0.75 | 0.40 | 0.80 | +4.0 ms | +2.0 ms |",
+				"| 100 MiB through one tunnel, one at a time | 1.25 | 0.25 | 2.50 | 0.50 | 0.50 | 0.50 | 0.40 | +100 ms | +150 ms |",
 				"- switchyard's added p99 over direct at 16 clients: +4.0 ms",
 				"- 100 MiB through one tunnel, one at a time: switchyard 0.50× the upstream alone's throughput, haproxy 0.40×",
 				"- switchyard, GET, 1 keep-alive client: 2 failed, the first: 502 Bad Gateway",
@@ -152,7 +156,7 @@ func TestCostReportRatios(t *testing.T) {
 			},
 			wantLines: []string{
 				"| haproxy: skipped, haproxy is not on PATH |",
-				"| GET, 16 keep-alive clients | — | — | 0.40 | — | +4.0 ms | — |",
+				"| GET, 16 keep-alive clients | — | — | — | — | — | 0.40 | — | +4.0 ms | — |",
 				"- 100 MiB through one tunnel, one at a time: switchyard 0.50× the upstream alone's throughput, haproxy —×",
 			},
 		},
@@ -191,7 +195,7 @@ func TestCostReportRatios(t *testing.T) {
 // in the benchmark's process: the fleet, the cells' clients, the tunnel's
 // bulk transfer and the report's wiring, without a gateway to build.
 func TestRunCostDirect(t *testing.T) {
-	direct := costContenders(nil)[0]
+	direct := costContenders(nil, "")[0]
 	opts := Options{Duration: 200 * time.Millisecond, Contenders: []string{costDirect}}.withDefaults()
 	rep, err := runCost(t.Context(), []contender{direct}, opts, t.TempDir())
 	if err != nil {

@@ -104,17 +104,17 @@ func (r costReport) write(w io.Writer) {
 		fmt.Fprintf(w, "| %s |\n", s)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| cell | switchyard ÷ haproxy, rate | switchyard ÷ haproxy, CPU per op | switchyard ÷ direct, rate | haproxy ÷ direct, rate | added p99 over direct, switchyard | haproxy |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| cell | switchyard ÷ haproxy, rate | CPU per op | switchyard ÷ go-floor, rate | CPU per op | go-floor ÷ haproxy, rate | switchyard ÷ direct, rate | haproxy ÷ direct, rate | added p99 over direct, switchyard | haproxy |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	twoPlaces := func(v float64, ok bool) string { return orDash("%.2f", v, ok) }
 	for k, cell := range costCells {
-		rate, okRate := r.rateRatio(costSwitchyard, costHAProxy, k)
-		cpu, okCPU := r.cpuRatio(costSwitchyard, costHAProxy, k)
-		sy, okSy := r.rateRatio(costSwitchyard, costDirect, k)
-		hp, okHp := r.rateRatio(costHAProxy, costDirect, k)
 		addSy, okAddSy := r.addedP99(costSwitchyard, k)
 		addHp, okAddHp := r.addedP99(costHAProxy, k)
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", cell.label(),
-			orDash("%.2f", rate, okRate), orDash("%.2f", cpu, okCPU), orDash("%.2f", sy, okSy), orDash("%.2f", hp, okHp),
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", cell.label(),
+			twoPlaces(r.rateRatio(costSwitchyard, costHAProxy, k)), twoPlaces(r.cpuRatio(costSwitchyard, costHAProxy, k)),
+			twoPlaces(r.rateRatio(costSwitchyard, costGoFloor, k)), twoPlaces(r.cpuRatio(costSwitchyard, costGoFloor, k)),
+			twoPlaces(r.rateRatio(costGoFloor, costHAProxy, k)),
+			twoPlaces(r.rateRatio(costSwitchyard, costDirect, k)), twoPlaces(r.rateRatio(costHAProxy, costDirect, k)),
 			orDash("%s", signedMs(addSy), okAddSy), orDash("%s", signedMs(addHp), okAddHp))
 	}
 	fmt.Fprintln(w)
@@ -150,7 +150,7 @@ func cellIndex(name string) int {
 }
 
 // reportMetrics reports, as benchmark metrics, switchyard's rate and CPU
-// per op ÷ HAProxy's in each cell, its added p99 at 16 clients and its
+// per op ÷ HAProxy's in each cell, its rate ÷ go-floor's, its added p99 at 16 clients and its
 // tunnel throughput ÷ the upstream alone's: those the run has.
 func (r costReport) reportMetrics(report func(v float64, unit string)) {
 	for k, cell := range costCells {
@@ -159,6 +159,9 @@ func (r costReport) reportMetrics(report func(v float64, unit string)) {
 		}
 		if v, ok := r.cpuRatio(costSwitchyard, costHAProxy, k); ok {
 			report(v, "switchyard/haproxy_"+cell.name+"_cpu")
+		}
+		if v, ok := r.rateRatio(costSwitchyard, costGoFloor, k); ok {
+			report(v, "switchyard/go-floor_"+cell.name+"_rate")
 		}
 	}
 	if d, ok := r.addedP99(costSwitchyard, cellIndex("get16")); ok {

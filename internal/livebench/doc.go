@@ -30,13 +30,15 @@
 // connections alive, one site answering a 4 KB page at once, and, one
 // after the other on fresh fleets, the clients going straight to the
 // exits in rotation (direct: the baseline), HAProxy in roundrobin when
-// installed, and the switchyard quick start. Its cells are absolute-form
+// installed, go-floor (./floorproxy: the least a Go forward proxy on
+// net/http does, to tell what Go costs from what the gateway adds), and
+// the switchyard quick start. Its cells are absolute-form
 // GETs at 1, 16 and 64 keep-alive connections, CONNECT tunnels set up 16
 // at a time (one GET inside each, then closed), and 100 MiB pulled
 // through one tunnel at a time, each for _DURATION (per cell here) split
 // over _ROUNDS; the report gives each cell's rate, p50, p99 and the
-// gateway process's CPU per op, then switchyard ÷ haproxy and the added
-// p99 over direct:
+// gateway process's CPU per op, then switchyard ÷ haproxy, switchyard ÷
+// go-floor, go-floor ÷ haproxy and the added p99 over direct:
 //
 //	SWITCHYARD_LIVEBENCH_DURATION=15s SWITCHYARD_LIVEBENCH_ROUNDS=3 go test -run '^$' -bench LiveCost -benchtime 1x -timeout 20m ./internal/livebench
 //

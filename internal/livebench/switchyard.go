@@ -29,19 +29,24 @@ const stopGrace = 3 * time.Second
 // (Options.Binary), or ./cmd/switchyard of this module built into dir,
 // once.
 func switchyardBinary(given, dir string) func() (string, error) {
+	if given != "" {
+		return func() (string, error) { return filepath.Abs(given) }
+	}
+	return moduleBinary("./cmd/switchyard", filepath.Join(dir, "switchyard"))
+}
+
+// moduleBinary returns a func that builds pkg, a main package of this
+// module, into bin, once, and gives its path.
+func moduleBinary(pkg, bin string) func() (string, error) {
 	return sync.OnceValues(func() (string, error) {
-		if given != "" {
-			return filepath.Abs(given)
-		}
 		root, err := moduleRoot()
 		if err != nil {
 			return "", err
 		}
-		bin := filepath.Join(dir, "switchyard")
-		cmd := exec.Command("go", "build", "-o", bin, "./cmd/switchyard")
+		cmd := exec.Command("go", "build", "-o", bin, pkg)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("go build ./cmd/switchyard: %v\n%s", err, out)
+			return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 		}
 		return bin, nil
 	})
