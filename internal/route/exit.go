@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"sync/atomic"
 )
 
 // Exit is one route's way out, built once per route so that connections
@@ -31,6 +32,9 @@ type Exit struct {
 	// connections its own transport keeps to; nil without one.
 	bound *Upstream
 	sub   int // the provider session's Seq for an exit of one (WithUser); 0 otherwise
+	// conns, for a bound exit, are its transport's connections open now,
+	// in use or idle (bound.warm counts them).
+	conns atomic.Int64
 }
 
 // NewExit builds the exit of r, dialling as d says. r must be Direct or
@@ -61,9 +65,13 @@ func newExit(r *Route, d *Dialer) (*Exit, error) {
 		x.transport, x.upstream = d.Upstream.transport, d.Upstream
 		return x, nil
 	}
+	idle := ownTransportIdle
+	if d.Upstream != nil {
+		idle = d.Upstream.maxIdle // a SOCKS5 route: the warm ones are bounded together
+	}
 	x.transport = &http.Transport{
-		MaxIdleConns:        ownTransportIdle,
-		MaxIdleConnsPerHost: ownTransportIdle,
+		MaxIdleConns:        idle,
+		MaxIdleConnsPerHost: idle,
 		IdleConnTimeout:     upstreamIdleTimeout,
 		// The client's Accept-Encoding goes through untouched; the answer
 		// must reach it as the target sent it.
@@ -89,7 +97,7 @@ func newExit(r *Route, d *Dialer) (*Exit, error) {
 			if x.bound == nil {
 				return x.dialTarget(ctx, addr)
 			}
-			return x.bound.dialCounted(x, func() (net.Conn, error) { return x.dialTarget(ctx, addr) })
+			return x.bound.dialCounted(x, &x.conns, func() (net.Conn, error) { return x.dialTarget(ctx, addr) })
 		}
 		x.bound = d.Upstream // nil but for SOCKS5 beside an Upstream
 	}
@@ -121,10 +129,10 @@ func (x *Exit) RoundTrip(req *http.Request, p *Progress) (*http.Response, error)
 	if ctx := req.Context(); httptrace.ContextClientTrace(ctx) != &p.trace || x.upstream != nil && exitOf(ctx) != x {
 		req = req.WithContext(x.Context(ctx, p))
 	}
-	if x.bound != nil {
-		x.bound.warm.touch(x)
-	}
 	resp, err := x.transport.RoundTrip(req)
+	if x.bound != nil {
+		x.bound.warm.touch(x) // once its connection is counted
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +198,7 @@ func (x *Exit) DialTarget(ctx context.Context, addr string, p *Progress) (net.Co
 	var c net.Conn
 	var err error
 	if u := x.shared(); u != nil {
-		c, err = u.dialCounted(x, dial)
+		c, err = u.dialCounted(x, nil, dial)
 	} else {
 		c, err = dial()
 	}

@@ -25,13 +25,15 @@ import (
 // it again for the next. SOCKS5 routes keep a transport of their own:
 // their connections are tunnels through one proxy and must never carry
 // another route's requests. Only the SOCKS5 routes used last keep idle
-// connections, as many routes as MaxIdle allows at 16 each, so that a
-// pool of SOCKS5 routes is bounded alike. Every connection its exits open,
+// connections, as many as they have open together within MaxIdle, a busy
+// one as many as it carries at once, so that a pool of SOCKS5 routes is
+// bounded alike. Every connection its exits open,
 // tunnels included, counts against a cap on those open at once. Safe for
 // concurrent use.
 type Upstream struct {
 	// Immutable after NewUpstream.
 	transport *http.Transport
+	maxIdle   int          // a SOCKS5 exit's transport keeps as many idle: the warm ones bound them together
 	maxOpen   int64        // cap on open; 0: none
 	open      atomic.Int64 // connections open now, in use or idle, tunnels included, and dials under way
 
@@ -39,33 +41,50 @@ type Upstream struct {
 }
 
 // warmExits are the SOCKS5 exits whose transports may keep idle
-// connections, the one used last in front; an exit pushed out of the
-// last max has its idle connections closed.
+// connections, the one used last in front: while those behind it hold
+// more than max connections open together, the last is pushed out and
+// its idle connections closed. Each exit's count is taken as it is
+// touched (held sums them), so a busy exit is counted as it is now, one
+// left behind as it was when last used.
 type warmExits struct {
 	mu    sync.Mutex
-	max   int
-	order list.List               // of *Exit; guarded by mu
+	max   int64
+	held  int64                   // guarded by mu: the warm exits' connections, as last counted
+	order list.List               // of *warmExit; guarded by mu
 	at    map[*Exit]*list.Element // guarded by mu
 }
 
-// touch puts x in front, closing the idle connections of the exit it
-// pushes out.
+// warmExit is an exit in warmExits, and its connections as last counted.
+type warmExit struct {
+	x    *Exit
+	seen int64
+}
+
+// touch puts x in front, counting its connections again, and pushes out
+// the exits last used while the warm ones hold more than max.
 func (w *warmExits) touch(x *Exit) {
 	w.mu.Lock()
-	if e, ok := w.at[x]; ok {
+	e, ok := w.at[x]
+	if ok {
 		w.order.MoveToFront(e)
-		w.mu.Unlock()
-		return
+	} else {
+		e = w.order.PushFront(&warmExit{x: x})
+		w.at[x] = e
 	}
-	w.at[x] = w.order.PushFront(x)
-	var out *Exit
-	if w.order.Len() > w.max {
-		out = w.order.Remove(w.order.Back()).(*Exit)
-		delete(w.at, out)
+	we := e.Value.(*warmExit)
+	n := x.conns.Load()
+	w.held += n - we.seen
+	we.seen = n
+	var out []*Exit
+	for w.held > w.max && w.order.Len() > 1 {
+		last := w.order.Remove(w.order.Back()).(*warmExit)
+		delete(w.at, last.x)
+		w.held -= last.seen
+		out = append(out, last.x)
 	}
 	w.mu.Unlock()
-	if out != nil {
-		out.transport.CloseIdleConnections()
+	for _, x := range out {
+		x.transport.CloseIdleConnections()
 	}
 }
 
@@ -74,9 +93,8 @@ const (
 	// DefaultMaxIdle is the idle connections an Upstream keeps across all
 	// routes when NewUpstream is given no bound.
 	DefaultMaxIdle = 1024
-	// ownTransportIdle is the idle connections a route's own transport
-	// keeps, per target: a SOCKS5 route's, within the Upstream's cap on
-	// those kept warm, or any route's dialled without an Upstream.
+	// ownTransportIdle is the idle connections the transport of a route
+	// dialled without an Upstream keeps, per target.
 	ownTransportIdle = 16
 	// upstreamIdleTimeout closes a connection idle this long.
 	upstreamIdleTimeout = 90 * time.Second
@@ -92,7 +110,7 @@ func NewUpstream(maxIdle, maxOpen int) *Upstream {
 	if maxIdle <= 0 {
 		maxIdle = DefaultMaxIdle
 	}
-	u := &Upstream{maxOpen: int64(max(maxOpen, 0)), warm: warmExits{max: max(1, maxIdle/ownTransportIdle), at: make(map[*Exit]*list.Element)}}
+	u := &Upstream{maxIdle: maxIdle, maxOpen: int64(max(maxOpen, 0)), warm: warmExits{max: int64(maxIdle), at: make(map[*Exit]*list.Element)}}
 	u.transport = &http.Transport{
 		Proxy:               u.proxy,
 		DialContext:         u.dial,
@@ -117,10 +135,11 @@ func (u *Upstream) Open() int64 { return u.open.Load() }
 // fault (Error.Local "upstream_cap").
 var ErrUpstreamCap = errors.New("route: the cap on open upstream connections is reached")
 
-// dialCounted dials with dial, counting the connection in Open until it is
-// closed, or refuses when the cap is reached: the slot is taken before
-// the dial, so that dials under way cannot overshoot it together.
-func (u *Upstream) dialCounted(x *Exit, dial func() (net.Conn, error)) (net.Conn, error) {
+// dialCounted dials with dial, counting the connection in Open, and in
+// also unless nil, until it is closed, or refuses when the cap is
+// reached: the slot is taken before the dial, so that dials under way
+// cannot overshoot it together.
+func (u *Upstream) dialCounted(x *Exit, also *atomic.Int64, dial func() (net.Conn, error)) (net.Conn, error) {
 	if n := u.open.Add(1); u.maxOpen > 0 && n > u.maxOpen {
 		u.open.Add(-1)
 		return nil, &Error{Phase: PhaseDial, Route: x.route.ID, Err: ErrUpstreamCap, Local: "upstream_cap"}
@@ -130,7 +149,10 @@ func (u *Upstream) dialCounted(x *Exit, dial func() (net.Conn, error)) (net.Conn
 		u.open.Add(-1)
 		return nil, err
 	}
-	return &countedConn{Conn: c, open: &u.open}, nil
+	if also != nil {
+		also.Add(1)
+	}
+	return &countedConn{Conn: c, open: &u.open, also: also}, nil
 }
 
 // CloseIdleConnections closes the shared idle connections, every route's.
@@ -173,7 +195,7 @@ func (u *Upstream) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 	if x == nil {
 		return nil, errNoExit
 	}
-	return u.dialCounted(x, func() (net.Conn, error) {
+	return u.dialCounted(x, nil, func() (net.Conn, error) {
 		if x.route.Scheme == Direct {
 			return x.dialTarget(ctx, addr)
 		}
@@ -197,12 +219,17 @@ func (u *Upstream) dialTLS(ctx context.Context, _, _ string) (net.Conn, error) {
 // connection to splice, the half-close.
 type countedConn struct {
 	net.Conn
-	open   *atomic.Int64
-	closed sync.Once
+	open, also *atomic.Int64 // also: nil unless dialCounted had one
+	closed     sync.Once
 }
 
 func (c *countedConn) Close() error {
-	c.closed.Do(func() { c.open.Add(-1) })
+	c.closed.Do(func() {
+		c.open.Add(-1)
+		if c.also != nil {
+			c.also.Add(-1)
+		}
+	})
 	return c.Conn.Close()
 }
 
@@ -239,7 +266,7 @@ func (c *countedConn) CloseWrite() error {
 // u: the TLS connection on top is what the transport holds and closes.
 func (x *Exit) negotiateCounted(ctx context.Context, u *Upstream, step func(context.Context, net.Conn) (net.Conn, error)) (net.Conn, error) {
 	return x.negotiateWith(ctx, func(ctx context.Context) (net.Conn, error) {
-		return u.dialCounted(x, func() (net.Conn, error) { return x.dialProxy(ctx) })
+		return u.dialCounted(x, nil, func() (net.Conn, error) { return x.dialProxy(ctx) })
 	}, step)
 }
 

@@ -121,12 +121,12 @@ func TestUpstreamCapsIdleAcrossRoutes(t *testing.T) {
 }
 
 // SOCKS5 routes keep transports of their own, but only those used last
-// keep idle connections, 16 each within the Upstream's cap: a pool of
+// keep idle connections, within the Upstream's cap together: a pool of
 // many SOCKS5 routes holds the cap's worth of descriptors too, and they
 // are counted in Open.
 func TestUpstreamBoundsSOCKS5Routes(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
-		const routes, capacity = 6, 32 // two routes' worth
+		const routes, capacity = 6, 2 // two routes' worth, at one connection each
 		target := pageTarget(t)
 		u := route.NewUpstream(capacity, 0)
 		exits := make([]*route.Exit, routes)
@@ -229,8 +229,18 @@ func TestUpstreamCapsOpenConnections(t *testing.T) {
 // A pool carrying many requests at once keeps a connection for each of
 // them, within the Upstream's cap: one busy route (a provider's gateway)
 // does not close what a per-pool bound would refuse after every answer
-// and dial it again for the next request.
+// and dial it again for the next request. A SOCKS5 route, whose
+// transport is its own, alike.
 func TestUpstreamKeepsABusyPoolsConnections(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kind routetest.Kind
+	}{{"http", routetest.HTTPProxy}, {"socks5", routetest.SOCKS5Proxy}} {
+		t.Run(tc.name, func(t *testing.T) { keepsABusyPoolsConnections(t, tc.kind) })
+	}
+}
+
+func keepsABusyPoolsConnections(t *testing.T, kind routetest.Kind) {
 	routetest.NoLeaks(t, func(t *testing.T) {
 		const parallel = 24 // more than a route's own transport keeps
 		var arrived sync.WaitGroup
@@ -244,10 +254,11 @@ func TestUpstreamKeepsABusyPoolsConnections(t *testing.T) {
 			io.WriteString(w, "ok")
 		}))
 		defer ts.Close()
-		proxy := routetest.NewProxy(t, routetest.Behavior{KeepAlive: true})
+		proxy := routetest.NewProxy(t, routetest.Behavior{Kind: kind, KeepAlive: true})
 		u := route.NewUpstream(0, 0)
 		defer u.CloseIdleConnections()
 		x := sharedExit(t, proxy.URL.String(), u, nil)
+		defer x.CloseIdleConnections()
 		for round := range 2 {
 			arrived.Add(parallel)
 			var done sync.WaitGroup
