@@ -17,6 +17,7 @@ type Candidates struct {
 	avoid  []string // the request's routes to avoid
 	index  drawIndex
 	tier   int  // the cost tier drawn from; -1: every tier
+	floor  int  // the lowest cost tier the request takes (TierKey)
 	all    bool // draw from fallback weights (panic or fallback)
 	// ignorePairs lifts route×target exclusions: the target has too few
 	// routes left (target panic) or nothing was eligible.
@@ -39,8 +40,8 @@ var errTierExhausted = errors.New("engine: tier exhausted")
 // required label (or of the cost tier, when tier > 0) and deciding panic
 // mode. A draw from one tier (tier ≥ 0) never panics: errTierExhausted
 // sends it to the next tier, and panic is the last draw's, from every tier.
-func (e *Engine) candidates(c *Candidates, ns int64, t *target, req *Request, tier int) error {
-	*c = Candidates{e: e, ns: ns, t: t, labels: req.Labels, avoid: req.Avoid, index: drawIndex{a: e.pool}, tier: tier}
+func (e *Engine) candidates(c *Candidates, ns int64, t *target, req *Request, tier, floor int) error {
+	*c = Candidates{e: e, ns: ns, t: t, labels: req.Labels, avoid: req.Avoid, index: drawIndex{a: e.pool}, tier: tier, floor: floor}
 	best := math.MaxInt
 	if tier > 0 {
 		// Tier 0 draws from the pool, passing over costlier routes.
@@ -53,6 +54,9 @@ func (e *Engine) candidates(c *Candidates, ns int64, t *target, req *Request, ti
 	}
 	if len(req.Labels) > 0 {
 		for _, l := range req.Labels {
+			if l.Key == TierKey {
+				continue // not a route's label: floor and tier say it
+			}
 			// Routes taking any value of the key (AnyValue) match too:
 			// the draw is from the union of the two indexes.
 			x := drawIndex{a: e.labelIndex(l, false), b: e.labelIndex(Label{Key: l.Key, Value: AnyValue}, false)}
@@ -232,7 +236,7 @@ func (c *Candidates) Allowed(slot int32) bool {
 func (c *Candidates) matches(r *route) bool {
 	if len(c.labels) > 0 || c.tier >= 0 {
 		rc := r.config.Load()
-		if len(c.labels) > 0 && !rc.labels.Matches(c.labels) || c.tier >= 0 && int(rc.tier) != c.tier {
+		if len(c.labels) > 0 && !rc.labels.Matches(c.labels) || c.tier >= 0 && int(rc.tier) != c.tier || int(rc.tier) < c.floor {
 			return false
 		}
 	}

@@ -357,6 +357,9 @@ func checkSpec(spec RouteSpec) error {
 	if spec.Tier < 0 || spec.Tier > MaxTier {
 		return errors.New("engine: route " + spec.ID + ": tier must be in [0, " + strconv.Itoa(MaxTier) + "]")
 	}
+	if _, ok := spec.Labels.Get(TierKey); ok {
+		return errors.New("engine: route " + spec.ID + ": no label may be named " + TierKey + ": a route's cost tier is its Tier")
+	}
 	return nil
 }
 
@@ -434,18 +437,24 @@ func (e *Engine) Acquire(now time.Time, req Request) (Lease, error) {
 	ns := now.UnixNano()
 	e.wakeDue(ns)
 	t := e.target(req.Target)
+	floor, err := req.Labels.MinTier()
+	if err != nil {
+		return Lease{}, err
+	}
 	if req.Session != "" {
 		if slot, ok := e.store.Session(req.Session, ns); ok {
-			return e.acquireSession(ns, t, slot, &req)
+			return e.acquireSession(ns, t, slot, &req, floor)
 		}
 	}
+	if floor > 0 && !e.hasTierFrom(floor) {
+		return Lease{}, ErrNoMatch
+	}
 	level := e.tierLevel(t, ns)
-	var err error
 	for range 3 { // a route can fill up between the pick and the lease
 		var c Candidates
 		var slot int32
 		var ok bool
-		if slot, ok, err = e.draw(&c, ns, t, &req, level); err != nil {
+		if slot, ok, err = e.draw(&c, ns, t, &req, level, floor); err != nil {
 			return Lease{}, err
 		}
 		if !ok {
@@ -493,15 +502,16 @@ func (e *Engine) Acquire(now time.Time, req Request) (Lease, error) {
 // climbs while a tier has nothing to give; then, as in a pool of one tier,
 // from every route, with panic and the least-bad fallback left to the
 // caller. A tier's pacing carries into the last draw's Paced, so a request
-// every tier paces is told to wait.
-func (e *Engine) draw(c *Candidates, ns int64, t *target, req *Request, level int) (int32, bool, error) {
+// every tier paces is told to wait. No draw takes a route under floor, the
+// tier the request asks for.
+func (e *Engine) draw(c *Candidates, ns int64, t *target, req *Request, level, floor int) (int32, bool, error) {
 	var paced bool
 	var wait time.Duration
-	for tier := max(level, 0); level >= 0 && tier < int(e.tiers.Load()); tier++ {
+	for tier := max(level, floor); level >= 0 && tier < int(e.tiers.Load()); tier++ {
 		if e.tierRoutes[tier].Load() == 0 {
 			continue
 		}
-		switch err := e.candidates(c, ns, t, req, tier); err {
+		switch err := e.candidates(c, ns, t, req, tier, floor); err {
 		case nil:
 		case errTierExhausted, ErrNoRoute:
 			continue
@@ -515,7 +525,7 @@ func (e *Engine) draw(c *Candidates, ns int64, t *target, req *Request, level in
 			paced, wait = true, c.PacedWait
 		}
 	}
-	if err := e.candidates(c, ns, t, req, -1); err != nil {
+	if err := e.candidates(c, ns, t, req, -1, floor); err != nil {
 		return 0, false, err
 	}
 	slot, ok := e.pick(c)
@@ -543,9 +553,12 @@ func (e *Engine) pick(c *Candidates) (int32, bool) {
 	return e.cfg.Picker.Pick(&escaped)
 }
 
-func (e *Engine) acquireSession(ns int64, t *target, slot int32, req *Request) (Lease, error) {
+func (e *Engine) acquireSession(ns int64, t *target, slot int32, req *Request, floor int) (Lease, error) {
 	r := e.routes.get(slot)
-	if r == nil || !r.config.Load().labels.Matches(req.Labels) || !e.usable(r, t) {
+	if r == nil {
+		return Lease{}, ErrSessionRestartRequired
+	}
+	if rc := r.config.Load(); !rc.labels.Matches(req.Labels) || int(rc.tier) < floor || !e.usable(r, t) {
 		return Lease{}, ErrSessionRestartRequired
 	}
 	if wait := e.paceWait(t, slot, ns); wait > 0 {

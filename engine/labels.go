@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -71,6 +72,11 @@ func parseLabel(tok string, anyValue bool) (Label, error) {
 	}
 	if err := checkLabelValue(value); err != nil {
 		return Label{}, fmt.Errorf("label %q: %w", tok, err)
+	}
+	if key == TierKey {
+		if _, err := ParseTier(value); err != nil {
+			return Label{}, fmt.Errorf("label %q: %w", tok, err)
+		}
 	}
 	return Label{Key: key, Value: value}, nil
 }
@@ -157,11 +163,46 @@ func (l Labels) String() string {
 // writes it.
 const AnyValue = "*"
 
+// TierKey is the label a request asks for a cost tier with: tier=N is
+// served by routes of tier N or above, from N up as for a target that
+// escalated to N (tier.go), never below. A route's tier is not one of its
+// labels (the route list takes tier= apart), so Matches passes over the
+// key; a client's tier=1 asks for tier 1 whatever the target's tier is.
+const TierKey = "tier"
+
+// MinTier is the cost tier c asks for with TierKey, 0 when it asks for
+// none, or an error naming a value that is no tier.
+func (c Labels) MinTier() (int, error) {
+	v, ok := c.Get(TierKey)
+	if !ok {
+		return 0, nil
+	}
+	n, err := ParseTier(v)
+	if err != nil {
+		return 0, fmt.Errorf("label %s=%s: %w", TierKey, v, err)
+	}
+	return n, nil
+}
+
+// ParseTier reads a cost tier, 0 (the cheapest) to MaxTier: a route
+// list's tier= and a request's TierKey.
+func ParseTier(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > MaxTier {
+		return 0, fmt.Errorf("want a whole number from 0 (the cheapest) to %d", MaxTier)
+	}
+	return n, nil
+}
+
 // Matches reports whether l satisfies every constraint in c: each key of c
-// must be present in l with the same value, or with AnyValue. It runs on
-// the routing hot path for every candidate route, so it does not allocate.
+// but TierKey must be present in l with the same value, or with AnyValue.
+// It runs on the routing hot path for every candidate route, so it does
+// not allocate.
 func (l Labels) Matches(c Labels) bool {
 	for _, want := range c {
+		if want.Key == TierKey {
+			continue
+		}
 		if v, ok := l.Get(want.Key); !ok || v != want.Value && v != AnyValue {
 			return false
 		}

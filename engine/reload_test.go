@@ -88,20 +88,20 @@ func TestUpdateRouteLabels(t *testing.T) {
 		{
 			desc:    "label added",
 			routes:  []change{{"a", "region=us"}, {"b", "region=us"}},
-			updates: []change{{"a", "region=us tier=premium"}},
+			updates: []change{{"a", "region=us plan=premium"}},
 			checks: []check{
-				{labels: "tier=premium", want: []string{"a"}},
-				{labels: "region=us tier=premium", want: []string{"a"}},
+				{labels: "plan=premium", want: []string{"a"}},
+				{labels: "region=us plan=premium", want: []string{"a"}},
 				{labels: "region=us", want: []string{"a", "b"}},
 			},
 		},
 		{
 			desc:    "label dropped",
-			routes:  []change{{"a", "region=us tier=premium"}, {"b", "region=us"}},
+			routes:  []change{{"a", "region=us plan=premium"}, {"b", "region=us"}},
 			updates: []change{{"a", "region=us"}},
 			checks: []check{
-				{labels: "tier=premium", err: ErrNoMatch},
-				{labels: "region=us tier=premium", err: ErrNoMatch},
+				{labels: "plan=premium", err: ErrNoMatch},
+				{labels: "region=us plan=premium", err: ErrNoMatch},
 				{labels: "region=us", want: []string{"a", "b"}},
 			},
 		},
@@ -203,7 +203,7 @@ func TestUpdateRouteKeepsEvidence(t *testing.T) {
 	}
 
 	for _, id := range []string{"r0", "r1"} {
-		if err := e.UpdateRoute(start, RouteSpec{ID: id, Labels: mustLabels(t, "region=eu tier=b"), Weight: 2, Cost: 1, MaxInflight: 5}); err != nil {
+		if err := e.UpdateRoute(start, RouteSpec{ID: id, Labels: mustLabels(t, "region=eu plan=b"), Weight: 2, Cost: 1, MaxInflight: 5}); err != nil {
 			t.Fatal(err)
 		}
 		after, _ := e.Route(id)
@@ -219,7 +219,7 @@ func TestUpdateRouteKeepsEvidence(t *testing.T) {
 	}
 	// The cooling route stays out of its new label's index too.
 	for range 200 {
-		l := mustAcquire(t, e, start, Request{Target: "c.com", Labels: mustLabels(t, "tier=b")})
+		l := mustAcquire(t, e, start, Request{Target: "c.com", Labels: mustLabels(t, "plan=b")})
 		if l.Route == "r0" {
 			t.Fatal("cooling route picked after UpdateRoute")
 		}
@@ -244,13 +244,13 @@ func TestUpdateRouteKeepsEvidence(t *testing.T) {
 	if err := e.Drain(start, "r2"); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.UpdateRoute(start, RouteSpec{ID: "r2", Labels: mustLabels(t, "region=eu tier=c")}); err != nil {
+	if err := e.UpdateRoute(start, RouteSpec{ID: "r2", Labels: mustLabels(t, "region=eu plan=c")}); err != nil {
 		t.Fatal(err)
 	}
 	if s := state(t, e, "r2"); s != Draining {
 		t.Fatalf("drained route %v after update", s)
 	}
-	if _, err := e.Acquire(start, Request{Target: "a.com", Labels: mustLabels(t, "tier=c")}); !errors.Is(err, ErrNoRoute) {
+	if _, err := e.Acquire(start, Request{Target: "a.com", Labels: mustLabels(t, "plan=c")}); !errors.Is(err, ErrNoRoute) {
 		t.Fatalf("drained route's new label: %v, want ErrNoRoute", err)
 	}
 }
@@ -398,7 +398,7 @@ func TestUpdateRouteConcurrent(t *testing.T) {
 	us, eu := mustLabels(t, "region=us"), mustLabels(t, "region=eu")
 	specs := [2]RouteSpec{
 		{ID: "flip", Labels: mustLabels(t, "region=us isp=x")},
-		{ID: "flip", Labels: mustLabels(t, "region=eu tier=b"), MaxInflight: 2, Weight: 3},
+		{ID: "flip", Labels: mustLabels(t, "region=eu plan=b"), MaxInflight: 2, Weight: 3},
 	}
 	for _, s := range []RouteSpec{specs[0], {ID: "us", Labels: us}, {ID: "eu", Labels: eu}, {ID: "any"}} {
 		if err := e.AddRoute(start, s); err != nil {

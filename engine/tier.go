@@ -64,6 +64,17 @@ func (e *Engine) countTier(from, to int) {
 	e.tiers.Store(n)
 }
 
+// hasTierFrom reports whether a route of tier floor or above is in the
+// pool.
+func (e *Engine) hasTierFrom(floor int) bool {
+	for tier := floor; tier <= MaxTier; tier++ {
+		if e.tierRoutes[tier].Load() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // nextTier returns the nearest tier above from (step 1) or below it (step
 // -1) that has routes, -1 when there is none.
 func (e *Engine) nextTier(from, step int) int {

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -316,5 +318,52 @@ func TestTierStepsDownOnAPassedProbe(t *testing.T) {
 	tiers := e.Tiers()
 	if lvl := e.tierLevel(e.target("shop.example"), now.UnixNano()); lvl != 0 || len(tiers) != 1 || !strings.Contains(tiers[0].Reason, "passed its probe") {
 		t.Fatalf("after the probes passed: level %d, Tiers() %+v; want tier 0, stepped down by a probe", lvl, tiers)
+	}
+}
+
+// A request asking for a tier (tier=N) is served from that tier or above,
+// whatever tier its target is at, and never below: not when its tier is
+// full, not in the least-bad fallback, not for a session bound below it.
+// A tier above every route's matches nothing; a value that is no tier is
+// refused.
+func TestRequestedTierIsAFloor(t *testing.T) {
+	floor := func(n string) Labels { return Labels{{Key: TierKey, Value: n}} }
+	e := newTestEngine(t, Config{}, 0)
+	for _, s := range []RouteSpec{
+		{ID: "c0"}, {ID: "c1"},
+		{ID: "x0", Tier: 1, MaxInflight: 2}, {ID: "m0", Tier: 2, MaxInflight: 1},
+	} {
+		if err := e.AddRoute(start, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req := Request{Target: "a.example", Labels: floor("1")}
+	var got []string
+	for range 3 { // x0's two, then the climb to m0
+		got = append(got, mustAcquire(t, e, start, req).Route)
+	}
+	if want := []string{"x0", "x0", "m0"}; !slices.Equal(got, want) {
+		t.Fatalf("picks for tier=1 = %v, want %v", got, want)
+	}
+	if l, err := e.Acquire(start, req); err == nil {
+		t.Fatalf("tier=1 with every route of tier 1 and above full leased %s, below the floor", l.Route)
+	}
+	if l := mustAcquire(t, e, start, Request{Target: "a.example"}); l.Route != "c0" && l.Route != "c1" {
+		t.Fatalf("a request asking no tier went to %s, want the cheap tier", l.Route)
+	}
+
+	bound := Request{Target: "b.example", Session: "s1"}
+	l := mustAcquire(t, e, start, bound) // bound to a cheap route: the rest are full
+	if _, err := e.Acquire(start, Request{Target: "b.example", Session: "s1", Labels: floor("1")}); !errors.Is(err, ErrSessionRestartRequired) {
+		t.Fatalf("a session bound to %s asked for tier 1: %v, want ErrSessionRestartRequired", l.Route, err)
+	}
+	if _, err := e.Acquire(start, Request{Target: "a.example", Labels: floor("3")}); !errors.Is(err, ErrNoMatch) {
+		t.Fatalf("tier=3 in a pool whose costliest tier is 2: %v, want ErrNoMatch", err)
+	}
+	if _, err := e.Acquire(start, Request{Target: "a.example", Labels: floor("x")}); err == nil {
+		t.Fatal("tier=x accepted")
+	}
+	if _, err := ParseLabels("tier=8"); err == nil {
+		t.Fatal("ParseLabels accepted tier=8, above MaxTier")
 	}
 }

@@ -61,7 +61,7 @@ func (f *fakeFetcher) Authenticate(_ context.Context, user, password, _ string) 
 	if user == "mallory" {
 		return "", nil, errors.New("wrong password")
 	}
-	return user, engine.Labels{{Key: "tier", Value: "cheap"}}, nil
+	return user, engine.Labels{{Key: "plan", Value: "cheap"}}, nil
 }
 
 func (f *fakeFetcher) Fetch(_ context.Context, req gateway.FetchRequest) (*gateway.FetchResult, error) {
@@ -133,7 +133,7 @@ func TestTry(t *testing.T) {
 				return
 			}
 			if r.Method != http.MethodGet || r.URL != "http://shop.example/p?q=1" || r.Session != "s1" || r.Labels.String() != "region=eu" ||
-				r.Validators.MustNotMatch == nil || r.User != "u" || r.UserLabels.String() != "tier=cheap" || user != "u:pw" {
+				r.Validators.MustNotMatch == nil || r.User != "u" || r.UserLabels.String() != "plan=cheap" || user != "u:pw" {
 				t.Errorf("the gateway was handed %+v (user %q)", r, user)
 			}
 			var got tryResult

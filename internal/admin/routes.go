@@ -67,6 +67,11 @@ func parseRouteQuery(v url.Values) (routeQuery, error) {
 		if err != nil {
 			return q, errors.New("label must be key=value: " + err.Error())
 		}
+		if _, ok := labels.Get(engine.TierKey); ok {
+			// A request's tier=N asks for a cost tier; a route's tier is
+			// not among its labels.
+			return q, errors.New("label: tier is a route's cost tier, not a label, and routes are not filtered by it")
+		}
 		q.labels = labels
 	}
 	if l := v.Get("limit"); l != "" {

@@ -122,6 +122,7 @@ func TestRoutesBadQuery(t *testing.T) {
 		{"one bad state of a list", "state=healthy,", "unknown state"},
 		{"label without a value", "label=region", "label must be key=value"},
 		{"label key in capitals", "label=Region=us", "label must be key=value"},
+		{"a cost tier as a label", "label=tier=1", "tier is a route's cost tier"},
 		{"the same label key twice", "label=region=us&label=region=eu", "label must be key=value"},
 		{"limit zero", "limit=0", "limit must be"},
 		{"limit over the maximum", "limit=5001", "limit must be"},

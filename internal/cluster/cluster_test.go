@@ -247,7 +247,7 @@ func TestPick(t *testing.T) {
 	c := &Cluster{cfg: DefaultConfig(), self: "me", now: time.Now, log: slog.New(slog.DiscardHandler), peers: map[string]*peer{
 		"a:1": {addr: "a:1", id: "a", state: Up, summary: Summary{Usable: 1, Groups: []Group{{Labels: us, Routes: 1, Usable: 1, Cooling: map[string]int{"banned.example": 1}}}}},
 		"b:1": {addr: "b:1", id: "b", state: Down, summary: Summary{Usable: 1, Groups: []Group{{Labels: us, Routes: 1, Usable: 1}}}},
-		"c:1": {addr: "c:1", id: "c", state: Up, summary: Summary{Groups: []Group{{Labels: append(eu, engine.Label{Key: "tier", Value: "x"}), Routes: 1}}}},
+		"c:1": {addr: "c:1", id: "c", state: Up, summary: Summary{Groups: []Group{{Labels: append(eu, engine.Label{Key: "plan", Value: "x"}), Routes: 1}}}},
 	}}
 	c.local = func() Summary { return Summary{Usable: 1, Groups: []Group{{Labels: eu, Routes: 1, Usable: 1}}} }
 	for _, tc := range []struct {
@@ -261,7 +261,7 @@ func TestPick(t *testing.T) {
 		{"only this node fits", eu, "", nil, "me"},
 		{"nobody fits: here", engine.Labels{{Key: "region", Value: "jp"}}, "", nil, "me"},
 		{"the fitting peer was tried", us, "", map[string]bool{"a": true}, "me"},
-		{"only an unusable route fits", engine.Labels{{Key: "tier", Value: "x"}}, "", nil, "c"},
+		{"only an unusable route fits", engine.Labels{{Key: "plan", Value: "x"}}, "", nil, "c"},
 		{"the peer's only fit cools for the target: still the best", us, "banned.example", nil, "a"},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {

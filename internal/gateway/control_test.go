@@ -156,13 +156,17 @@ func TestControlRequests(t *testing.T) {
 			{desc: "label in username and header alike", user: "acct-region-us", header: http.Header{headerLabels: {"region=us"}}, wantStatus: 200, wantRoute: 0},
 			{desc: "label in username and header differently", user: "acct-region-us", header: http.Header{headerLabels: {"region=eu"}}, wantStatus: 400, wantError: "bad_request"},
 			{desc: "session in username and header differently", user: "acct-session-s4", header: http.Header{headerSession: {"s5"}}, wantStatus: 400, wantError: "bad_request"},
+			{desc: "a cost tier asked for", header: http.Header{headerLabels: {"tier=1"}}, wantStatus: 200, wantRoute: 2},
+			{desc: "a cost tier in the username", user: "acct-tier-1", wantStatus: 200, wantRoute: 2},
+			{desc: "a tier above every route's", header: http.Header{headerLabels: {"tier=2"}}, wantStatus: 503, wantError: "no_matching_route"},
+			{desc: "a tier that is no tier", header: http.Header{headerLabels: {"tier=residential"}}, wantStatus: 400, wantError: "bad_request"},
 		}
 		for _, tc := range tests {
 			t.Run(tc.desc, func(t *testing.T) {
 				t.Parallel()
 				tg := newTarget(t, func(int, http.ResponseWriter, *http.Request) {})
 				p0, p1, p2 := routetest.NewProxy(t, routetest.Behavior{}), routetest.NewProxy(t, routetest.Behavior{}), routetest.NewProxy(t, routetest.Behavior{})
-				v := newEnv(t, Config{}, proxyLine(p0, "region=us"), proxyLine(p1, "region=eu"), proxyLine(p2, "region=eu provider=acme"))
+				v := newEnv(t, Config{}, proxyLine(p0, "region=us"), proxyLine(p1, "region=eu"), proxyLine(p2, "region=eu provider=acme tier=1"))
 				c := v.client(t, tc.user)
 				var first string
 				for i := range 4 {

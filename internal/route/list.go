@@ -138,9 +138,7 @@ func (r *Route) takeReserved(labels engine.Labels) error {
 			r.Cost, err = parseNonNegative(l.Value)
 		case "tier":
 			var tier int
-			if tier, err = strconv.Atoi(l.Value); err != nil || tier < 0 || tier > engine.MaxTier {
-				err = fmt.Errorf("want a whole number from 0 (the cheapest) to %d", engine.MaxTier)
-			}
+			tier, err = engine.ParseTier(l.Value)
 			r.Tier = int32(tier)
 		case "price_per_request", "price_per_gb":
 			var v float64
