@@ -25,11 +25,11 @@ import (
 // it again for the next. SOCKS5 routes keep a transport of their own:
 // their connections are tunnels through one proxy and must never carry
 // another route's requests. Only the SOCKS5 routes used last keep idle
-// connections, as many as they have open together within MaxIdle, a busy
-// one as many as it carries at once, so that a pool of SOCKS5 routes is
-// bounded alike. Every connection its exits open,
-// tunnels included, counts against a cap on those open at once. Safe for
-// concurrent use.
+// connections, as many routes as MaxIdle allows at 16 each and as many
+// connections as MaxIdle together, a busy one as many as it carries at
+// once, so that a pool of SOCKS5 routes is bounded alike. Every
+// connection its exits open, tunnels included, counts against a cap on
+// those open at once. Safe for concurrent use.
 type Upstream struct {
 	// Immutable after NewUpstream.
 	transport *http.Transport
@@ -41,14 +41,15 @@ type Upstream struct {
 }
 
 // warmExits are the SOCKS5 exits whose transports may keep idle
-// connections, the one used last in front: while those behind it hold
-// more than max connections open together, the last is pushed out and
-// its idle connections closed. Each exit's count is taken as it is
-// touched (held sums them), so a busy exit is counted as it is now, one
-// left behind as it was when last used.
+// connections, the one used last in front: while they are more than
+// exits, or hold more than conns connections open together, the last is
+// pushed out and its idle connections closed. Each exit's count is taken
+// as it is touched (held sums them), so a busy exit is counted as it is
+// now, one left behind as it was when last used.
 type warmExits struct {
 	mu    sync.Mutex
-	max   int64
+	exits int                     // a transport each: what bounds their memory
+	conns int64                   // what bounds their descriptors
 	held  int64                   // guarded by mu: the warm exits' connections, as last counted
 	order list.List               // of *warmExit; guarded by mu
 	at    map[*Exit]*list.Element // guarded by mu
@@ -61,7 +62,7 @@ type warmExit struct {
 }
 
 // touch puts x in front, counting its connections again, and pushes out
-// the exits last used while the warm ones hold more than max.
+// the exits last used while the warm ones are over either bound.
 func (w *warmExits) touch(x *Exit) {
 	w.mu.Lock()
 	e, ok := w.at[x]
@@ -76,7 +77,7 @@ func (w *warmExits) touch(x *Exit) {
 	w.held += n - we.seen
 	we.seen = n
 	var out []*Exit
-	for w.held > w.max && w.order.Len() > 1 {
+	for (w.order.Len() > w.exits || w.held > w.conns) && w.order.Len() > 1 {
 		last := w.order.Remove(w.order.Back()).(*warmExit)
 		delete(w.at, last.x)
 		w.held -= last.seen
@@ -94,7 +95,8 @@ const (
 	// routes when NewUpstream is given no bound.
 	DefaultMaxIdle = 1024
 	// ownTransportIdle is the idle connections the transport of a route
-	// dialled without an Upstream keeps, per target.
+	// dialled without an Upstream keeps, per target; an Upstream keeps
+	// MaxIdle / ownTransportIdle SOCKS5 routes warm at most.
 	ownTransportIdle = 16
 	// upstreamIdleTimeout closes a connection idle this long.
 	upstreamIdleTimeout = 90 * time.Second
@@ -110,7 +112,7 @@ func NewUpstream(maxIdle, maxOpen int) *Upstream {
 	if maxIdle <= 0 {
 		maxIdle = DefaultMaxIdle
 	}
-	u := &Upstream{maxIdle: maxIdle, maxOpen: int64(max(maxOpen, 0)), warm: warmExits{max: int64(maxIdle), at: make(map[*Exit]*list.Element)}}
+	u := &Upstream{maxIdle: maxIdle, maxOpen: int64(max(maxOpen, 0)), warm: warmExits{exits: max(1, maxIdle/ownTransportIdle), conns: int64(maxIdle), at: make(map[*Exit]*list.Element)}}
 	u.transport = &http.Transport{
 		Proxy:               u.proxy,
 		DialContext:         u.dial,

@@ -126,7 +126,7 @@ func TestUpstreamCapsIdleAcrossRoutes(t *testing.T) {
 // are counted in Open.
 func TestUpstreamBoundsSOCKS5Routes(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
-		const routes, capacity = 6, 2 // two routes' worth, at one connection each
+		const routes, capacity = 6, 32 // two routes' worth by count, at 16 each
 		target := pageTarget(t)
 		u := route.NewUpstream(capacity, 0)
 		exits := make([]*route.Exit, routes)
@@ -243,38 +243,83 @@ func TestUpstreamKeepsABusyPoolsConnections(t *testing.T) {
 func keepsABusyPoolsConnections(t *testing.T, kind routetest.Kind) {
 	routetest.NoLeaks(t, func(t *testing.T) {
 		const parallel = 24 // more than a route's own transport keeps
-		var arrived sync.WaitGroup
-		all := []chan struct{}{make(chan struct{}), make(chan struct{})} // per round: every request is in
-		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			arrived.Done()
-			select { // every request of the round in flight at once
-			case <-all[r.URL.Path[1]-'0']:
-			case <-time.After(5 * time.Second):
-			}
-			io.WriteString(w, "ok")
-		}))
-		defer ts.Close()
+		site := newAtOnce(t, parallel, 2)
 		proxy := routetest.NewProxy(t, routetest.Behavior{Kind: kind, KeepAlive: true})
 		u := route.NewUpstream(0, 0)
 		defer u.CloseIdleConnections()
 		x := sharedExit(t, proxy.URL.String(), u, nil)
 		defer x.CloseIdleConnections()
 		for round := range 2 {
-			arrived.Add(parallel)
-			var done sync.WaitGroup
-			for i := range parallel {
-				done.Go(func() {
-					if got := sharedGet(t, x, ts.Listener.Addr().String(), fmt.Sprintf("/%d/%d", round, i)); got != "ok" {
-						t.Errorf("body %q", got)
-					}
-				})
-			}
-			arrived.Wait()
-			close(all[round])
-			done.Wait()
+			site.round(t, x, round)
 			if got := u.Open(); got != parallel {
 				t.Errorf("round %d: %d connections open at rest after %d requests at once, want %d", round, got, parallel, parallel)
 			}
 		}
 	})
+}
+
+// The SOCKS5 routes kept warm are bounded by the connections they hold
+// together too: a busy route used last pushes out one busy before it.
+func TestUpstreamBoundsBusySOCKS5Routes(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		const parallel, capacity = 24, 32 // room for two routes by count, one by connections
+		site := newAtOnce(t, parallel, 2)
+		u := route.NewUpstream(capacity, 0)
+		var exits [2]*route.Exit
+		for i := range exits {
+			exits[i] = sharedExit(t, routetest.NewProxy(t, routetest.Behavior{Kind: routetest.SOCKS5Proxy}).URL.String(), u, nil)
+			defer exits[i].CloseIdleConnections()
+		}
+		for i, x := range exits {
+			site.round(t, x, i)
+		}
+		if got := u.Open(); got != parallel {
+			t.Errorf("%d connections open after two busy SOCKS5 routes within a cap of %d, want the last one's %d", got, capacity, parallel)
+		}
+	})
+}
+
+// atOnce is a site that answers the requests of a round only once all n
+// are in, so that they are in flight together.
+type atOnce struct {
+	n       int
+	addr    string
+	arrived sync.WaitGroup
+	rounds  []chan struct{} // closed as each round's requests are all in
+}
+
+func newAtOnce(t *testing.T, n, rounds int) *atOnce {
+	a := &atOnce{n: n, rounds: make([]chan struct{}, rounds)}
+	for i := range a.rounds {
+		a.rounds[i] = make(chan struct{})
+	}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.arrived.Done()
+		select {
+		case <-a.rounds[r.URL.Path[1]-'0']:
+		case <-time.After(5 * time.Second):
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(ts.Close)
+	a.addr = ts.Listener.Addr().String()
+	return a
+}
+
+// round sends the n requests of round r through x at once, and returns
+// once all are answered.
+func (a *atOnce) round(t *testing.T, x *route.Exit, r int) {
+	t.Helper()
+	a.arrived.Add(a.n)
+	var done sync.WaitGroup
+	for i := range a.n {
+		done.Go(func() {
+			if got := sharedGet(t, x, a.addr, fmt.Sprintf("/%d/%d", r, i)); got != "ok" {
+				t.Errorf("body %q", got)
+			}
+		})
+	}
+	a.arrived.Wait()
+	close(a.rounds[r])
+	done.Wait()
 }
