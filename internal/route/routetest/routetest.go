@@ -704,8 +704,18 @@ func (s *server) start(handle func(net.Conn)) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		var backoff time.Duration
 		for {
 			c, err := s.ln.Accept()
+			if err != nil && !errors.Is(err, net.ErrClosed) {
+				// Out of descriptors (a test that exhausts them, and
+				// the connections queued meanwhile): serve on once
+				// there are some again, as net/http's server does.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				time.Sleep(backoff)
+				continue
+			}
+			backoff = 0
 			if err != nil || !s.track(c) {
 				return // closed
 			}
