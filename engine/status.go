@@ -11,6 +11,7 @@ import (
 type RouteStatus struct {
 	ID       string
 	Labels   Labels
+	Tier     int     // cost tier
 	Health   Health  // the global record
 	Score    float64 // global score in [0, 1]
 	Weight   float64 // current selection weight (0 when excluded)
@@ -69,8 +70,9 @@ func (e *Engine) RouteGlobal(id string) (RouteStatus, bool) {
 func (e *Engine) global(r *route) RouteStatus {
 	h, _ := e.store.Read(Key{Route: r.slot})
 	w, _ := e.pool.weight(r.slot)
+	rc := r.config.Load()
 	return RouteStatus{
-		ID: r.id, Labels: r.config.Load().labels, Health: h, Score: h.Score(&e.cfg),
+		ID: r.id, Labels: rc.labels, Tier: int(rc.tier), Health: h, Score: h.Score(&e.cfg),
 		Weight: w, Inflight: int(e.store.Inflight(r.slot)),
 	}
 }

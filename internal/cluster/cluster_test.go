@@ -330,8 +330,9 @@ func metadataIncoming(ctx context.Context, kv ...string) context.Context {
 	return metadata.NewIncomingContext(ctx, metadata.Pairs(kv...))
 }
 
-// TestFits: a route cooling for a target does not fit requests for it, and
-// Summarize counts it so.
+// TestFits: a route cooling for a target does not fit requests for it, a
+// route under the tier a request asks for does not fit it, and Summarize
+// counts them so, through a Ping too.
 func TestFits(t *testing.T) {
 	t.Parallel()
 	us := engine.Labels{{Key: "region", Value: "us"}}
@@ -341,6 +342,8 @@ func TestFits(t *testing.T) {
 		{ID: "r3", Labels: engine.Labels{{Key: "region", Value: "eu"}}, Health: engine.Health{State: engine.Cooling}},
 		// A provider gateway taking any city (docs/design/014).
 		{ID: "gw", Labels: engine.Labels{{Key: "city", Value: engine.AnyValue}}, Health: engine.Health{State: engine.Healthy}},
+		// A costlier tier, only for de, and cooling for banned.example too.
+		{ID: "x1", Labels: engine.Labels{{Key: "region", Value: "de"}}, Tier: 1, Health: engine.Health{State: engine.Healthy}},
 	}
 	s := Summarize("v", routes)
 	back := summaryOf(s.PingResponse("n", 0))
@@ -356,6 +359,9 @@ func TestFits(t *testing.T) {
 		{"only an unusable route fits", engine.Labels{{Key: "region", Value: "eu"}}, "", 1},
 		{"nothing fits", engine.Labels{{Key: "region", Value: "jp"}}, "", 0},
 		{"a gateway takes any value", engine.Labels{{Key: "city", Value: "paris"}}, "", 2},
+		{"a tier asked for, with labels", engine.Labels{{Key: "region", Value: "de"}, {Key: engine.TierKey, Value: "1"}}, "", 2},
+		{"a tier no route of the labels has", engine.Labels{{Key: "region", Value: "us"}, {Key: engine.TierKey, Value: "1"}}, "", 0},
+		{"a tier above every route's", engine.Labels{{Key: engine.TierKey, Value: "2"}}, "", 0},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()

@@ -55,6 +55,7 @@ func (s State) String() string {
 // Group counts a node's routes carrying one label set.
 type Group struct {
 	Labels         engine.Labels
+	Tier           int // the routes' cost tier: a request's tier=N takes groups of N and above
 	Routes, Usable int
 	// Cooling counts, by target, the usable routes not usable for that
 	// target (their pair with it cooling or ejected).
@@ -76,8 +77,9 @@ type Summary struct {
 // serve), 0 when none does.
 func (s *Summary) fits(labels engine.Labels, target string) int {
 	best := 0
+	floor, _ := labels.MinTier() // refused before a request gets here
 	for _, g := range s.Groups {
-		if !g.Labels.Matches(labels) {
+		if !g.Labels.Matches(labels) || g.Tier < floor {
 			continue
 		}
 		if g.Usable-g.Cooling[target] > 0 {
@@ -97,19 +99,23 @@ const (
 // Summarize is the Summary of routes, as a node's Ping advertises it.
 func Summarize(version string, routes []engine.RouteStatus) Summary {
 	s := Summary{Version: version, Routes: len(routes)}
-	byLabels := map[string]int{}
+	type key struct {
+		labels string
+		tier   int
+	}
+	byLabels := map[key]int{}
 	for _, r := range routes {
 		usable := r.Health.State.Usable()
 		if usable {
 			s.Usable++
 		}
 		s.Inflight += int64(r.Inflight)
-		key := r.Labels.String()
-		i, ok := byLabels[key]
+		k := key{r.Labels.String(), r.Tier}
+		i, ok := byLabels[k]
 		if !ok {
 			i = len(s.Groups)
-			byLabels[key] = i
-			s.Groups = append(s.Groups, Group{Labels: r.Labels})
+			byLabels[k] = i
+			s.Groups = append(s.Groups, Group{Labels: r.Labels, Tier: r.Tier})
 		}
 		g := &s.Groups[i]
 		g.Routes++
@@ -155,7 +161,7 @@ func (s Summary) PingResponse(id string, uptime time.Duration) *pb.PingResponse 
 		Inflight: s.Inflight, ProxyPort: int32(s.ProxyPort),
 	}
 	for _, g := range s.Groups {
-		pg := &pb.RouteGroup{Labels: g.Labels.String(), Routes: int32(g.Routes), Usable: int32(g.Usable)}
+		pg := &pb.RouteGroup{Labels: g.Labels.String(), Tier: int32(g.Tier), Routes: int32(g.Routes), Usable: int32(g.Usable)}
 		for _, t := range slices.Sorted(maps.Keys(g.Cooling)) {
 			pg.Cooling = append(pg.Cooling, &pb.TargetCount{Target: t, Routes: int32(g.Cooling[t])})
 		}
@@ -173,7 +179,7 @@ func summaryOf(p *pb.PingResponse) Summary {
 		if err != nil {
 			continue
 		}
-		gr := Group{Labels: labels, Routes: int(g.GetRoutes()), Usable: int(g.GetUsable())}
+		gr := Group{Labels: labels, Tier: int(g.GetTier()), Routes: int(g.GetRoutes()), Usable: int(g.GetUsable())}
 		for i, t := range g.GetCooling() {
 			if i == maxGroupTargets {
 				break

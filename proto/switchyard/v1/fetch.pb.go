@@ -877,8 +877,9 @@ func (*PingRequest) Descriptor() ([]byte, []int) {
 	return file_fetch_proto_rawDescGZIP(), []int{11}
 }
 
-// RouteGroup counts a node's routes that carry one set of labels, so that
-// an entry node can tell which node's exits fit a request's labels.
+// RouteGroup counts a node's routes that carry one set of labels on one
+// cost tier, so that an entry node can tell which node's exits fit a
+// request's labels and the tier it asks for.
 type RouteGroup struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Labels string                 `protobuf:"bytes,1,opt,name=labels,proto3" json:"labels,omitempty"` // as the proxy list writes them: "provider=acme region=us"
@@ -888,6 +889,7 @@ type RouteGroup struct {
 	// not usable for that target (cooling, ejected for it): at most 64
 	// targets, the most counted kept.
 	Cooling       []*TargetCount `protobuf:"bytes,4,rep,name=cooling,proto3" json:"cooling,omitempty"`
+	Tier          int32          `protobuf:"varint,5,opt,name=tier,proto3" json:"tier,omitempty"` // the routes' cost tier, 0 the cheapest: a group is one label set on one tier
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -948,6 +950,13 @@ func (x *RouteGroup) GetCooling() []*TargetCount {
 		return x.Cooling
 	}
 	return nil
+}
+
+func (x *RouteGroup) GetTier() int32 {
+	if x != nil {
+		return x.Tier
+	}
+	return 0
 }
 
 type TargetCount struct {
@@ -1318,13 +1327,14 @@ const file_fetch_proto_rawDesc = "" +
 	"\vBatchResult\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x03R\x05index\x128\n" +
 	"\bresponse\x18\x02 \x01(\v2\x1c.switchyard.v1.FetchResponseR\bresponse\"\r\n" +
-	"\vPingRequest\"\x8a\x01\n" +
+	"\vPingRequest\"\x9e\x01\n" +
 	"\n" +
 	"RouteGroup\x12\x16\n" +
 	"\x06labels\x18\x01 \x01(\tR\x06labels\x12\x16\n" +
 	"\x06routes\x18\x02 \x01(\x05R\x06routes\x12\x16\n" +
 	"\x06usable\x18\x03 \x01(\x05R\x06usable\x124\n" +
-	"\acooling\x18\x04 \x03(\v2\x1a.switchyard.v1.TargetCountR\acooling\"=\n" +
+	"\acooling\x18\x04 \x03(\v2\x1a.switchyard.v1.TargetCountR\acooling\x12\x12\n" +
+	"\x04tier\x18\x05 \x01(\x05R\x04tier\"=\n" +
 	"\vTargetCount\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x16\n" +
 	"\x06routes\x18\x02 \x01(\x05R\x06routes\"\xc3\x02\n" +
