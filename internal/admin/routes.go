@@ -27,6 +27,7 @@ const (
 type routeQuery struct {
 	states [engine.Draining + 1]bool // the global states asked for; all false: any
 	labels engine.Labels             // labels a route must carry, every one
+	floor  int                       // the lowest cost tier shown (label tier=N)
 	target string                    // "": any; else routes with a pair record for it, that pair alone shown
 	limit  int
 	after  string // a route id; "" for the first page
@@ -37,7 +38,8 @@ var errRouteQuery = errors.New("unknown parameter: /api/routes takes state, labe
 
 // parseRouteQuery reads /api/routes' parameters: state (a state, or a
 // comma list of them; repeatable), label (k=v; repeatable, all must
-// match), target, limit (1 to maxRoutesLimit) and after (a route id). Its
+// match; tier=N: of cost tier N or above, as a request's), target, limit
+// (1 to maxRoutesLimit) and after (a route id). Its
 // errors are the reason of a 400; they never quote after, which may be an
 // address typed with its password.
 func parseRouteQuery(v url.Values) (routeQuery, error) {
@@ -67,12 +69,8 @@ func parseRouteQuery(v url.Values) (routeQuery, error) {
 		if err != nil {
 			return q, errors.New("label must be key=value: " + err.Error())
 		}
-		if _, ok := labels.Get(engine.TierKey); ok {
-			// A request's tier=N asks for a cost tier; a route's tier is
-			// not among its labels.
-			return q, errors.New("label: tier is a route's cost tier, not a label, and routes are not filtered by it")
-		}
 		q.labels = labels
+		q.floor, _ = labels.MinTier() // tier=N: routes of tier N or above, as a request takes them
 	}
 	if l := v.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
@@ -98,7 +96,7 @@ func stateNamed(name string) (engine.State, bool) {
 // matchGlobal reports whether a route's global status passes q's state
 // and label filters.
 func (q *routeQuery) matchGlobal(st *engine.RouteStatus) bool {
-	return (!slices.Contains(q.states[:], true) || q.states[st.Health.State]) && st.Labels.Matches(q.labels)
+	return (!slices.Contains(q.states[:], true) || q.states[st.Health.State]) && st.Labels.Matches(q.labels) && st.Tier >= q.floor
 }
 
 // matchTarget reports whether st passes q's target filter, and narrows

@@ -339,6 +339,7 @@ type routeJSON struct {
 	URL                 string            `json:"url,omitempty"`    // Redacted: ***:***, never a credential
 	Scheme              string            `json:"scheme,omitempty"` // omitted for a route missing from the list
 	Labels              map[string]string `json:"labels"`
+	Tier                int               `json:"tier"` // cost tier, 0 the cheapest
 	State               string            `json:"state"`
 	Score               float64           `json:"score"`
 	Weight              float64           `json:"weight"`
@@ -386,6 +387,7 @@ func (s *Server) routeJSON(st engine.RouteStatus) routeJSON {
 		LastFailureClass:    lastFailure,
 		ID:                  st.ID,
 		Labels:              make(map[string]string, len(st.Labels)),
+		Tier:                st.Tier,
 		State:               h.State.String(),
 		Score:               st.Score,
 		Weight:              st.Weight,

@@ -31,7 +31,7 @@ const testList = `# test pool
 socks5://bob-Kx7:pw-bob-77@10.0.0.2:1080 region=eu
 http://alice-Kx7:s3cr3t-Pa55@10.0.0.1:8080 region=us plan=gold
 direct
-10.0.0.3:3128:carol-Kx7:pw-carol-9
+10.0.0.3:3128:carol-Kx7:pw-carol-9 tier=1
 `
 
 const (
