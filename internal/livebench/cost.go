@@ -149,11 +149,7 @@ func costContenders(switchyardBinary func() (string, error), dir string) []conte
 // written in Go on net/http costs before it does anything of its own.
 func goFloorContender(binary func() (string, error)) contender {
 	return contender{name: costGoFloor, missing: always, start: func(ctx context.Context, f *fleet, opts Options, dir string) (*session, error) {
-		bin, err := binary()
-		if err != nil {
-			return nil, err
-		}
-		listen, err := freeAddr()
+		bin, listen, err := binaryAndAddr(binary)
 		if err != nil {
 			return nil, err
 		}

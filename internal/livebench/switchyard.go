@@ -52,6 +52,16 @@ func moduleBinary(pkg, bin string) func() (string, error) {
 	})
 }
 
+// binaryAndAddr gives a gateway process's binary and a free address on
+// 127.0.0.1 for it to listen on.
+func binaryAndAddr(binary func() (string, error)) (bin, listen string, err error) {
+	if bin, err = binary(); err != nil {
+		return "", "", err
+	}
+	listen, err = freeAddr()
+	return bin, listen, err
+}
+
 // moduleRoot is the directory of the main module, from the go command.
 func moduleRoot() (string, error) {
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
@@ -72,11 +82,7 @@ func switchyardContender(name string, binary func() (string, error), intercept b
 		missing = overHTTPS
 	}
 	return contender{name: name, missing: missing, start: func(ctx context.Context, f *fleet, opts Options, dir string) (*session, error) {
-		bin, err := binary()
-		if err != nil {
-			return nil, err
-		}
-		listen, err := freeAddr()
+		bin, listen, err := binaryAndAddr(binary)
 		if err != nil {
 			return nil, err
 		}
