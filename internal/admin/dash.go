@@ -94,14 +94,14 @@ func (s *Server) dashRoutes(w http.ResponseWriter, _ *http.Request) {
 			url = r.Redacted()
 		}
 		rows[i] = []any{
-			st.ID, url, int(h.State), st.Labels.String(), round3(st.Score), costMS(st, gamma),
+			st.ID, url, int(h.State), st.Labels.String(), st.Tier, round3(st.Score), costMS(st, gamma),
 			round3(h.Latency * 1000), st.Inflight, attempts, successes, lastFailure, causeName(h.Cause),
 			remainingMS(h.Until, now), h.Samples, len(st.Targets),
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"states":  states(),
-		"columns": []string{"id", "url", "state", "labels", "score", "cost_ms", "latency_ms", "inflight", "attempts", "successes", "last_failure_class", "cause", "cooldown_ms", "samples", "targets"},
+		"columns": []string{"id", "url", "state", "labels", "tier", "score", "cost_ms", "latency_ms", "inflight", "attempts", "successes", "last_failure_class", "cause", "cooldown_ms", "samples", "targets"},
 		"rows":    rows,
 	})
 }

@@ -229,12 +229,15 @@ func TestDashRoutes(t *testing.T) {
 		if len(r) != len(got.Columns) {
 			t.Fatalf("row %v has %d columns, want %d", r, len(r), len(got.Columns))
 		}
+		if r[col["id"]] == carol && r[col["tier"]] != 1.0 {
+			t.Errorf("carol's row %v: tier %v, want 1", r, r[col["tier"]])
+		}
 		if r[col["id"]] != alice {
 			continue
 		}
 		state := got.States[int(r[col["state"]].(float64))]
 		if state != "cooling" || r[col["cause"]] != "proxy_timeout" || r[col["samples"]] != 4.0 || r[col["last_failure_class"]] != "blocked" ||
-			r[col["labels"]] != "plan=gold region=us" || r[col["url"]] != "http://***:***@10.0.0.1:8080" {
+			r[col["labels"]] != "plan=gold region=us" || r[col["tier"]] != 0.0 || r[col["url"]] != "http://***:***@10.0.0.1:8080" {
 			t.Errorf("alice's row %v", r)
 		}
 	}

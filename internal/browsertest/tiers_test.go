@@ -12,7 +12,7 @@ import (
 )
 
 // A site that refuses the whole cheap tier moves to the costly one, and
-// the events page says so.
+// the events page says so; the routes table shows each route's tier.
 func TestDashboardShowsTierMoves(t *testing.T) {
 	chromiumPath(t) // skip before building anything
 	var fakes []fake
@@ -32,4 +32,7 @@ func TestDashboardShowsTierMoves(t *testing.T) {
 	b.run(t, 5*time.Second, js(`location.hash = '#targets'`))
 	b.until(t, 10*time.Second, `[...document.querySelectorAll('#tg-body tr[data-target="localhost"] td')].some((td) =>
 		td.textContent.startsWith('tier 1') && td.textContent.includes('valid answers'))`)
+	b.run(t, 5*time.Second, js(`location.hash = '#routes'`))
+	b.until(t, 10*time.Second, `document.querySelector('#rt-body tr[data-route="resi"] td.tier')?.textContent === '1' &&
+		document.querySelector('#rt-body tr[data-route="dc0"] td.tier')?.textContent === '0'`)
 }

@@ -234,7 +234,7 @@ pages.overview = {
 
 const COLS = [
   { key: 'state', label: 'State' }, { key: 'id', label: 'Route' }, { key: 'labels', label: 'Labels' },
-  { key: 'score', label: 'Score', num: true }, { key: 'cost_ms', label: 'Est. cost', num: true },
+  { key: 'tier', label: 'Tier', num: true }, { key: 'score', label: 'Score', num: true }, { key: 'cost_ms', label: 'Est. cost', num: true },
   { key: 'latency_ms', label: 'Latency', num: true }, { key: 'inflight', label: 'In flight', num: true },
   { key: 'attempts', label: 'Attempts', num: true }, { key: 'successes', label: 'Successes', num: true },
   { key: 'last_failure_class', label: 'Last failure' }, { key: 'cause', label: 'State cause' },
@@ -249,7 +249,7 @@ function cellText(r, c) {
     case 'score': return fmt(v, 3);
     case 'cost_ms': case 'latency_ms': return v > 0 ? fmtMS(v) : '–';
     case 'cooldown_ms': return v === -1 ? 'until restored' : v > 0 ? fmtMS(v) : '';
-    case 'inflight': case 'attempts': case 'successes': return fmt(v, 0);
+    case 'tier': case 'inflight': case 'attempts': case 'successes': return fmt(v, 0);
     default: return v;
   }
 }
@@ -366,7 +366,7 @@ pages.route = {
     const r = await get('/api/routes/' + encodeURIComponent(id));
     const labels = Object.entries(r.labels).map(([k, v]) => k + '=' + v).join(' ');
     facts($('rd-facts'), [
-      ['State', badge(r.state)], ['Address', r.url || '–'], ['Labels', labels || '–'],
+      ['State', badge(r.state)], ['Address', r.url || '–'], ['Labels', labels || '–'], ['Cost tier', String(r.tier)],
       ['Score', fmt(r.score, 3)], ['Est. cost', r.cost_ms > 0 ? fmtMS(r.cost_ms) : '–'],
       ['Success (EWMA)', fmt(r.success_ewma, 3)], ['Latency (peak EWMA)', r.latency_ms_ewma > 0 ? fmtMS(r.latency_ms_ewma) : '–'],
       ['Samples', fmt(r.samples, 0)], ['Consecutive failures', fmt(r.consecutive_failures, 0)],
