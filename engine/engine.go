@@ -757,18 +757,18 @@ func (e *Engine) observe(ns int64, r *route, t *target, o Observation, rec *Leas
 	}
 	rule := e.cfg.Rules.Rule(o.Class)
 	e.publishOutcome(ns, r, t, o, rec)
+	taken := ns // when the attempt left, for pacing: now for one without a lease
+	if rec != nil {
+		taken = rec.Taken
+	}
 	if tt := t.tier.Load(); tt != nil {
 		e.observeTier(ns, t, tt, int(r.config.Load().tier), o.Class, rule)
 	}
 	switch o.Class {
 	case RateLimited:
-		taken := ns
-		if rec != nil {
-			taken = rec.Taken
-		}
 		e.learnRate(t, r.slot, ns, taken, o.RetryAfter)
 	case Blocked, ContentInvalid:
-		e.learnTolerance(t, r.slot, ns)
+		e.learnTolerance(t, r.slot, ns, taken)
 	case OK:
 		e.served(t, r.slot, ns)
 		if rec != nil {

@@ -33,7 +33,17 @@ import (
 //     PaceWindow, spaced evenly. Once liftVolume requests went out under
 //     the hold, bans at more than liftShare of them say the bans were not
 //     about the count: the hold is lifted, and not learned again for
-//     PairTTL; rarer bans near the hold cut it.
+//     PairTTL; rarer bans near the hold cut it. A wave that comes before
+//     its exits' counts span a PaceWindow (a site that counts over 10 s
+//     bans within seconds) is young: its count says as much of a rate
+//     (the count over its span) as of a count a window, and read as a
+//     count it would hold a site that takes 40 in 10 s to 40 a minute.
+//     It holds at the count for the wave's span, while what went out
+//     before leaves a window of that span, then at the rate, capped at
+//     maxWide times the count: a quarter of the exits (scouts) first, the
+//     rest a span later, so that a rate over the site's costs a few
+//     exits' bans. A ban of what went out at the rate halves it, down to
+//     the count.
 //
 // A pick passes over a pair that must wait as over a route at
 // max_inflight, even in panic and fallback. A target gets pacing state at
@@ -69,6 +79,8 @@ const (
 	liftVolume = 50
 	// toleranceBans bans of the exit that sent the most make a wave.
 	toleranceBans = 3
+	// maxWide is the most a young wave's count is read wider.
+	maxWide = 6
 	// watchAfter requests to a target start counting what each exit sends.
 	watchAfter = 60
 	// freezeAfter exits, and freezeShare of those the target has seen,
@@ -96,9 +108,18 @@ type targetPace struct {
 	tolerance  atomic.Uint64
 	tolAt      atomic.Int64
 	tolCeiling atomic.Int64
-	sent       int   // guarded by mu: requests sent since tolAt + PaceWindow
-	bans       int   // guarded by mu: bans since tolAt + PaceWindow
-	holdOff    int64 // guarded by mu: no tolerance is learned before then
+	// A tolerance learned from a young wave (the bans came before their
+	// exits' counts spanned a PaceWindow) is read as the rate the wave
+	// showed, tolerance and ceiling times wide (float64 bits; 0: the count
+	// is read as it is): by the scouts from wideAt on, by every exit from
+	// wideAll. Written under mu, read without it.
+	wide     atomic.Uint64
+	wideAt   atomic.Int64
+	wideAll  atomic.Int64
+	wideSpan time.Duration // guarded by mu: the young wave's span
+	sent     int           // guarded by mu: requests sent since tolAt + PaceWindow
+	bans     int           // guarded by mu: bans since tolAt + PaceWindow
+	holdOff  int64         // guarded by mu: no tolerance is learned before then
 	// tripped counts the exits that had a first 429 here, and firsts
 	// keeps the rates the first maxFirsts of those measured.
 	tripped atomic.Int32
@@ -119,12 +140,13 @@ type targetPace struct {
 }
 
 // waveBan is a ban of the exit that sent the most: route slot had sent
-// sent requests in the window, while no exit still served had sent more
-// than most.
+// sent requests in the span its count covered (at most a PaceWindow),
+// while no exit still served had sent more than most.
 type waveBan struct {
 	at         int64
 	slot       int32
 	sent, most int
+	span       time.Duration
 }
 
 // pairPace is one pair's pacing: the count of what it sent, and a token
@@ -232,8 +254,34 @@ func (tp *targetPace) rateIn(own, tol float64, c *Config) float64 {
 // target at ns, grown by PaceGrowth a minute since it was learned; 0 when
 // none is learned.
 func (tp *targetPace) toleranceAt(c *Config, ns int64) float64 {
-	return tolerance(c, math.Float64frombits(tp.tolerance.Load()), tp.tolAt.Load(), tp.tolCeiling.Load(), ns)
+	return tp.toleranceFor(c, -1, ns)
 }
+
+// toleranceFor is toleranceAt for route slot (-1: an exit that is no
+// scout), read wide where it is.
+func (tp *targetPace) toleranceFor(c *Config, slot int32, ns int64) float64 {
+	tol, ceiling := math.Float64frombits(tp.tolerance.Load()), tp.tolCeiling.Load()
+	if wide := tp.wideFor(slot, ns); wide > 0 {
+		tol, ceiling = tol*wide, int64(float64(ceiling)*wide)
+	}
+	return tolerance(c, tol, tp.tolAt.Load(), ceiling, ns)
+}
+
+// wideFor is how many times wider route slot reads the tolerance at ns
+// (0: as it is): a young wave's scouts from wideAt, every exit from
+// wideAll.
+func (tp *targetPace) wideFor(slot int32, ns int64) float64 {
+	wide := math.Float64frombits(tp.wide.Load())
+	if wide == 0 || ns < tp.wideAll.Load() && !(scout(slot) && ns >= tp.wideAt.Load()) {
+		return 0
+	}
+	return wide
+}
+
+// scout reports whether route slot is one of the quarter of the exits
+// that try a young wave's rate before the others do, so that a rate over
+// the site's costs the bans of a few exits, not of all.
+func scout(slot int32) bool { return slot >= 0 && uint32(slot)*0x9E3779B1 < 1<<30 }
 
 // tolerance is a tolerance of tol requests a window learned at, after a
 // ban at ceiling, as it has grown by ns.
@@ -448,10 +496,10 @@ func (tp *targetPace) freeze(c *Config, tripped int32, site float64, ns int64) {
 }
 
 // learnTolerance weighs a ban of route slot at t at ns (a 403 or a captcha
-// page): evidence of the site's tolerance when slot had sent more than any
-// pair still served, evidence against a tolerance already learned when
-// bans go on under it.
-func (e *Engine) learnTolerance(t *target, slot int32, ns int64) {
+// page) to an attempt leased at taken: evidence of the site's tolerance
+// when slot had sent more than any pair still served, evidence against a
+// tolerance already learned when bans go on under it.
+func (e *Engine) learnTolerance(t *target, slot int32, ns, taken int64) {
 	tp := e.watch(t)
 	if tp == nil {
 		return
@@ -459,7 +507,7 @@ func (e *Engine) learnTolerance(t *target, slot int32, ns int64) {
 	window := int64(e.cfg.PaceWindow)
 	p := tp.pairAt(slot, ns)
 	p.mu.Lock()
-	n, _ := p.count(&e.cfg, ns)
+	n, span := p.count(&e.cfg, ns)
 	// A ban another process saw counts: the site bans the exit, whoever
 	// sends through it.
 	recent := p.banned != 0 && ns-p.banned < window
@@ -469,6 +517,22 @@ func (e *Engine) learnTolerance(t *target, slot int32, ns int64) {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
 	if tol := tp.toleranceAt(&e.cfg, ns); tol > 0 {
+		if tp.wide.Load() != 0 {
+			// A young wave's reading: a ban of what went out wide says
+			// that was over what the site takes. Half as wide, from a
+			// span on, when what went out at it has left a window of the
+			// wave's span; near the count, the count, held afresh. Bans
+			// of what went out before are no news of the reading.
+			if wide := tp.wideFor(slot, taken); wide > 0 && !recent && n > paceMinCount {
+				if wide /= 2; wide < 1.5 {
+					wide = 0
+					tp.tolAt.Store(ns)
+					tp.sent, tp.bans = 0, 0
+				}
+				tp.widen(wide, ns)
+			}
+			return
+		}
 		if ns-tp.tolAt.Load() <= window {
 			return // a ban of what was sent before the hold
 		}
@@ -510,13 +574,14 @@ func (e *Engine) learnTolerance(t *target, slot int32, ns int64) {
 	if tp.shared {
 		tp.sh.bans = append(tp.sh.bans, PaceBan{Route: slot, Target: t.n, At: ns, Sent: int32(min(n, math.MaxInt32)), Most: int32(min(most, math.MaxInt32))})
 	}
-	tp.addBan(waveBan{at: ns, slot: slot, sent: n, most: most}, window, ns)
+	tp.addBan(&e.cfg, waveBan{at: ns, slot: slot, sent: n, most: most, span: span}, ns)
 }
 
 // addBan adds b, a ban of the exit that sent the most, to the wave, and
 // holds every exit when it makes one: toleranceBans bans of distinct exits
 // within a sixth of the window. Caller holds tp.mu.
-func (tp *targetPace) addBan(b waveBan, window, ns int64) {
+func (tp *targetPace) addBan(c *Config, b waveBan, ns int64) {
+	window := int64(c.PaceWindow)
 	newest := b.at
 	for _, w := range tp.wave {
 		newest = max(newest, w.at)
@@ -532,17 +597,39 @@ func (tp *targetPace) addBan(b waveBan, window, ns int64) {
 	// The site tolerates at least what any served exit sent and less than
 	// any banned one: hold every exit under what the evidence allows, and
 	// let growth probe up.
-	tolerated, banned := 0, math.MaxInt
+	tolerated, banned, span := 0, math.MaxInt, time.Duration(0)
 	for _, w := range tp.wave {
-		tolerated, banned = max(tolerated, w.most), min(banned, w.sent)
+		tolerated, banned, span = max(tolerated, w.most), min(banned, w.sent), max(span, w.span)
 	}
 	tp.hold(ns, max(tolerated, banned/2), banned)
 	tp.wave = tp.wave[:0]
+	if span < c.PaceWindow && !tp.shared {
+		// A young wave: whether the site counts over the span the wave
+		// showed or over a whole window, the exits were banned at that
+		// rate. The count holds them while what they sent before the
+		// hold passes out of a window of that span; then the rate does,
+		// until a ban of what it let out says the site's window is longer
+		// (learnTolerance). Not where pacing is shared, whose processes
+		// would not know to fall back.
+		tp.wideSpan = max(span, c.PaceWindow/windowBuckets)
+		tp.widen(min(float64(c.PaceWindow)/float64(span), maxWide), ns)
+	}
+}
+
+// widen reads the tolerance wide times wider (0: as it is) once a young
+// wave's span has passed since ns, first for the scouts, a span later for
+// every exit. Caller holds tp.mu.
+func (tp *targetPace) widen(wide float64, ns int64) {
+	tp.wide.Store(math.Float64bits(wide))
+	tp.wideAt.Store(ns + int64(tp.wideSpan))
+	tp.wideAll.Store(ns + 2*int64(tp.wideSpan))
+	tp.changed(ns)
 }
 
 // hold holds every exit of the target under toleranceMargin of tolerated
 // requests a window, a ban having come after banned. Caller holds tp.mu.
 func (tp *targetPace) hold(ns int64, tolerated, banned int) {
+	tp.wide.Store(0)
 	tp.tolAt.Store(ns)
 	tp.tolCeiling.Store(int64(banned))
 	tp.tolerance.Store(math.Float64bits(max(toleranceMargin*float64(tolerated), 1)))
@@ -572,7 +659,7 @@ func (e *Engine) paceWait(t *target, slot int32, ns int64) time.Duration {
 	if p == nil {
 		return 0 // a pair not leased since the target was paced owes nothing
 	}
-	tol := tp.toleranceAt(&e.cfg, ns)
+	tol := tp.toleranceFor(&e.cfg, slot, ns)
 	if tol == 0 && !p.held.Load() {
 		return 0 // most pairs of a paced target: held by nothing
 	}
@@ -613,7 +700,7 @@ func (e *Engine) takePace(t *target, slot int32, ns int64) {
 	if tp == nil {
 		return
 	}
-	tol := tp.toleranceAt(&e.cfg, ns)
+	tol := tp.toleranceFor(&e.cfg, slot, ns)
 	p := tp.pairAt(slot, ns)
 	p.mu.Lock()
 	if rate := tp.rateIn(p.rateAt(&e.cfg, ns), tol, &e.cfg); rate > 0 {

@@ -526,7 +526,7 @@ func (tp *targetPace) remoteBan(c *Config, b PaceBan, ns int64) {
 	if tp.toleranceAt(c, ns) > 0 || ns < tp.holdOff || ns-b.At > window/windowBuckets {
 		return
 	}
-	tp.addBan(waveBan{at: b.At, slot: b.Route, sent: int(b.Sent), most: int(b.Most)}, window, ns)
+	tp.addBan(c, waveBan{at: b.At, slot: b.Route, sent: int(b.Sent), most: int(b.Most), span: c.PaceWindow}, ns)
 }
 
 // PaceStatus is a snapshot of the pacing learned for one target.

@@ -389,3 +389,151 @@ func TestPaceEviction(t *testing.T) {
 		t.Fatalf("%d pairs tracked a day on", tracked())
 	}
 }
+
+// TestToleranceWindow: a site that bans an exit for a while once it sends
+// more than limit requests within its window, under more demand than it
+// takes. The first wave of bans comes before the exits' counts span a
+// PaceWindow: whatever the site's window, the tolerance learned lets
+// through what it takes (several times the wave's count a minute where
+// the window is shorter: 34 a minute before young waves were read wide)
+// and, where the window is a whole minute, falls back to the count after
+// the bans of a few scouts (6 bans in all before). Where pacing is shared
+// the count is read as it is.
+func TestToleranceWindow(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc           string
+		limit          int
+		window         time.Duration
+		shared         bool
+		minTol, maxTol float64 // the tolerance a minute in force at the end
+		maxBans        int
+	}{
+		{"40 in 10s", 40, 10 * time.Second, false, 100, 240, 10},
+		{"20 in a minute", 20, time.Minute, false, 10, 20, 16},
+		{"40 in 10s, shared", 40, 10 * time.Second, true, 20, 40, 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			const routes = 10
+			cfg := Config{MaxRemovedShare: -1, PanicThreshold: -1}
+			var e *Engine
+			if tt.shared {
+				e, _ = newSharingEngine(t, cfg, routes)
+			} else {
+				e = newTestEngine(t, cfg, routes)
+			}
+			tg := e.target("s.com")
+			e.watch(tg)
+			sent := make([][]time.Time, routes) // what the site counts, by route
+			until := make([]time.Time, routes)  // banned until then
+			bans := 0
+			// Every route sends each 100 ms that pacing lets it, the
+			// routes staggered: 10 requests a second each, far over
+			// either site's limit.
+			const step = 100 * time.Millisecond
+			end := 5 * time.Minute
+			for tick := range int(end / step * routes) {
+				i := tick % routes
+				now := start.Add(time.Duration(tick) * step / routes)
+				if now.Before(until[i]) || e.paceWait(tg, int32(i), now.UnixNano()) > 0 {
+					continue
+				}
+				e.takePace(tg, int32(i), now.UnixNano())
+				for len(sent[i]) > 0 && now.Sub(sent[i][0]) >= tt.window {
+					sent[i] = sent[i][1:]
+				}
+				sent[i] = append(sent[i], now)
+				id := fmt.Sprintf("r%d", i)
+				if len(sent[i]) > tt.limit {
+					bans++
+					until[i] = now.Add(20 * time.Second)
+					e.Feedback(now, id, "s.com", Outcome{Class: Blocked})
+					continue
+				}
+				e.Feedback(now, id, "s.com", okOutcome)
+			}
+			tol := tg.pace.Load().toleranceAt(&e.cfg, start.Add(end).UnixNano())
+			if tol < tt.minTol || tol > tt.maxTol || bans > tt.maxBans {
+				t.Errorf("tolerance %.1f a minute after %d bans; want %v to %v after at most %d", tol, bans, tt.minTol, tt.maxTol, tt.maxBans)
+			}
+		})
+	}
+}
+
+// A young wave's rate is tried by the scouts a span after the wave, by
+// every exit a span later; a ban of what a scout sent wide halves it for
+// all, and near the count the count holds again.
+func TestYoungWaveScoutsFirst(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{}, 8)
+	tg := e.target("s.com")
+	tp := e.watch(tg)
+	scoutSlot, other := int32(0), int32(1)
+	if !scout(scoutSlot) || scout(other) {
+		t.Fatal("r0 must be a scout, r1 not")
+	}
+	span := 10 * time.Second
+	ns := start.UnixNano()
+	tp.mu.Lock()
+	for i := range toleranceBans { // 40 requests in 10 s banned, 30 served
+		tp.addBan(&e.cfg, waveBan{at: ns, slot: int32(100 + i), sent: 40, most: 30, span: span}, ns)
+	}
+	tp.mu.Unlock()
+	count := toleranceMargin * 30
+	wide := min(float64(e.cfg.PaceWindow)/float64(span), maxWide) * count
+	at := func(d time.Duration) int64 { return start.Add(d).UnixNano() }
+	for _, c := range []struct {
+		desc string
+		when time.Duration
+		slot int32
+		want float64 // within 5%: grown since
+	}{
+		{"the count at first", 0, scoutSlot, count},
+		{"the scouts read wide after a span", span, scoutSlot, wide},
+		{"the others still the count", span, other, count},
+		{"every exit wide after two", 2 * span, other, wide},
+	} {
+		got := tp.toleranceFor(&e.cfg, c.slot, at(c.when))
+		if math.Abs(got-c.want) > 0.05*c.want {
+			t.Errorf("%s: %.2f, want %.2f", c.desc, got, c.want)
+		}
+	}
+	// A ban of what an exit sent at the count, scouts reading wide, is no
+	// news of the reading.
+	quiet := int32(7)
+	if scout(quiet) {
+		t.Fatal("r7 must be no scout")
+	}
+	for i := range 10 {
+		e.takePace(tg, quiet, at(span+time.Duration(i)*time.Millisecond))
+	}
+	e.learnTolerance(tg, quiet, at(span+time.Second), at(span+time.Second))
+	if got := tp.toleranceFor(&e.cfg, other, at(2*span)); math.Abs(got-wide) > 0.05*wide {
+		t.Errorf("after a ban at the count: %.2f, want %.2f", got, wide)
+	}
+	// A ban of what a scout sent wide: half as wide for all, a span on.
+	for i := range 10 {
+		e.takePace(tg, scoutSlot, at(span+time.Duration(i)*time.Millisecond))
+	}
+	e.learnTolerance(tg, scoutSlot, at(span+time.Second), at(span+time.Second))
+	if got := tp.toleranceFor(&e.cfg, other, at(4*span)); math.Abs(got-wide/2) > 0.05*wide {
+		t.Errorf("after a scout's ban: %.2f, want %.2f", got, wide/2)
+	}
+	// Bans of what other exits sent at half, and so on: the count again,
+	// for all, once half is near it.
+	w := min(float64(e.cfg.PaceWindow)/float64(span), maxWide) / 2
+	for slot, from := int32(1), 4*span; w >= 1.5; slot, from = slot+1, from+4*span {
+		for i := range 10 {
+			e.takePace(tg, slot, at(from+time.Duration(i)*time.Millisecond))
+		}
+		e.learnTolerance(tg, slot, at(from+span), at(from+span))
+		if w /= 2; w < 1.5 {
+			w = 1
+		}
+		if got, want := tp.toleranceFor(&e.cfg, slot, at(from+3*span)), count*w; math.Abs(got-want) > 0.15*want { // grown since
+			t.Errorf("after r%d's ban: %.2f, want %.2f", slot, got, want)
+		}
+	}
+}
