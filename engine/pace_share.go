@@ -533,7 +533,9 @@ func (tp *targetPace) remoteBan(c *Config, b PaceBan, ns int64) {
 type PaceStatus struct {
 	Target string
 	// Tolerance is the requests per PaceWindow one exit may send there
-	// now, all processes together; 0 when none is learned.
+	// now, all processes together; 0 when none is learned. The scouts of
+	// a young wave may send more meanwhile: each pair's Own says what it
+	// is held to.
 	Tolerance float64
 	// Processes is how many processes share the target's limits (1: this
 	// one paces alone).
@@ -575,7 +577,7 @@ func (e *Engine) Pace(now time.Time, target string) (PaceStatus, bool) {
 		local, _ := p.sent.counts(ns, width)
 		p.mu.Unlock()
 		st.Pairs = append(st.Pairs, PairPaceStatus{
-			Route: e.routes.get(p.slot).id, Rate: rate, Own: tp.rateIn(rate, tol, &e.cfg), Sent: sent, Local: local,
+			Route: e.routes.get(p.slot).id, Rate: rate, Own: tp.rateIn(rate, tp.toleranceFor(&e.cfg, p.slot, ns), &e.cfg), Sent: sent, Local: local,
 		})
 	})
 	slices.SortFunc(st.Pairs, func(a, b PairPaceStatus) int { return strings.Compare(a.Route, b.Route) })

@@ -517,6 +517,15 @@ func TestYoungWaveScoutsFirst(t *testing.T) {
 	for i := range 10 {
 		e.takePace(tg, scoutSlot, at(span+time.Duration(i)*time.Millisecond))
 	}
+	// The status says what each pair is held to.
+	st, _ := e.Pace(start.Add(span+time.Second), "s.com")
+	own := map[string]float64{}
+	for _, p := range st.Pairs {
+		own[p.Route] = p.Own * e.cfg.PaceWindow.Seconds()
+	}
+	if math.Abs(own["r0"]-wide) > 0.05*wide || math.Abs(own["r7"]-count) > 0.05*count {
+		t.Errorf("held to %v a window, want the scout r0 at %.2f and r7 at %.2f", own, wide, count)
+	}
 	e.learnTolerance(tg, scoutSlot, at(span+time.Second), at(span+time.Second))
 	if got := tp.toleranceFor(&e.cfg, other, at(4*span)); math.Abs(got-wide/2) > 0.05*wide {
 		t.Errorf("after a scout's ban: %.2f, want %.2f", got, wide/2)
