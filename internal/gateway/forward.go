@@ -296,7 +296,7 @@ func (j *job) judge(resp *http.Response, route string, class *engine.Class) erro
 	if !builtin && !look && (len(j.signatures) == 0 || !textual(mt)) {
 		return nil
 	}
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, signatureWindow))
+	raw, err := readPrefix(resp.Body, resp.ContentLength, signatureWindow)
 	if err != nil {
 		return err
 	}
@@ -322,6 +322,29 @@ func (j *job) judge(resp *http.Response, route string, class *engine.Class) erro
 		*class = engine.ContentInvalid
 	}
 	return nil
+}
+
+// readPrefix reads r up to its end or limit bytes, whichever comes
+// first, into one buffer sized by size, the body's length when known
+// (negative when not): io.ReadAll would grow its buffer from 512 bytes,
+// a copy and an allocation at each step, on every answer judged.
+func readPrefix(r io.Reader, size int64, limit int) ([]byte, error) {
+	n := limit
+	if size >= 0 && size < int64(limit) {
+		n = int(size)
+	}
+	buf := make([]byte, 0, n)
+	for len(buf) < cap(buf) {
+		m, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+m]
+		switch {
+		case err == io.EOF:
+			return buf, nil
+		case err != nil:
+			return buf, err
+		}
+	}
+	return buf, nil
 }
 
 // mediaType is an answer's media type without its parameters, lower

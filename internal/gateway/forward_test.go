@@ -1,16 +1,21 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/lookalike"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 	"github.com/switchyard/switchyard/internal/target"
 )
@@ -330,4 +335,78 @@ func TestIdleUpstreamConnsCapped(t *testing.T) {
 			t.Errorf("%d upstream connections at rest after %d routes were used, want the cap, %d", n, routes, capacity)
 		}
 	})
+}
+
+// TestReadPrefix: the judge's read of an answer's start gives what
+// io.ReadAll of the body limited to the window would, in one buffer of
+// the size the length says.
+func TestReadPrefix(t *testing.T) {
+	broken := errors.New("connection reset")
+	body := strings.Repeat("x", 100)
+	for _, tc := range []struct {
+		desc    string
+		r       io.Reader
+		size    int64
+		limit   int // 64 when 0
+		want    string
+		wantErr error
+		wantCap int
+	}{
+		{desc: "known length under the limit", r: strings.NewReader(body), size: 100, limit: 200, want: body, wantCap: 100},
+		{desc: "known length over the limit", r: strings.NewReader(body), size: 100, want: body[:64], wantCap: 64},
+		{desc: "unknown length, a short body", r: strings.NewReader(body[:10]), size: -1, want: body[:10], wantCap: 64},
+		{desc: "unknown length, a long body", r: strings.NewReader(body), size: -1, want: body[:64], wantCap: 64},
+		{desc: "read a byte at a time", r: iotest.OneByteReader(strings.NewReader(body)), size: -1, want: body[:64], wantCap: 64},
+		{desc: "empty", r: strings.NewReader(""), size: 0, want: "", wantCap: 0},
+		{desc: "a body shorter than its length", r: strings.NewReader(body[:10]), size: 50, want: body[:10], wantCap: 50},
+		{desc: "broken off", r: io.MultiReader(strings.NewReader(body[:10]), iotest.ErrReader(broken)), size: 50, want: body[:10], wantErr: broken, wantCap: 50},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			limit := cmp.Or(tc.limit, 64)
+			got, err := readPrefix(tc.r, tc.size, limit)
+			if string(got) != tc.want || !errors.Is(err, tc.wantErr) {
+				t.Fatalf("readPrefix = %q, %v; want %q, %v", got, err, tc.want, tc.wantErr)
+			}
+			if cap(got) != tc.wantCap {
+				t.Errorf("buffer of %d bytes, want %d", cap(got), tc.wantCap)
+			}
+		})
+	}
+}
+
+// BenchmarkJudge is the gateway's look at one ok answer, a 4 KiB shop
+// page with its length, as forward makes it: on a goroutine of its own
+// (the attempt's), the page read, searched for the built-in marks and
+// judged by the lookalike detector among 16 routes' answers.
+func BenchmarkJudge(b *testing.B) {
+	var page strings.Builder
+	for i := 0; page.Len() < 4<<10; i++ {
+		fmt.Fprintf(&page, `<div class="item"><a href="/p/%d">Item %d</a><span class="price">EUR %d.99</span></div>`+"\n", i, i, 20+i)
+	}
+	body := page.String()
+	d := lookalike.New(lookalike.Config{Now: time.Now})
+	routes := make([]string, 16)
+	for i := range routes {
+		routes[i] = fmt.Sprint("r", i)
+	}
+	done := make(chan error)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		j := &job{target: "shop.example", builtin: true, lookalike: d, url: url.URL{Path: fmt.Sprint("/p/", i)}}
+		resp := &http.Response{
+			StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"text/html; charset=utf-8"}},
+			ContentLength: int64(len(body)), Body: io.NopCloser(strings.NewReader(body)),
+		}
+		go func() {
+			class := engine.OK
+			err := j.judge(resp, routes[i%len(routes)], &class)
+			if err == nil && class != engine.OK {
+				err = fmt.Errorf("an ordinary page judged %v", class)
+			}
+			done <- err
+		}()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	}
 }

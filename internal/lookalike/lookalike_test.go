@@ -2,6 +2,7 @@ package lookalike
 
 import (
 	"fmt"
+	"hash/maphash"
 	"strings"
 	"sync"
 	"testing"
@@ -353,4 +354,54 @@ func BenchmarkBodyDigest(b *testing.B) {
 	for b.Loop() {
 		BodyDigest(body)
 	}
+}
+
+// BenchmarkJudgeFreshGoroutine is BenchmarkJudge with every answer
+// judged on a goroutine of its own, as the gateway judges each attempt's
+// answer on the attempt's goroutine: what Judge's frames cost a new,
+// small stack (a large one made every attempt copy its stack to grow
+// it).
+func BenchmarkJudgeFreshGoroutine(b *testing.B) {
+	c := &clock{now: t0}
+	d := New(Config{Now: c.Now})
+	routes := make([]string, 64)
+	for i := range routes {
+		routes[i] = fmt.Sprint("r", i)
+	}
+	done := make(chan struct{})
+	b.ReportAllocs()
+	for i := range b.N {
+		c.now = c.now.Add(time.Millisecond)
+		a := page(i, 16<<10)
+		if i%64 == 0 {
+			a = decoy(i)
+		}
+		go func() {
+			d.Judge("shop.example", routes[i%64], a)
+			done <- struct{}{}
+		}()
+		<-done
+	}
+}
+
+// FuzzBodyDigest: the digest is the hash of the body's bytes but its
+// ASCII digits, however the digits cut it.
+func FuzzBodyDigest(f *testing.F) {
+	f.Add([]byte("<p>Price: 1234 EUR, item 42</p>"))
+	f.Add([]byte("0123456789/:\x80\xb0\xb9\xff09"))
+	f.Add([]byte(strings.Repeat("abcdefgh", 70) + "7"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var kept []byte
+		for _, c := range body {
+			if c < '0' || c > '9' {
+				kept = append(kept, c)
+			}
+		}
+		var h maphash.Hash
+		h.SetSeed(seed)
+		h.Write(kept)
+		if got, want := BodyDigest(body), h.Sum64(); got != want {
+			t.Fatalf("BodyDigest(%q) = %x, want the hash of %q, %x", body, got, kept, want)
+		}
+	})
 }

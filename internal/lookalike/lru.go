@@ -38,8 +38,10 @@ func (l *lru[K, V]) get(k K) *V {
 		n = l.root.prev
 		l.unlink(n)
 		delete(l.m, n.key)
-		var zero V
-		n.key, n.val = k, zero
+		// Zeroed in place: a zero V of the function's own would put a
+		// target's ring (2.5 KiB) in its frame, and the attempt's fresh
+		// goroutine would copy its stack to grow it on every answer.
+		*n = node[K, V]{key: k}
 		l.m[k] = n
 	default:
 		n = &node[K, V]{key: k}

@@ -22,6 +22,7 @@ type Signature struct {
 	// answers only, where an error page of the vendor's is no ban.
 	On5xx  bool
 	Source string // where the mark is documented
+	anchor int    // the index in Body of the byte searched for (anchored)
 }
 
 // Match reports whether an answer with header h and decoded body start
@@ -35,7 +36,52 @@ func (s Signature) Match(h http.Header, body []byte) bool {
 		}
 		return false
 	}
-	return len(body) > 0 && bytes.Contains(body, []byte(s.Body))
+	return len(body) > 0 && contains(body, s.Body, s.anchor)
+}
+
+// contains reports whether body holds mark, looking for mark's byte at
+// index at and comparing the rest around each one found. bytes.Contains
+// looks for the first byte, and a mark's first is often among a page's
+// commonest ('<', a lower-case letter): judging an answer searched its
+// start that way once per built-in mark, the most of the gateway's work
+// on an ok answer after relaying it.
+func contains(body []byte, mark string, at int) bool {
+	c := mark[at]
+	for i := at; i < len(body); {
+		j := bytes.IndexByte(body[i:], c)
+		if j < 0 {
+			return false
+		}
+		if start := i + j - at; start+len(mark) <= len(body) && string(body[start:start+len(mark)]) == mark {
+			return true
+		}
+		i += j + 1
+	}
+	return false
+}
+
+// commonInPages ranks bytes by how often web pages hold them, the
+// commonest first: English letters by their frequency among HTML's
+// punctuation. A byte not listed (an upper-case letter, say) is rarer
+// than any listed.
+const commonInPages = " etaoinsrhldcu<>/=\"-.mfpgwyb,vk:;_'x#0123456789"
+
+// anchored gives each body mark of sigs its anchor, the index of its
+// rarest byte by commonInPages (the last of equals).
+func anchored(sigs []Signature) []Signature {
+	for k := range sigs {
+		rank := -1
+		for i := range len(sigs[k].Body) {
+			r := strings.IndexByte(commonInPages, sigs[k].Body[i])
+			if r < 0 {
+				r = len(commonInPages)
+			}
+			if r >= rank {
+				sigs[k].anchor, rank = i, r
+			}
+		}
+	}
+	return sigs
 }
 
 // builtin are the marks Switchyard knows without configuration. Each is
@@ -46,7 +92,7 @@ func (s Signature) Match(h http.Header, body []byte) bool {
 // page. A vendor's block page sent as a 403 is `blocked` by its status
 // already (Akamai's Access Denied, say), and its error pages on other
 // statuses are errors, not bans. README "Soft bans" lists them.
-var builtin = []Signature{
+var builtin = anchored([]Signature{
 	{Vendor: "Cloudflare", Header: "Cf-Mitigated", Value: "challenge",
 		Source: "https://developers.cloudflare.com/cloudflare-challenges/challenge-types/challenge-pages/detect-response/"},
 	{Vendor: "Cloudflare", Body: "<title>Just a moment...</title>", On5xx: true,
@@ -65,7 +111,7 @@ var builtin = []Signature{
 		Source: "the block page's incident line (github.com/EnableSecurity/wafw00f, wafw00f/plugins/incapsula.py)"},
 	{Vendor: "Google", Body: "detected unusual traffic from your computer network",
 		Source: "the /sorry/ page, which links https://support.google.com/websearch/answer/86640"},
-}
+})
 
 // BuiltinSignatures lists the signatures known without configuration.
 func BuiltinSignatures() []Signature { return slices.Clone(builtin) }

@@ -1,6 +1,8 @@
 package target
 
 import (
+	"bytes"
+	"fmt"
 	"net/http"
 	"testing"
 )
@@ -47,4 +49,56 @@ func TestBuiltinSignatures(t *testing.T) {
 	if _, ok := MatchBuiltin(http.StatusOK, nil, nil); ok {
 		t.Error("nothing matched something")
 	}
+}
+
+// FuzzContains: the anchored search finds a mark wherever bytes.Contains
+// does, whichever of its bytes it anchors on.
+func FuzzContains(f *testing.F) {
+	f.Add([]byte("<html><title>Just a moment...</title>"), "<title>Just a moment...</title>")
+	f.Add([]byte("xx_cf_chl_op _cf_chl_opt"), "_cf_chl_opt")
+	f.Add([]byte("aaaa"), "aa")
+	f.Add([]byte("ab"), "abc")
+	f.Add([]byte(""), "a")
+	f.Fuzz(func(t *testing.T, body []byte, mark string) {
+		if mark == "" {
+			return
+		}
+		want := bytes.Contains(body, []byte(mark))
+		for at := range len(mark) {
+			if got := contains(body, mark, at); got != want {
+				t.Fatalf("contains(%q, %q, %d) = %v, want %v", body, mark, at, got, want)
+			}
+		}
+	})
+}
+
+// BenchmarkMatchBuiltin is the search of an ok answer's start for the
+// built-in marks, on a shop's page of the size the gateway reads,
+// against bytes.Contains on the same page.
+func BenchmarkMatchBuiltin(b *testing.B) {
+	var page bytes.Buffer
+	for i := 0; page.Len() < 16<<10; i++ {
+		fmt.Fprintf(&page, `<div class="product-card" data-id="%d"><a href="/p/%d"><img src="/img/%d.jpg" alt="Item %d"></a>`+
+			`<h2 class="title">Lightweight running shoe, size %d</h2><span class="price">EUR %d.99</span>`+
+			`<script>window.__state_%d = {"sku": "SK-%d", "stock": true};</script></div>`+"\n", i, i, i, i, 36+i%12, 20+i, i, i)
+	}
+	body := page.Bytes()[:16<<10]
+	b.Run("anchored", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if _, ok := MatchBuiltin(http.StatusOK, nil, body); ok {
+				b.Fatal("an ordinary page matched")
+			}
+		}
+	})
+	b.Run("bytes.Contains", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			for _, s := range builtin {
+				if s.Body != "" && bytes.Contains(body, []byte(s.Body)) {
+					b.Fatal("an ordinary page matched")
+				}
+			}
+		}
+	})
 }
