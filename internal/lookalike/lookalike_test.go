@@ -327,22 +327,38 @@ func FuzzSameForEveryRoute(f *testing.F) {
 }
 
 // BenchmarkJudge is the cost of one answer on a busy target: 64 routes,
-// one of them answering a ban page.
+// one of them answering a ban page; judged on the benchmark's goroutine,
+// and on a goroutine of its own, as the gateway judges each attempt's
+// answer on the attempt's goroutine: what Judge's frames cost a new,
+// small stack (a large one made every attempt copy its stack to grow).
 func BenchmarkJudge(b *testing.B) {
-	c := &clock{now: t0}
-	d := New(Config{Now: c.Now})
-	routes := make([]string, 64)
-	for i := range routes {
-		routes[i] = fmt.Sprint("r", i)
-	}
-	b.ReportAllocs()
-	for i := range b.N {
-		c.now = c.now.Add(time.Millisecond)
-		a := page(i, 16<<10)
-		if i%64 == 0 {
-			a = decoy(i)
-		}
-		d.Judge("shop.example", routes[i%64], a)
+	for _, fresh := range []bool{false, true} {
+		b.Run(fmt.Sprintf("fresh_goroutine=%v", fresh), func(b *testing.B) {
+			c := &clock{now: t0}
+			d := New(Config{Now: c.Now})
+			routes := make([]string, 64)
+			for i := range routes {
+				routes[i] = fmt.Sprint("r", i)
+			}
+			done := make(chan struct{})
+			b.ReportAllocs()
+			for i := range b.N {
+				c.now = c.now.Add(time.Millisecond)
+				a := page(i, 16<<10)
+				if i%64 == 0 {
+					a = decoy(i)
+				}
+				if !fresh {
+					d.Judge("shop.example", routes[i%64], a)
+					continue
+				}
+				go func() {
+					d.Judge("shop.example", routes[i%64], a)
+					done <- struct{}{}
+				}()
+				<-done
+			}
+		})
 	}
 }
 
@@ -353,34 +369,6 @@ func BenchmarkBodyDigest(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		BodyDigest(body)
-	}
-}
-
-// BenchmarkJudgeFreshGoroutine is BenchmarkJudge with every answer
-// judged on a goroutine of its own, as the gateway judges each attempt's
-// answer on the attempt's goroutine: what Judge's frames cost a new,
-// small stack (a large one made every attempt copy its stack to grow
-// it).
-func BenchmarkJudgeFreshGoroutine(b *testing.B) {
-	c := &clock{now: t0}
-	d := New(Config{Now: c.Now})
-	routes := make([]string, 64)
-	for i := range routes {
-		routes[i] = fmt.Sprint("r", i)
-	}
-	done := make(chan struct{})
-	b.ReportAllocs()
-	for i := range b.N {
-		c.now = c.now.Add(time.Millisecond)
-		a := page(i, 16<<10)
-		if i%64 == 0 {
-			a = decoy(i)
-		}
-		go func() {
-			d.Judge("shop.example", routes[i%64], a)
-			done <- struct{}{}
-		}()
-		<-done
 	}
 }
 
