@@ -142,8 +142,12 @@ func Start(b Behavior) (*Proxy, error) {
 	p.tr = &http.Transport{
 		DialContext: p.dialTracked,
 		// No idle connections to targets, so that close leaves nothing
-		// behind, unless KeepAlive: then Close closes them.
-		DisableKeepAlives: !b.KeepAlive,
+		// behind, unless KeepAlive: then Close closes them, and as many
+		// are kept as requests are carried at once (net/http keeps 2 a
+		// host by default: 64 clients through the proxy would dial the
+		// target again for most requests, as no real proxy does).
+		DisableKeepAlives:   !b.KeepAlive,
+		MaxIdleConnsPerHost: 1024,
 	}
 	p.srv.start(p.serve)
 	return p, nil
