@@ -296,7 +296,7 @@ func (j *job) judge(resp *http.Response, route string, class *engine.Class) erro
 	if !builtin && !look && (len(j.signatures) == 0 || !textual(mt)) {
 		return nil
 	}
-	raw, err := readPrefix(resp.Body, resp.ContentLength, signatureWindow)
+	raw, err := readPrefix(resp.Body, resp.ContentLength)
 	if err != nil {
 		return err
 	}
@@ -324,24 +324,37 @@ func (j *job) judge(resp *http.Response, route string, class *engine.Class) erro
 	return nil
 }
 
-// readPrefix reads r up to its end or limit bytes, whichever comes
-// first, into one buffer sized by size, the body's length when known
-// (negative when not): io.ReadAll would grow its buffer from 512 bytes,
-// a copy and an allocation at each step, on every answer judged.
-func readPrefix(r io.Reader, size int64, limit int) ([]byte, error) {
-	n := limit
-	if size >= 0 && size < int64(limit) {
-		n = int(size)
+// readPrefix reads r up to its end or signatureWindow bytes, whichever
+// comes first, into a buffer of the size read: io.ReadAll grows its
+// buffer from 512 bytes, a copy and an allocation at each step, on every
+// answer judged. A body of known length is read into a buffer that size;
+// one of unknown length (chunked) into a pooled window, then copied out,
+// so that a short page does not keep a whole window until it is relayed.
+func readPrefix(r io.Reader, size int64) ([]byte, error) {
+	if size >= 0 {
+		return readInto(r, make([]byte, min(size, signatureWindow)))
 	}
-	buf := make([]byte, 0, n)
-	for len(buf) < cap(buf) {
-		m, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+m]
+	window := windows.Get().(*[signatureWindow]byte)
+	defer windows.Put(window)
+	buf, err := readInto(r, window[:])
+	return bytes.Clone(buf), err
+}
+
+// windows are readPrefix's buffers for bodies of unknown length.
+var windows = sync.Pool{New: func() any { return new([signatureWindow]byte) }}
+
+// readInto reads r into buf until buf is full or r ends, and returns what
+// it read; r's end (io.EOF) is no error, any other error is returned.
+func readInto(r io.Reader, buf []byte) ([]byte, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
 		switch {
 		case err == io.EOF:
-			return buf, nil
+			return buf[:n], nil
 		case err != nil:
-			return buf, err
+			return buf[:n], err
 		}
 	}
 	return buf, nil

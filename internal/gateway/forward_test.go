@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -338,39 +337,46 @@ func TestIdleUpstreamConnsCapped(t *testing.T) {
 }
 
 // TestReadPrefix: the judge's read of an answer's start gives what
-// io.ReadAll of the body limited to the window would, in one buffer of
-// the size the length says.
+// io.ReadAll of the body limited to the window would, in a buffer of the
+// size read.
 func TestReadPrefix(t *testing.T) {
 	broken := errors.New("connection reset")
-	body := strings.Repeat("x", 100)
+	long := strings.Repeat("x", 2*signatureWindow)
+	window, short := long[:signatureWindow], long[:100]
 	for _, tc := range []struct {
 		desc    string
 		r       io.Reader
-		size    int64
-		limit   int // 64 when 0
+		size    int64 // the body's length, -1 unknown
 		want    string
 		wantErr error
-		wantCap int
 	}{
-		{desc: "known length under the limit", r: strings.NewReader(body), size: 100, limit: 200, want: body, wantCap: 100},
-		{desc: "known length over the limit", r: strings.NewReader(body), size: 100, want: body[:64], wantCap: 64},
-		{desc: "unknown length, a short body", r: strings.NewReader(body[:10]), size: -1, want: body[:10], wantCap: 64},
-		{desc: "unknown length, a long body", r: strings.NewReader(body), size: -1, want: body[:64], wantCap: 64},
-		{desc: "read a byte at a time", r: iotest.OneByteReader(strings.NewReader(body)), size: -1, want: body[:64], wantCap: 64},
-		{desc: "empty", r: strings.NewReader(""), size: 0, want: "", wantCap: 0},
-		{desc: "a body shorter than its length", r: strings.NewReader(body[:10]), size: 50, want: body[:10], wantCap: 50},
-		{desc: "broken off", r: io.MultiReader(strings.NewReader(body[:10]), iotest.ErrReader(broken)), size: 50, want: body[:10], wantErr: broken, wantCap: 50},
+		{desc: "known length under the window", r: strings.NewReader(short), size: 100, want: short},
+		{desc: "known length over the window", r: strings.NewReader(long), size: int64(len(long)), want: window},
+		{desc: "unknown length, a short body", r: strings.NewReader(short), size: -1, want: short},
+		{desc: "unknown length, a long body", r: strings.NewReader(long), size: -1, want: window},
+		{desc: "read a byte at a time", r: iotest.OneByteReader(strings.NewReader(long)), size: -1, want: window},
+		{desc: "empty", r: strings.NewReader(""), size: 0, want: ""},
+		{desc: "empty, unknown length", r: strings.NewReader(""), size: -1, want: ""},
+		{desc: "a body shorter than its length", r: strings.NewReader(short), size: 500, want: short},
+		{desc: "cut short under its length", r: io.MultiReader(strings.NewReader(short), iotest.ErrReader(io.ErrUnexpectedEOF)), size: 500, want: short, wantErr: io.ErrUnexpectedEOF},
+		{desc: "broken off", r: io.MultiReader(strings.NewReader(short), iotest.ErrReader(broken)), size: -1, want: short, wantErr: broken},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
-			limit := cmp.Or(tc.limit, 64)
-			got, err := readPrefix(tc.r, tc.size, limit)
+			got, err := readPrefix(tc.r, tc.size)
 			if string(got) != tc.want || !errors.Is(err, tc.wantErr) {
-				t.Fatalf("readPrefix = %q, %v; want %q, %v", got, err, tc.want, tc.wantErr)
+				t.Fatalf("readPrefix = %d bytes, %v; want %d, %v", len(got), err, len(tc.want), tc.wantErr)
 			}
-			if cap(got) != tc.wantCap {
-				t.Errorf("buffer of %d bytes, want %d", cap(got), tc.wantCap)
+			if len(got) < signatureWindow && cap(got) >= signatureWindow {
+				t.Errorf("a whole window kept for %d bytes read", len(got))
 			}
 		})
+	}
+	// The pooled window is copied out, never handed over: a second read
+	// does not change what the first returned.
+	first, _ := readPrefix(strings.NewReader(short), -1)
+	readPrefix(strings.NewReader(strings.Repeat("y", 100)), -1)
+	if string(first) != short {
+		t.Error("a read of unknown length shares its buffer with the next")
 	}
 }
 

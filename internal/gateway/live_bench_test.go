@@ -34,12 +34,25 @@ const (
 	benchMaxAttempts    = 3
 )
 
-// benchTarget is a target on 127.0.0.1 answering 200 "ok", closed by
-// b.Cleanup.
+// benchPage is what benchTarget answers: a 4 KiB HTML page, as a
+// crawler fetches, which the gateway reads the start of and judges.
+var benchPage = func() string {
+	var page strings.Builder
+	page.WriteString("<!doctype html><html><head><title>Shop</title></head><body>\n")
+	for i := 0; page.Len() < 4<<10; i++ {
+		fmt.Fprintf(&page, `<div class="item"><a href="/p/%d">Item %d</a><span class="price">EUR %d.99</span></div>`+"\n", i, i, 20+i)
+	}
+	page.WriteString("</body></html>\n")
+	return page.String()
+}()
+
+// benchTarget is a target on 127.0.0.1 answering 200 with benchPage,
+// closed by b.Cleanup.
 func benchTarget(b *testing.B) *httptest.Server {
 	b.Helper()
 	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		io.WriteString(w, "ok")
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		io.WriteString(w, benchPage)
 	}))
 	b.Cleanup(tg.Close)
 	return tg
@@ -105,9 +118,9 @@ func get(ctx context.Context, c *http.Client, target string) (ok bool, attempts 
 		return false, 0
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 2*int64(len(benchPage))))
 	attempts, _ = strconv.Atoi(resp.Header.Get(headerAttempts))
-	return err == nil && resp.StatusCode == http.StatusOK && string(body) == "ok", attempts
+	return err == nil && resp.StatusCode == http.StatusOK && string(body) == benchPage, attempts
 }
 
 // runTasks runs b.N tasks on a fixed pool of workers and reports the

@@ -58,7 +58,10 @@ func mitmBenchSite(b *testing.B, body func(w http.ResponseWriter)) (site *httpte
 //
 //	go test -run '^$' -bench 'LiveMITM$' -benchtime 1000x -count 2 ./internal/gateway
 func BenchmarkLiveMITM(b *testing.B) {
-	site, siteRoots := mitmBenchSite(b, func(w http.ResponseWriter) { io.WriteString(w, "ok") })
+	site, siteRoots := mitmBenchSite(b, func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		io.WriteString(w, benchPage)
+	})
 	_, port, _ := net.SplitHostPort(site.Listener.Addr().String())
 	p := routetest.NewProxy(b, routetest.Behavior{})
 	ca := func(b *testing.B, size int) *mitm.Authority {
