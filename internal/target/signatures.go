@@ -62,9 +62,9 @@ func contains(body []byte, mark string, at int) bool {
 
 // commonInPages ranks bytes by how often web pages hold them, the
 // commonest first: English letters by their frequency among HTML's
-// punctuation. A byte not listed (an upper-case letter, say) is rarer
-// than any listed.
-const commonInPages = " etaoinsrhldcu<>/=\"-.mfpgwyb,vk:;_'x#0123456789"
+// punctuation, with v raised for <div>. A byte not listed (an upper-case
+// letter, say) is rarer than any listed.
+const commonInPages = " etaoinsrhldcuv<>/=\"-.mfpgwyb,k:;_'x#0123456789"
 
 // anchored gives each body mark of sigs its anchor, the index of its
 // rarest byte by commonInPages (the last of equals).
