@@ -535,7 +535,15 @@ func (g *Gateway) logRequest(ctx context.Context, rec *record) {
 	if rec.user != "" {
 		attrs = append(attrs, slog.String("user", clip(rec.user, maxLogField)))
 	}
-	g.cfg.Log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+	// A record without a caller's pc: Logger.LogAttrs would walk the
+	// stack for one on every request, for a source nobody logs.
+	h := g.cfg.Log.Handler()
+	if !h.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	r := slog.NewRecord(time.Now(), slog.LevelInfo, "request", 0)
+	r.AddAttrs(attrs...)
+	_ = h.Handle(ctx, r) // a log that cannot be written is no failure of the request
 }
 
 // Caps, in bytes, on what a log line quotes of a client's request: its
