@@ -331,7 +331,10 @@ func (j *job) judge(resp *http.Response, route string, class *engine.Class) erro
 // one of unknown length (chunked) into a pooled window, then copied out,
 // so that a short page does not keep a whole window until it is relayed.
 func readPrefix(r io.Reader, size int64) ([]byte, error) {
-	if size >= 0 {
+	switch {
+	case r == http.NoBody: // a HEAD's, whose length is the GET's
+		return nil, nil
+	case size >= 0:
 		return readInto(r, make([]byte, min(size, signatureWindow)))
 	}
 	window := windows.Get().(*[signatureWindow]byte)

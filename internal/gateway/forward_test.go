@@ -371,6 +371,11 @@ func TestReadPrefix(t *testing.T) {
 			}
 		})
 	}
+	// A HEAD's answer says the GET's length and has no body: nothing is
+	// allocated for it.
+	if got, err := readPrefix(http.NoBody, 4096); len(got) != 0 || cap(got) != 0 || err != nil {
+		t.Errorf("a HEAD's answer: %d bytes in a buffer of %d, %v; want none", len(got), cap(got), err)
+	}
 	// The pooled window is copied out, never handed over: a second read
 	// does not change what the first returned.
 	first, _ := readPrefix(strings.NewReader(short), -1)
