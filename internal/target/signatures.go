@@ -42,9 +42,8 @@ func (s Signature) Match(h http.Header, body []byte) bool {
 // contains reports whether body holds mark, looking for mark's byte at
 // index at and comparing the rest around each one found. bytes.Contains
 // looks for the first byte, and a mark's first is often among a page's
-// commonest ('<', a lower-case letter): judging an answer searched its
-// start that way once per built-in mark, the most of the gateway's work
-// on an ok answer after relaying it.
+// commonest ('<', a lower-case letter): searched that way once per
+// built-in mark, a page's start took a quarter of judging it.
 func contains(body []byte, mark string, at int) bool {
 	c := mark[at]
 	for i := at; i < len(body); {
