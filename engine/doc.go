@@ -63,6 +63,10 @@
 // A target incident opens when IncidentRoutes distinct routes fail one
 // target with the same class and make up IncidentShare of the distinct
 // routes that tried it in IncidentWindow: the site is down, not the exits.
+// A target's guard is made at its first failure and has not seen the
+// successes before it, so for half a window it opens only on twice the
+// routes and a share halfway to all of them, and not at all when the pool
+// has cost tiers (a site refusing the cheap tier looks down from there).
 // While open, failures of that class are not held against routes; it closes
 // when successes return. At most MaxRemovedShare of the routes may be
 // removed (cooling, half-open, ejected) by ordinary evidence; overwhelming

@@ -300,8 +300,7 @@ func TestIncidentGuard(t *testing.T) {
 	e := newTestEngine(t, Config{}, 10)
 	sub := e.Subscribe(1024)
 	now := start
-	// The site fails every route for 40s: the guard judges after half a
-	// window (30s) of evidence.
+	// The site fails every route for 40s.
 	for s := range 40 {
 		now = start.Add(time.Duration(s) * time.Second)
 		report(t, e, now, fmt.Sprintf("r%d", s%10), "down.com", Target5xx, 1)
@@ -1013,6 +1012,51 @@ func TestIncidentCountsRoutesNotAttempts(t *testing.T) {
 	}
 	if s, _ := pairState(t, e, "r0", "shop.com"); s.Usable() {
 		t.Fatalf("banned pair is %v", s)
+	}
+}
+
+// A young guard (younger than half a window) has not seen the successes
+// before its first failure: it calls a site down for everyone at once in a
+// pool of one tier, on twice the routes and a share halfway to all, and
+// leaves everything else to the full window.
+func TestIncidentOpensEarlyOnlyWhenClear(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name         string
+		cheap, tier1 int // routes c0… of tier 0 (r0… without tiers) and x0… of tier 1
+		failing, ok  int // distinct routes failing and succeeding within a second
+		open         bool
+	}{
+		{name: "down for everyone", cheap: 20, failing: 10, open: true},
+		{name: "a few successes", cheap: 20, failing: 10, ok: 3, open: true},
+		{name: "too few routes yet", cheap: 20, failing: 9},
+		{name: "half the routes fail", cheap: 20, failing: 10, ok: 10},
+		{name: "the cheap tier fails", cheap: 20, tier1: 5, failing: 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var e *Engine
+			var id func(int) string
+			if tc.tier1 > 0 {
+				e, id = newTierEngine(t, Config{}, tc.cheap, tc.tier1), func(i int) string { return fmt.Sprintf("c%d", i) }
+			} else {
+				e, id = newTestEngine(t, Config{}, tc.cheap), func(i int) string { return fmt.Sprintf("r%d", i) }
+			}
+			// The first failure makes the guard; the successes come next,
+			// so that they count before the failures could call it.
+			now := start
+			report(t, e, now, id(0), "shop.com", Target5xx, 1)
+			for i := range tc.ok {
+				report(t, e, now, id(tc.failing+i), "shop.com", OK, 1)
+			}
+			for i := 1; i < tc.failing; i++ {
+				now = now.Add(50 * time.Millisecond)
+				report(t, e, now, id(i), "shop.com", Target5xx, 1)
+			}
+			if _, open := e.store.Incident(e.target("shop.com").n); open != tc.open {
+				t.Fatalf("incident open = %v after %v, want %v", open, now.Sub(start), tc.open)
+			}
+		})
 	}
 }
 

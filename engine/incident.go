@@ -116,6 +116,27 @@ func (g *incidentGuard) quiet() bool {
 	return true
 }
 
+// judges reports whether f failing and s succeeding distinct routes open
+// an incident. A guard younger than half a window has not seen the
+// successes before its first failure, which a share of what it did see
+// would leave out. In a pool of one tier it opens then only on twice the
+// routes and a share halfway to all of them, so a site down for everyone
+// is called within a second of busy traffic instead of half a minute of
+// retries and coolings, while a site banning some exits waits for the
+// full window. With tiers it waits: a site refusing the cheap tier fails
+// every route the target is drawing from, and only the costlier tier's
+// answers tell the site from the tier.
+func (g *incidentGuard) judges(ns int64, f, s int, cfg *Config, tiered bool) bool {
+	routes, share := cfg.IncidentRoutes, cfg.IncidentShare
+	if ns-g.born < int64(cfg.IncidentWindow)/2 {
+		if tiered {
+			return false
+		}
+		routes, share = min(2*routes, guardRoutes), (1+share)/2
+	}
+	return f >= routes && float64(f) >= share*float64(f+s)
+}
+
 // routes counts the distinct routes whose latest outcome across cur and
 // prev (cur wins) is a failure with c, and those whose latest is a success.
 func routes(c Class, cur, prev *guardBucket) (failed, succeeded int) {
@@ -181,10 +202,9 @@ func (e *Engine) guardObserve(ns int64, r *route, t *target, c Class, rule Rule)
 		// routes succeed and few fail.
 		f, s := int(cur.fails[open]), cur.ok
 		toClose = s >= e.cfg.IncidentRoutes && float64(f) < e.cfg.IncidentShare/2*float64(f+s)
-	case !ok && c != OK && int(cur.fails[c]+prev.fails[c]) >= e.cfg.IncidentRoutes &&
-		ns-g.born >= int64(e.cfg.IncidentWindow)/2:
+	case !ok && c != OK && int(cur.fails[c]+prev.fails[c]) >= e.cfg.IncidentRoutes:
 		f, s := routes(c, cur, prev)
-		if f < e.cfg.IncidentRoutes || float64(f) < e.cfg.IncidentShare*float64(f+s) {
+		if !g.judges(ns, f, s, &e.cfg, e.tiers.Load() > 0) {
 			break
 		}
 		toOpen, frozen = true, true
