@@ -280,8 +280,11 @@ func (tp *targetPace) wideFor(slot int32, ns int64) float64 {
 
 // scout reports whether route slot is one of the quarter of the exits
 // that try a young wave's rate before the others do, so that a rate over
-// the site's costs the bans of a few exits, not of all.
-func scout(slot int32) bool { return slot >= 0 && uint32(slot)*0x9E3779B1 < 1<<30 }
+// the site's costs the bans of a few exits, not of all. Every fourth slot,
+// not a hash of it: a hash's quarter is lumpy in a small pool (two of
+// three exits), every fourth is a quarter of any pool, rounded up, spread
+// along the list.
+func scout(slot int32) bool { return slot >= 0 && slot%4 == 0 }
 
 // tolerance is a tolerance of tol requests a window learned at, after a
 // ban at ceiling, as it has grown by ns.

@@ -462,6 +462,26 @@ func TestToleranceWindow(t *testing.T) {
 	}
 }
 
+// The scouts are a quarter of any pool, rounded up, and never all of it:
+// a hashed quarter had made two of three exits scouts.
+func TestScoutsAreAQuarter(t *testing.T) {
+	t.Parallel()
+	for n := int32(1); n <= 40; n++ {
+		scouts := int32(0)
+		for slot := range n {
+			if scout(slot) {
+				scouts++
+			}
+		}
+		if want := (n + 3) / 4; scouts != want {
+			t.Errorf("%d exits: %d scouts, want %d", n, scouts, want)
+		}
+	}
+	if scout(-1) {
+		t.Error("slot -1 (no route) is a scout")
+	}
+}
+
 // A young wave's rate is tried by the scouts a span after the wave, by
 // every exit a span later; a ban of what a scout sent wide halves it for
 // all, and near the count the count holds again.
