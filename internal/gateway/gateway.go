@@ -657,18 +657,22 @@ func (g *Gateway) giveBack(l engine.Lease) {
 	g.engine.Report(g.cfg.Now(), l, engine.Outcome{Class: engine.Canceled})
 }
 
-// JudgeProbe classifies a probe's answer from target as users' answers
-// there are judged (job.judge): the status's class, then the built-in and
-// the target's own soft-ban signatures, so that a pair cooled for a
-// captcha page is not restored by probes served the same page with a 200.
-// The lookalike detector is left out: a probe fetches one page again and
-// again, which it must not learn from. resp's body may be read; what was
-// read is put back.
-func (g *Gateway) JudgeProbe(targetKey string, resp *http.Response) (engine.Class, time.Duration) {
+// JudgeProbe classifies a probe's answer through routeID from target as
+// users' answers there are judged (job.judge): the status's class, then
+// the built-in and the target's own soft-ban signatures, then the
+// lookalike detector, so that a pair cooled for a captcha page is not
+// restored by probes served the same page with a 200. The detector
+// rechecks the page against what the pair's and the target's users'
+// answers taught it and learns nothing from it: a probe fetches one page
+// again and again. resp's body may be read; what was read is put back.
+func (g *Gateway) JudgeProbe(routeID, targetKey string, resp *http.Response) (engine.Class, time.Duration) {
 	class, wait := route.ClassifyStatus(resp.StatusCode, resp.Header, g.cfg.Now())
-	j := &job{target: targetKey}
-	j.judgeBy(g.current.Load().targets.PolicyOf(targetKey), nil)
-	if err := j.judge(resp, "", &class); err != nil {
+	j := &job{target: targetKey, probe: true}
+	if resp.Request != nil {
+		j.url = *resp.Request.URL
+	}
+	j.judgeBy(g.current.Load().targets.PolicyOf(targetKey), g.lookalike)
+	if err := j.judge(resp, routeID, &class); err != nil {
 		return engine.TargetReset, 0
 	}
 	return class, wait

@@ -18,11 +18,15 @@ func lookable(mt string) bool {
 // looksAlike asks the lookalike detector whether route's answer to j, whose
 // body starts with head (decoded), is a page in place of the page asked
 // for. An empty body (a HEAD, a 204) is the same for every URL and says
-// nothing.
+// nothing. A probe's answer is rechecked: it is judged by what users'
+// answers taught, and teaches nothing.
 func (j *job) looksAlike(route string, head []byte) bool {
 	if len(head) == 0 {
 		return false
 	}
 	a := lookalike.Answer{URL: lookalike.URLDigest(j.url.Path, j.url.RawQuery), Body: lookalike.BodyDigest(head), Size: len(head)}
+	if j.probe {
+		return j.lookalike.Recheck(j.target, route, a) != lookalike.Valid
+	}
 	return j.lookalike.Judge(j.target, route, a) != lookalike.Valid
 }

@@ -65,6 +65,9 @@ type job struct {
 	// lookalike judges the ok answers no signature marked (lookalike.go);
 	// nil when the target turned it off.
 	lookalike *lookalike.Detector
+	// probe: the answer is a probe's, which the detector rechecks and
+	// does not learn from (Gateway.JudgeProbe).
+	probe bool
 
 	// A CONNECT (tunnel.go).
 	addr string // the authority as admission read it

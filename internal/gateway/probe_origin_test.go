@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/admit"
+	"github.com/switchyard/switchyard/internal/lookalike"
 	"github.com/switchyard/switchyard/internal/probe"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 	"github.com/switchyard/switchyard/internal/target"
@@ -194,10 +196,61 @@ func TestJudgeProbe(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, _ := v.g.JudgeProbe("127.0.0.1", resp)
+		got, _ := v.g.JudgeProbe("direct", "127.0.0.1", resp)
 		resp.Body.Close()
 		if got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.desc, got, tc.want)
 		}
+	}
+}
+
+// A probe served the page the lookalike detector found a route out with
+// keeps the pair cooled, and teaches the detector nothing: probing a clean
+// route's one page again and again never makes it a repeat.
+func TestJudgeProbeRechecksLookalikes(t *testing.T) {
+	const banned = "<html>we are checking your browser</html>"
+	site := newTarget(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		if r.URL.Path == "/banned" {
+			io.WriteString(w, banned)
+			return
+		}
+		io.WriteString(w, "<html>the page</html>")
+	})
+	v := newEnv(t, Config{}, "direct")
+	d := v.g.lookalike
+	for u := range 40 {
+		path := fmt.Sprintf("/p%d", u)
+		page := fmt.Sprintf("<html>page %c%c</html>", 'a'+u%26, 'a'+u/26)
+		d.Judge("127.0.0.1", fmt.Sprintf("good%d", u%2), lookalike.Answer{URL: lookalike.URLDigest(path, ""), Body: lookalike.BodyDigest([]byte(page)), Size: len(page)})
+		if u%4 == 0 {
+			d.Judge("127.0.0.1", "bad", lookalike.Answer{URL: lookalike.URLDigest(path, ""), Body: lookalike.BodyDigest([]byte(banned)), Size: len(banned)})
+		}
+	}
+	probe := func(routeID, path string) engine.Class {
+		resp, err := http.Get(site.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		class, _ := v.g.JudgeProbe(routeID, "127.0.0.1", resp)
+		if body, _ := io.ReadAll(resp.Body); path == "/banned" && string(body) != banned {
+			t.Fatalf("the page read was not put back: %q", body)
+		}
+		return class
+	}
+	if got := probe("bad", "/banned"); got != engine.ContentInvalid {
+		t.Errorf("the route's ban page, probed: %v, want %v", got, engine.ContentInvalid)
+	}
+	// Learned, fifty probes' one page would be most of the target's
+	// evidence, and the other routes would no longer look different from
+	// each other.
+	for range 50 {
+		if got := probe("good0", "/"); got != engine.OK {
+			t.Fatalf("a clean route's page, probed: %v, want ok", got)
+		}
+	}
+	if v := d.Judge("127.0.0.1", "bad", lookalike.Answer{URL: lookalike.URLDigest("/new", ""), Body: lookalike.BodyDigest([]byte(banned)), Size: len(banned)}); v != lookalike.Repeated {
+		t.Errorf("the route's ban page for a user after the probes: %v, want %v (the probes were learned)", v, lookalike.Repeated)
 	}
 }

@@ -171,20 +171,47 @@ func (d *Detector) Judge(target, route string, a Answer) Verdict {
 	t := d.targets.get(target)
 	p := d.pairs.get(pairKey{target, route})
 	p.add(s)
-	r := p.repeats(s, cutoff)
-	switch {
-	case r.urls >= minRepeats && r.same*2 >= r.recent && t.othersDiffer(s, r.since):
-		return Repeated
-	case t.othersElsewhere(s, p, cutoff):
-		return Outsized
-	case r.urls < minRepeats:
+	v, r := t.verdict(s, p, cutoff)
+	if v == Valid && r.urls < minRepeats {
 		// A page the route keeps answering for different URLs is no
 		// evidence of the site's pages, even while it cannot be judged
 		// yet: the ban pages that pass in the cold start would otherwise
 		// make the ban page look like the site's to the other routes'.
 		t.add(s)
 	}
-	return Valid
+	return v
+}
+
+// Recheck reads answer a as Judge would, as the pair's newest answer,
+// and remembers nothing: a probe, which fetches one page again and
+// again, must not teach the detector, but the page that got a pair
+// cooled must not restore it either. A pair or target with no evidence
+// is Valid.
+func (d *Detector) Recheck(target, route string, a Answer) Verdict {
+	now := d.cfg.Now().UnixNano()
+	s := sighting{url: a.URL, body: a.Body, route: routeDigest(route), at: now, bucket: sizeBucket(a.Size)}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t, p := d.targets.peek(target), d.pairs.peek(pairKey{target, route})
+	if t == nil || p == nil {
+		return Valid
+	}
+	with := *p
+	with.add(s)
+	v, _ := t.verdict(s, &with, now-int64(d.cfg.Window))
+	return v
+}
+
+// verdict judges s, the newest of p's answers, against t's evidence.
+func (t *targetLog) verdict(s sighting, p *pairLog, cutoff int64) (Verdict, repetition) {
+	r := p.repeats(s, cutoff)
+	switch {
+	case r.urls >= minRepeats && r.same*2 >= r.recent && t.othersDiffer(s, r.since):
+		return Repeated, r
+	case t.othersElsewhere(s, p, cutoff):
+		return Outsized, r
+	}
+	return Valid, r
 }
 
 // add keeps s as the pair's newest answer.

@@ -170,6 +170,51 @@ func TestColdStart(t *testing.T) {
 	}
 }
 
+// TestRecheck: a probe's page is read as the pair's newest answer, and
+// nothing is learned from it.
+func TestRecheck(t *testing.T) {
+	t.Parallel()
+	c := &clock{now: t0}
+	d := New(Config{Now: c.Now})
+	const probe = 1 << 40 // the probe's URL, never a user's
+	if v := d.Recheck("shop.example", "bad", decoy(probe)); v != Valid {
+		t.Fatalf("no evidence at all: %v", v)
+	}
+	if len(d.pairs.m) != 0 || len(d.targets.m) != 0 {
+		t.Fatal("a recheck without evidence made a record")
+	}
+	fired := run(d, c, 4, 400, func(r, u, _ int) Answer {
+		if r == 0 {
+			return decoy(u)
+		}
+		return page(u, 16<<10)
+	})
+	if fired[0] == 0 {
+		t.Fatal("the banned route was never found out")
+	}
+	pair, target := *d.pairs.peek(pairKey{"shop.example", "r0"}), *d.targets.peek("shop.example")
+	for range 20 {
+		c.now = c.now.Add(time.Second)
+		if v := d.Recheck("shop.example", "r0", decoy(probe)); v != Repeated {
+			t.Fatalf("the ban page that cooled the pair, probed: %v", v)
+		}
+		if v := d.Recheck("shop.example", "r1", page(probe, 16<<10)); v != Valid {
+			t.Fatalf("a clean route's page, probed: %v", v)
+		}
+	}
+	if *d.pairs.peek(pairKey{"shop.example", "r0"}) != pair || *d.targets.peek("shop.example") != target {
+		t.Fatal("rechecks changed the evidence")
+	}
+	// Two ban pages are not yet a repeat; two rechecks of it at other URLs
+	// would make one if they were remembered.
+	d.Judge("shop.example", "new", decoy(1<<41))
+	d.Recheck("shop.example", "new", decoy(1<<42))
+	d.Recheck("shop.example", "new", decoy(1<<43))
+	if v := d.Judge("shop.example", "new", decoy(1<<44)); v != Valid {
+		t.Fatalf("rechecks were remembered: %v", v)
+	}
+}
+
 // TestWindow: answers older than the window are no evidence.
 func TestWindow(t *testing.T) {
 	t.Parallel()

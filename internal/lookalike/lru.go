@@ -53,6 +53,14 @@ func (l *lru[K, V]) get(k K) *V {
 	return &n.val
 }
 
+// peek returns k's value, nil if k is not kept, and changes nothing.
+func (l *lru[K, V]) peek(k K) *V {
+	if n, ok := l.m[k]; ok {
+		return &n.val
+	}
+	return nil
+}
+
 func (l *lru[K, V]) unlink(n *node[K, V]) {
 	n.prev.next = n.next
 	n.next.prev = n.prev

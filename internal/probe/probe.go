@@ -54,11 +54,12 @@ type Config struct {
 	// returns, as admission read it. Nil admits every page as written;
 	// Direct routes' Exits still check each address at connect time.
 	Admit func(ctx context.Context, authority string) (string, error)
-	// Judge classifies a route×target probe's answer for target as users'
-	// answers there are (the gateway's soft-ban signatures included), and
-	// says how long a Retry-After asks to wait; nil classifies by status
-	// alone. The neutral page's answer is always by status.
-	Judge func(target string, resp *http.Response) (engine.Class, time.Duration)
+	// Judge classifies a route×target probe's answer through route for
+	// target as users' answers there are (the gateway's soft-ban
+	// signatures and lookalike detector included), and says how long a
+	// Retry-After asks to wait; nil classifies by status alone. The
+	// neutral page's answer is always by status.
+	Judge func(route, target string, resp *http.Response) (engine.Class, time.Duration)
 	Now   func() time.Time // clock; nil → time.Now
 }
 
@@ -163,11 +164,11 @@ func (p *Prober) probe(ctx context.Context, job engine.ProbeJob) (o engine.Outco
 	var wait time.Duration
 	switch {
 	case job.Target == "" && p.cfg.NeutralURL != "":
-		class, wait = p.fetch(ctx, x, p.cfg.NeutralURL, "")
+		class, wait = p.fetch(ctx, x, p.cfg.NeutralURL, job.Route, "")
 	case job.Target == "":
 		class, tcpOnly = p.neutral(ctx, x)
 	default:
-		class, wait = p.fetch(ctx, x, p.cfg.TargetURL(job.Target), job.Target)
+		class, wait = p.fetch(ctx, x, p.cfg.TargetURL(job.Target), job.Route, job.Target)
 	}
 	return engine.Outcome{Class: class, Latency: p.cfg.Now().Sub(start), RetryAfter: wait}, tcpOnly
 }
@@ -210,11 +211,11 @@ func (p *Prober) neutral(ctx context.Context, x *route.Exit) (class engine.Class
 	return class, false
 }
 
-// fetch GETs page through x as users' traffic goes (an absolute-form
-// request to an HTTP proxy), and classifies the outcome as the gateway
-// does: for target's page, by Config.Judge. A destination admission
-// refuses is no evidence, as for users.
-func (p *Prober) fetch(ctx context.Context, x *route.Exit, page, target string) (engine.Class, time.Duration) {
+// fetch GETs page through x, routeID's exit, as users' traffic goes (an
+// absolute-form request to an HTTP proxy), and classifies the outcome as
+// the gateway does: for target's page, by Config.Judge. A destination
+// admission refuses is no evidence, as for users.
+func (p *Prober) fetch(ctx context.Context, x *route.Exit, page, routeID, target string) (engine.Class, time.Duration) {
 	u, err := url.Parse(page)
 	if err != nil || u.Scheme != "http" || u.Host == "" {
 		return engine.Canceled, 0 // no page to probe: no evidence
@@ -240,7 +241,7 @@ func (p *Prober) fetch(ctx context.Context, x *route.Exit, page, target string) 
 	}
 	defer resp.Body.Close()
 	if target != "" && p.cfg.Judge != nil {
-		return p.cfg.Judge(target, resp)
+		return p.cfg.Judge(routeID, target, resp)
 	}
 	return route.ClassifyStatus(resp.StatusCode, resp.Header, p.cfg.Now())
 }

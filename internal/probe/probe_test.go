@@ -268,7 +268,7 @@ func TestBadPagesAreNoEvidence(t *testing.T) {
 	x := exitsOf(t, routes, route.Dialer{})
 	p := New(e, x, Config{})
 	for _, page := range []string{"", "https://x.test/", "::", "ftp://x"} {
-		if c, _ := p.fetch(context.Background(), x[routes[0].ID], page, ""); c != engine.Canceled {
+		if c, _ := p.fetch(context.Background(), x[routes[0].ID], page, routes[0].ID, ""); c != engine.Canceled {
 			t.Errorf("page %q: %v, want canceled", page, c)
 		}
 	}
@@ -520,15 +520,15 @@ func TestTargetProbesAreJudged(t *testing.T) {
 		p := New(e, exitsOf(t, routes, route.Dialer{}), Config{
 			Now:       func() time.Time { return now },
 			TargetURL: func(string) string { return page.URL + "/" },
-			Judge: func(target string, resp *http.Response) (engine.Class, time.Duration) {
+			Judge: func(routeID, target string, resp *http.Response) (engine.Class, time.Duration) {
 				body, _ := io.ReadAll(resp.Body)
-				judged = append(judged, target+" "+string(body))
+				judged = append(judged, routeID+" "+target+" "+string(body))
 				return engine.ContentInvalid, 0
 			},
 		})
 		answer(t, p)
-		if len(judged) != 1 || judged[0] != "shop.test a captcha" {
-			t.Errorf("judged %q, want the page of shop.test once", judged)
+		if want := routes[0].ID + " shop.test a captcha"; len(judged) != 1 || judged[0] != want {
+			t.Errorf("judged %q, want %q once", judged, want)
 		}
 		if s := state(e, routes[0].ID, "shop.test"); s != engine.Cooling {
 			t.Errorf("shop.test: %v after a probe judged content_invalid, want cooling", s)

@@ -250,7 +250,7 @@ func (r *runner) probe(route, target int, done func(time.Time, Result)) {
 	case target == checkPage:
 		res = r.w.Attempt(route, NeutralTarget, r.now, r.world)
 	default:
-		res = r.w.Attempt(route, target, r.now, r.world)
+		res = r.page(r.w.Attempt(route, target, r.now, r.world), route, target, probePage, r.lookalike.Recheck)
 	}
 	if res.Latency > probeTimeout {
 		res = Result{Class: engine.ProxyTimeout, Latency: probeTimeout}
@@ -560,25 +560,36 @@ var pageSizes = [...]int{OwnPage: 16 << 10, SitePage: 512, DecoyPage: 5 << 10}
 // judge is attempt a's answer as the gateway classifies it: an ok answer
 // with a page goes through the lookalike detector, with no signature
 // configured (internal/gateway/forward.go, judge), and one it finds out is
-// content_invalid. A page's body is its URL's own for OwnPage, one for
-// all of the target's URLs otherwise.
+// content_invalid.
 func (r *runner) judge(a *attempt) Result {
-	res := a.result
+	res := r.page(a.result, a.route, a.target, a.url, r.lookalike.Judge)
+	switch {
+	case res.Class == engine.ContentInvalid && a.result.Class == engine.OK && res.Page != DecoyPage:
+		r.falseInvalid++
+	case res.Class == engine.OK && res.Page == DecoyPage:
+		r.decoysPassed++
+	}
+	return res
+}
+
+// probePage is the URL (task ids start at 1) of the page a route×target
+// probe fetches: one page of the target's, again and again.
+const probePage = 0
+
+// page is res, route's answer for url at target, as judged by the
+// lookalike detector's judge (Judge for users' answers, Recheck for a
+// probe's, which the gateway judges without learning from it:
+// Gateway.JudgeProbe). A page's body is its URL's own for OwnPage, one for
+// all of the target's URLs otherwise.
+func (r *runner) page(res Result, route, target int, url uint64, judge func(target, route string, a lookalike.Answer) lookalike.Verdict) Result {
 	if res.Class != engine.OK || res.Page == NoPage {
 		return res
 	}
 	body := uint64(res.Page)
 	if res.Page == OwnPage {
-		body |= a.url << 2 // the Page values fit in two bits
+		body |= url << 2 // the Page values fit in two bits
 	}
-	v := r.lookalike.Judge(r.w.TargetName(a.target), r.w.RouteID(a.route), lookalike.Answer{URL: a.url, Body: body, Size: pageSizes[res.Page]})
-	switch {
-	case v != lookalike.Valid && res.Page != DecoyPage:
-		r.falseInvalid++
-	case v == lookalike.Valid && res.Page == DecoyPage:
-		r.decoysPassed++
-	}
-	if v != lookalike.Valid {
+	if judge(r.w.TargetName(target), r.w.RouteID(route), lookalike.Answer{URL: url, Body: body, Size: pageSizes[res.Page]}) != lookalike.Valid {
 		res.Class = engine.ContentInvalid
 	}
 	return res
