@@ -152,7 +152,9 @@ func TestRoutesBadQuery(t *testing.T) {
 
 // newPool is a server over n routes r00000…, listed out of order, with
 // labels provider=p0…p(n%7) and region by parity; every third route has a
-// pair record for shop.example.
+// pair record for shop.example, which bans it and serves the others (so
+// that it is no incident: a site failing every route it is tried through
+// is down).
 func newPool(t testing.TB, n int) (*engine.Engine, *Server) {
 	t.Helper()
 	var list strings.Builder
@@ -175,10 +177,12 @@ func newPool(t testing.TB, n int) (*engine.Engine, *Server) {
 		if err := e.AddRoute(now, parsed[i].Spec()); err != nil {
 			t.Fatal(err)
 		}
+		class := engine.OK
 		if j := (i * 7919) % n; j%3 == 0 {
-			if err := e.Feedback(now, parsed[i].ID, "shop.example", engine.Outcome{Class: engine.Blocked}); err != nil {
-				t.Fatal(err)
-			}
+			class = engine.Blocked
+		}
+		if err := e.Feedback(now, parsed[i].ID, "shop.example", engine.Outcome{Class: class}); err != nil {
+			t.Fatal(err)
 		}
 	}
 	s := NewServer(e, fixedRoutes(t, routes), NewMetrics(e, nil), Options{})
