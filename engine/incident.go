@@ -116,7 +116,7 @@ func (g *incidentGuard) quiet() bool {
 	return true
 }
 
-// judges reports whether f failing and s succeeding distinct routes open
+// opens reports whether f failing and s succeeding distinct routes open
 // an incident. A guard younger than half a window has not seen the
 // successes before its first failure, which a share of what it did see
 // would leave out. In a pool of one tier it opens then only on twice the
@@ -126,7 +126,7 @@ func (g *incidentGuard) quiet() bool {
 // full window. With tiers it waits: a site refusing the cheap tier fails
 // every route the target is drawing from, and only the costlier tier's
 // answers tell the site from the tier.
-func (g *incidentGuard) judges(ns int64, f, s int, cfg *Config, tiered bool) bool {
+func (g *incidentGuard) opens(ns int64, f, s int, cfg *Config, tiered bool) bool {
 	routes, share := cfg.IncidentRoutes, cfg.IncidentShare
 	if ns-g.born < int64(cfg.IncidentWindow)/2 {
 		if tiered {
@@ -204,7 +204,7 @@ func (e *Engine) guardObserve(ns int64, r *route, t *target, c Class, rule Rule)
 		toClose = s >= e.cfg.IncidentRoutes && float64(f) < e.cfg.IncidentShare/2*float64(f+s)
 	case !ok && c != OK && int(cur.fails[c]+prev.fails[c]) >= e.cfg.IncidentRoutes:
 		f, s := routes(c, cur, prev)
-		if !g.judges(ns, f, s, &e.cfg, e.tiers.Load() > 0) {
+		if !g.opens(ns, f, s, &e.cfg, e.tiers.Load() > 0) {
 			break
 		}
 		toOpen, frozen = true, true
