@@ -100,8 +100,10 @@ type Config struct {
 	MaxRemovedShare   float64
 	OverwhelmingAfter int
 	// PanicThreshold: when fewer than this share of routes (or, per target,
-	// of the routes not excluded for it) are eligible, stop excluding and
-	// spread load over all of them. Negative disables panic. Default 0.5.
+	// of the routes not excluded for it; a pair the site refused, blocked,
+	// or is pacing with a Retry-After is not excluded for this) are
+	// eligible, stop excluding and spread load over all of them. Negative
+	// disables panic. Default 0.5.
 	PanicThreshold float64
 
 	// IncidentRoutes distinct routes failing a target with the same

@@ -64,16 +64,18 @@
 // target with the same class and make up IncidentShare of the distinct
 // routes that tried it in IncidentWindow: the site is down, not the exits.
 // A target's guard is made at its first failure and has not seen the
-// successes before it, so for half a window it opens only on twice the
-// routes and a share halfway to all of them, and not at all when the pool
-// has cost tiers (a site refusing the cheap tier looks down from there).
+// successes before it, so for half a window it opens only when every
+// route of the pool failed there (or the first 64 it counted), and not at
+// all when the pool has cost tiers (a site refusing the cheap tier looks
+// down from there).
 // While open, failures of that class are not held against routes; it closes
 // when successes return. At most MaxRemovedShare of the routes may be
 // removed (cooling, half-open, ejected) by ordinary evidence; overwhelming
 // route-global evidence (OverwhelmingAfter consecutive failures, or a
 // cools-at-once class) passes. When fewer than PanicThreshold of the routes
-// (or of the routes left for a target) are eligible, exclusions are lifted
-// and load spreads over all of them; when nothing at all is eligible,
+// (or of the routes left for a target, where pairs the site itself refused
+// or rate-limited count as left) are eligible, exclusions are lifted and
+// load spreads over all of them; when nothing at all is eligible,
 // Acquire returns the least-bad route unless the request is Strict.
 //
 // # Selection

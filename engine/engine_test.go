@@ -431,11 +431,25 @@ func TestPoolGuards(t *testing.T) {
 		t.Parallel()
 		e := newTestEngine(t, Config{}, 4)
 		for i := range 3 {
-			report(t, e, start, fmt.Sprintf("r%d", i), "hard.com", Blocked, 1)
+			report(t, e, start, fmt.Sprintf("r%d", i), "hard.com", ContentInvalid, 1)
 		}
 		l := mustAcquire(t, e, start, Request{Target: "hard.com"})
 		if !l.Panic {
 			t.Fatalf("lease %+v, want panic for a target with 3 of 4 routes excluded", l)
+		}
+	})
+	t.Run("the site's refusals are no reason to panic", func(t *testing.T) {
+		t.Parallel()
+		e := newTestEngine(t, Config{}, 10)
+		for i := range 8 {
+			report(t, e, start, fmt.Sprintf("r%d", i), "picky.com", Blocked, 1)
+		}
+		for range 500 {
+			l := mustAcquire(t, e, start, Request{Target: "picky.com"})
+			if l.Panic || (l.Route != "r8" && l.Route != "r9") {
+				t.Fatalf("lease %+v: 8 of 10 routes refused by the site, want r8 or r9 and no panic", l)
+			}
+			e.Report(start, l, okOutcome)
 		}
 	})
 }
@@ -1016,10 +1030,10 @@ func TestIncidentCountsRoutesNotAttempts(t *testing.T) {
 }
 
 // A young guard (younger than half a window) has not seen the successes
-// before its first failure: it calls a site down for everyone at once in a
-// pool of one tier, on twice the routes and a share halfway to all, and
-// leaves everything else to the full window.
-func TestIncidentOpensEarlyOnlyWhenClear(t *testing.T) {
+// before its first failure: it calls a site down at once only when every
+// route of a pool of one tier failed there (as many as it counts) and
+// none succeeded, and leaves everything else to the full window.
+func TestIncidentOpensEarlyOnlyForEveryone(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name         string
@@ -1027,20 +1041,26 @@ func TestIncidentOpensEarlyOnlyWhenClear(t *testing.T) {
 		failing, ok  int // distinct routes failing and succeeding within a second
 		open         bool
 	}{
-		{name: "down for everyone", cheap: 20, failing: 10, open: true},
-		{name: "a few successes", cheap: 20, failing: 10, ok: 3, open: true},
-		{name: "too few routes yet", cheap: 20, failing: 9},
-		{name: "half the routes fail", cheap: 20, failing: 10, ok: 10},
-		{name: "the cheap tier fails", cheap: 20, tier1: 5, failing: 20},
+		{name: "down for everyone", cheap: 20, failing: 20, open: true},
+		{name: "a route still served", cheap: 100, failing: guardRoutes - 1, ok: 1},
+		{name: "most routes banned", cheap: 20, failing: 19},
+		{name: "as many routes as a guard counts", cheap: 100, failing: guardRoutes, open: true},
+		{name: "every tier fails", cheap: 20, tier1: 5, failing: 25},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var e *Engine
-			var id func(int) string
-			if tc.tier1 > 0 {
-				e, id = newTierEngine(t, Config{}, tc.cheap, tc.tier1), func(i int) string { return fmt.Sprintf("c%d", i) }
+			id := func(i int) string { return fmt.Sprintf("r%d", i) }
+			if tc.tier1 == 0 {
+				e = newTestEngine(t, Config{}, tc.cheap)
 			} else {
-				e, id = newTestEngine(t, Config{}, tc.cheap), func(i int) string { return fmt.Sprintf("r%d", i) }
+				e = newTierEngine(t, Config{}, tc.cheap, tc.tier1)
+				id = func(i int) string {
+					if i < tc.cheap {
+						return fmt.Sprintf("c%d", i)
+					}
+					return fmt.Sprintf("x%d", i-tc.cheap)
+				}
 			}
 			// The first failure makes the guard; the successes come next,
 			// so that they count before the failures could call it.
@@ -1050,7 +1070,7 @@ func TestIncidentOpensEarlyOnlyWhenClear(t *testing.T) {
 				report(t, e, now, id(tc.failing+i), "shop.com", OK, 1)
 			}
 			for i := 1; i < tc.failing; i++ {
-				now = now.Add(50 * time.Millisecond)
+				now = now.Add(20 * time.Millisecond)
 				report(t, e, now, id(i), "shop.com", Target5xx, 1)
 			}
 			if _, open := e.store.Incident(e.target("shop.com").n); open != tc.open {

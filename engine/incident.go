@@ -119,22 +119,21 @@ func (g *incidentGuard) quiet() bool {
 // opens reports whether f failing and s succeeding distinct routes open
 // an incident. A guard younger than half a window has not seen the
 // successes before its first failure, which a share of what it did see
-// would leave out. In a pool of one tier it opens then only on twice the
-// routes and a share halfway to all of them, so a site down for everyone
-// is called within a second of busy traffic instead of half a minute of
-// retries and coolings, while a site banning some exits waits for the
-// full window. With tiers it waits: a site refusing the cheap tier fails
-// every route the target is drawing from, and only the costlier tier's
-// answers tell the site from the tier.
-func (g *incidentGuard) opens(ns int64, f, s int, cfg *Config, tiered bool) bool {
-	routes, share := cfg.IncidentRoutes, cfg.IncidentShare
+// would leave out, so it opens then only on a site failing everyone:
+// through every route of the pool, or through each of the first
+// guardRoutes routes it counted, none of them served (a full bucket
+// counts no more routes). A site down for everyone is called within seconds
+// of busy traffic instead of after half a minute of retries and coolings;
+// one that bans most exits, which some still pass, is not (read as an
+// incident, the bans would stop counting, and traffic would stop going to
+// the exits it serves). With cost tiers it waits: a site refusing the
+// cheap tier fails every route the target draws from, and only the
+// costlier tier's answers tell the site from the tier.
+func (g *incidentGuard) opens(ns int64, f, s, pool int, cfg *Config, tiered bool) bool {
 	if ns-g.born < int64(cfg.IncidentWindow)/2 {
-		if tiered {
-			return false
-		}
-		routes, share = min(2*routes, guardRoutes), (1+share)/2
+		return !tiered && f >= max(cfg.IncidentRoutes, min(pool, guardRoutes))
 	}
-	return f >= routes && float64(f) >= share*float64(f+s)
+	return f >= cfg.IncidentRoutes && float64(f) >= cfg.IncidentShare*float64(f+s)
 }
 
 // routes counts the distinct routes whose latest outcome across cur and
@@ -204,7 +203,7 @@ func (e *Engine) guardObserve(ns int64, r *route, t *target, c Class, rule Rule)
 		toClose = s >= e.cfg.IncidentRoutes && float64(f) < e.cfg.IncidentShare/2*float64(f+s)
 	case !ok && c != OK && int(cur.fails[c]+prev.fails[c]) >= e.cfg.IncidentRoutes:
 		f, s := routes(c, cur, prev)
-		if !g.opens(ns, f, s, &e.cfg, e.tiers.Load() > 0) {
+		if !g.opens(ns, f, s, int(e.routes.len()), &e.cfg, e.tiers.Load() > 0) {
 			break
 		}
 		toOpen, frozen = true, true
