@@ -64,7 +64,7 @@ func each(group []Shape, f func(Shape) Shape) []Shape {
 	return out
 }
 
-// pools are the benchmark's cases (a–f), 3 to 20 exits each, and a
+// pools are the benchmark's cases (a–f and h), 3 to 20 exits each, and a
 // healthy reference (g): with nothing to avoid, a gateway's ratio there is
 // what its hop costs at this load, not what its choices cost.
 func pools() []pool {
@@ -124,6 +124,11 @@ func pools() []pool {
 			name:   "g_healthy_reference",
 			about:  "16 fast exits (~100 ms), nothing wrong: the cost of a hop at this load",
 			shapes: copies(16, fast()),
+		},
+		{
+			name:   "h_most_banned",
+			about:  "20 fast exits: 16 banned on shop.test (a site refusing a provider's ranges), 4 it still serves",
+			shapes: shuffled(8, copies(16, fast().on("shop.test", banned)), copies(4, fast())),
 		},
 	}
 }

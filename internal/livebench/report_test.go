@@ -49,8 +49,8 @@ func TestPoolsAreValidAndSmall(t *testing.T) {
 			t.Errorf("pool %s has %d exits", p.name, n)
 		}
 	}
-	if len(names) != 7 {
-		t.Errorf("%d pools, want the six cases a–f and the healthy reference", len(names))
+	if len(names) != 8 {
+		t.Errorf("%d pools, want the seven cases a–f and h and the healthy reference", len(names))
 	}
 }
 
