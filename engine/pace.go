@@ -29,7 +29,9 @@ import (
 //     that sent less is still served, says the site's tolerance lies
 //     between the two; a wave of such bans of toleranceBans exits within a
 //     sixth of a PaceWindow (one ban could be noise that happened to land
-//     there) holds every exit under it: at most that many requests a
+//     there), with no more stray bans (of exits that sent less) since it
+//     began than its own, which a site banning at random would send,
+//     holds every exit under it: at most that many requests a
 //     PaceWindow, spaced evenly. Once liftVolume requests went out under
 //     the hold, bans at more than liftShare of them say the bans were not
 //     about the count: the hold is lifted, and not learned again for
@@ -130,6 +132,10 @@ type targetPace struct {
 	frozen atomic.Uint64
 	// wave holds the last bans that showed a tolerance.
 	wave []waveBan // guarded by mu
+	// strays are when the latest toleranceBans+1 bans came to exits that
+	// had sent no more than one still served (learnTolerance), oldest
+	// first: enough to tell whether a wave had more of them than its own.
+	strays []int64 // guarded by mu
 
 	// shared is set, for good, when the store shares pacing; procs is then
 	// how many processes pace the target (0 or 1: this one alone), and sh
@@ -572,7 +578,13 @@ func (e *Engine) learnTolerance(t *target, slot int32, ns, taken int64) {
 		q.mu.Unlock()
 	})
 	if most >= n {
-		return // others sent as much and are served: not the count
+		// Others sent as much and are served: not the count. A stray ban,
+		// which a site banning at random sends too.
+		if len(tp.strays) > toleranceBans {
+			tp.strays = append(tp.strays[:0], tp.strays[1:]...)
+		}
+		tp.strays = append(tp.strays, ns)
+		return
 	}
 	if tp.shared {
 		tp.sh.bans = append(tp.sh.bans, PaceBan{Route: slot, Target: t.n, At: ns, Sent: int32(min(n, math.MaxInt32)), Most: int32(min(most, math.MaxInt32))})
@@ -595,6 +607,23 @@ func (tp *targetPace) addBan(c *Config, b waveBan, ns int64) {
 	}
 	tp.wave = append(tp.wave, b)
 	if len(tp.wave) < toleranceBans {
+		return
+	}
+	// Bans at random (a noisy firewall's 403s) land most on the busiest
+	// exit too, and now and then on it three times running; but as many
+	// again land on exits that sent less. A wave with more stray bans
+	// than its own since it began is not a count.
+	oldest, strays := tp.wave[0].at, 0
+	for _, w := range tp.wave {
+		oldest = min(oldest, w.at)
+	}
+	for _, at := range tp.strays {
+		if at >= oldest {
+			strays++
+		}
+	}
+	if strays > len(tp.wave) {
+		tp.wave = tp.wave[:0]
 		return
 	}
 	// The site tolerates at least what any served exit sent and less than
