@@ -462,8 +462,8 @@ func TestToleranceWindow(t *testing.T) {
 	}
 }
 
-// The scouts are a quarter of any pool, rounded up, and never all of it:
-// a hashed quarter had made two of three exits scouts.
+// The scouts are a quarter of any pool, rounded up, so never all of a pool
+// of two or more: a hashed quarter had made two of three exits scouts.
 func TestScoutsAreAQuarter(t *testing.T) {
 	t.Parallel()
 	for n := int32(1); n <= 40; n++ {
