@@ -100,7 +100,7 @@ type Config struct {
 	MaxRemovedShare   float64
 	OverwhelmingAfter int
 	// PanicThreshold: when fewer than this share of routes (or, per target,
-	// of the routes not excluded for it; a pair the site refused, blocked,
+	// of the routes not excluded for it; a pair the site refused (blocked)
 	// or is pacing with a Retry-After is not excluded for this) are
 	// eligible, stop excluding and spread load over all of them. Negative
 	// disables panic. Default 0.5.

@@ -162,9 +162,8 @@ func New(cfg Config) *Detector {
 // answer joins the pair's, a valid one the target's evidence unless the
 // route keeps answering its page (docs/design/011-lookalike.md).
 func (d *Detector) Judge(target, route string, a Answer) Verdict {
-	now := d.cfg.Now().UnixNano()
-	s := sighting{url: a.URL, body: a.Body, route: routeDigest(route), at: now, bucket: sizeBucket(a.Size)}
-	cutoff := now - int64(d.cfg.Window)
+	s := d.sighting(route, a)
+	cutoff := s.at - int64(d.cfg.Window)
 
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -188,8 +187,7 @@ func (d *Detector) Judge(target, route string, a Answer) Verdict {
 // cooled must not restore it either. A pair or target with no evidence
 // is Valid.
 func (d *Detector) Recheck(target, route string, a Answer) Verdict {
-	now := d.cfg.Now().UnixNano()
-	s := sighting{url: a.URL, body: a.Body, route: routeDigest(route), at: now, bucket: sizeBucket(a.Size)}
+	s := d.sighting(route, a)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	t, p := d.targets.peek(target), d.pairs.peek(pairKey{target, route})
@@ -198,8 +196,13 @@ func (d *Detector) Recheck(target, route string, a Answer) Verdict {
 	}
 	with := *p
 	with.add(s)
-	v, _ := t.verdict(s, &with, now-int64(d.cfg.Window))
+	v, _ := t.verdict(s, &with, s.at-int64(d.cfg.Window))
 	return v
+}
+
+// sighting is answer a through route, seen now.
+func (d *Detector) sighting(route string, a Answer) sighting {
+	return sighting{url: a.URL, body: a.Body, route: routeDigest(route), at: d.cfg.Now().UnixNano(), bucket: sizeBucket(a.Size)}
 }
 
 // verdict judges s, the newest of p's answers, against t's evidence.
