@@ -87,11 +87,11 @@ type Server struct {
 	// Default 10000.
 	MaxClientConns int `toml:"max_client_conns"`
 	// MaxIdleUpstreamConns caps the idle connections the gateway keeps to
-	// upstream proxies (to targets, for direct routes) across all routes,
-	// the least recently used closed first: routes naming the same proxy
-	// with the same credentials share them, so the descriptors held stay
-	// bounded whatever the size of the pool. SOCKS5 routes keep theirs
-	// apart. Must be positive; default 1024.
+	// upstream proxies (to targets, for direct and SOCKS5 routes and
+	// https:// through any) across all routes, the least recently used
+	// closed first: routes naming the same proxy with the same credentials
+	// share them, so the descriptors held stay bounded whatever the size
+	// of the pool. Must be positive; default 1024.
 	MaxIdleUpstreamConns int `toml:"max_idle_upstream_conns"`
 	// MaxUpstreamConns caps the connections open to upstream proxies (to
 	// targets, for direct routes) at once, in use or idle, tunnels

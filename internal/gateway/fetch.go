@@ -21,6 +21,7 @@ import (
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/admit"
 	"github.com/switchyard/switchyard/internal/pacing"
+	"github.com/switchyard/switchyard/internal/route"
 )
 
 // The fetch API's way into the attempt loop (docs/design/009-fetch-api.md):
@@ -250,7 +251,7 @@ func (g *Gateway) fetchJob(ctx context.Context, s *settings, req *FetchRequest, 
 	if req.Timeout > 0 {
 		j.timeout = min(j.timeout, req.Timeout)
 	}
-	j.hedge = j.judgeBy(policy, g.lookalike) && ctl.session == "" && idempotent(method)
+	j.hedge = j.judgeBy(policy, g.lookalike) && ctl.session == "" && route.Idempotent(method)
 	return j, release, nil
 }
 

@@ -43,7 +43,7 @@ func (b *reqBody) clientErr() error {
 }
 
 // clientStream is a body streamed from the client as the attempt sends it
-// (the transport reads it on its own goroutine). A read that fails is the
+// (the attempt's goroutine reads it). A read that fails is the
 // client's doing, gone or too slow (the server's body deadline), never
 // the route's: it is kept so the attempt is not judged by it.
 type clientStream struct {
@@ -117,7 +117,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 	// it, so a session's request is never hedged; nor is an upgrade, each
 	// attempt of which the site would take for a client.
 	j.another = body.replayable()
-	j.hedge = hedge && j.another && ctl.session == "" && idempotent(r.Method) && !j.upgrade
+	j.hedge = hedge && j.another && ctl.session == "" && route.Idempotent(r.Method) && !j.upgrade
 	win, last, attempts, hedges, err := g.run(r.Context(), s, j)
 	if answered := cmp.Or(win, last); answered != nil && answered.resp != nil {
 		s.targets.NoteOrigin(target, hostport) // admitted, and a target answered there: probes go there
@@ -138,16 +138,6 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 	}
 }
 
-// idempotent reports whether method may be sent twice with the effect of
-// once (RFC 9110 §9.2.2).
-func idempotent(method string) bool {
-	switch method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
-		return true
-	}
-	return false
-}
-
 // forward carries j's request through the leased route. The outcome of an
 // answer is its status's (a 2xx with a block signature is content_invalid);
 // of a failure, route.Classify's, from how far the Exit got and the cause
@@ -156,13 +146,7 @@ func idempotent(method string) bool {
 func (g *Gateway) forward(ctx context.Context, j *job, l engine.Lease, x *route.Exit) *outcome {
 	o := &outcome{lease: l}
 	start := g.cfg.Now()
-	var resp *http.Response
-	var err error
-	if j.url.Scheme == "https" || j.upgrade { // fetches, requests inside intercepted TLS, WebSockets
-		resp, err = g.roundTripOwned(ctx, j.outbound(ctx), x, &o.progress)
-	} else {
-		resp, err = x.RoundTrip(j.outbound(x.Context(ctx, &o.progress)), &o.progress)
-	}
+	resp, err := x.RoundTrip(j.outbound(ctx), &o.progress)
 	o.latency = g.cfg.Now().Sub(start)
 	if err == nil {
 		o.resp, o.reached = resp, true
@@ -185,11 +169,6 @@ func (g *Gateway) forward(ctx context.Context, j *job, l engine.Lease, x *route.
 			o.resp = nil
 		}
 		o.class, o.reached = route.Classify(err, &o.progress)
-		if _, ok := errors.AsType[*tlsError](err); ok {
-			// The site's certificate or handshake, through this route:
-			// nothing of the request went out.
-			o.class, o.reached = engine.TLSFailed, false
-		}
 		if o.blocked = refusal(err); o.blocked != nil {
 			// Admission's verdict, not the route's: no evidence, no retry.
 			o.class, o.reached = engine.Canceled, false
@@ -473,7 +452,7 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, start time.Time, 
 	// The class tells a relayed 403 (blocked) or soft ban (content_invalid,
 	// every route tried having served one) from a page.
 	h[headerClass] = []string{o.class.String()}
-	if u, ok := resp.Body.(*upgraded); ok {
+	if u, ok := resp.Body.(*route.Upgraded); ok {
 		switchProtocols(w, u, protocol)
 		return false
 	}

@@ -53,15 +53,12 @@ type Config struct {
 	// Timeouts bounds the phases of reaching a target through a route; zero
 	// fields get route's defaults.
 	Timeouts route.Timeouts
-	// MaxIdleUpstreamConns caps the idle connections kept to upstream
-	// proxies (and to targets, for Direct routes) across all routes: the
-	// exits of HTTP, HTTPS and Direct routes share one transport
-	// (route.Upstream), their connections pooled per proxy endpoint and
-	// credentials, the least recently used idle one closed past the cap.
-	// SOCKS5 routes keep transports of their own. The connections to
-	// targets the gateway opens through exits itself (HTTPS inside
-	// intercepted TLS, https:// fetches) are kept apart, per route and
-	// target, under the same cap. Default 1024 (route.DefaultMaxIdle).
+	// MaxIdleUpstreamConns caps the idle connections kept for the next
+	// request across all routes (route.Upstream): to proxies, pooled per
+	// proxy endpoint and credentials, and streams to targets (Direct and
+	// SOCKS5 routes, https:// through any), per way out and target; the
+	// least recently used idle one is closed past the cap. Default 1024
+	// (route.DefaultMaxIdle).
 	MaxIdleUpstreamConns int
 	// MaxUpstreamConns caps the connections open to upstream proxies (to
 	// targets, for Direct routes) at once, in use or idle, tunnels
@@ -229,8 +226,7 @@ type Gateway struct {
 	engine   *engine.Engine
 	budget   *engine.Budget
 	pacer    *pacing.Pacer
-	upstream *route.Upstream    // the transport exits share
-	targets  *route.TargetConns // connections to targets the gateway opened through exits itself (owned.go)
+	upstream *route.Upstream // what the exits share: kept connections, the cap on open ones
 	// tokens seals the attempt tokens of relayed answers (feedback.go).
 	tokens *sealer
 	// interceptor serves intercepted connections, and bypass names the
@@ -255,7 +251,7 @@ type Gateway struct {
 func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) {
 	cfg = cfg.withDefaults()
 	g := &Gateway{cfg: cfg, engine: e, budget: engine.NewBudget(cfg.Budget), upstream: route.NewUpstream(cfg.MaxIdleUpstreamConns, cfg.MaxUpstreamConns),
-		targets: route.NewTargetConns(cfg.MaxIdleUpstreamConns), lookalike: lookalike.New(lookalike.Config{Now: cfg.Now}), bypass: newBypass(cfg.MITM), tokens: newSealer()}
+		lookalike: lookalike.New(lookalike.Config{Now: cfg.Now}), bypass: newBypass(cfg.MITM), tokens: newSealer()}
 	g.interceptor = g.newInterceptor()
 	// Pacing waits on real timers, so it reads the real clock too.
 	g.pacer = pacing.New(pacing.Config{Limits: g.paceOf, MaxTargets: cfg.MaxPacedTargets})
@@ -273,7 +269,7 @@ func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) 
 // proxy roots, and admission's connect-time check on Direct routes, skipped
 // for hosts allow-listed by name.
 func (g *Gateway) dialer() route.Dialer {
-	d := route.Dialer{Timeouts: g.cfg.Timeouts, TLS: g.cfg.ProxyTLS, Resolver: g.cfg.Resolver, Upstream: g.upstream}
+	d := route.Dialer{Timeouts: g.cfg.Timeouts, TLS: g.cfg.ProxyTLS, TargetTLS: g.cfg.TargetTLS, Resolver: g.cfg.Resolver, Upstream: g.upstream}
 	if a := g.cfg.Admission; a != nil {
 		d.Control = a.DialControl
 	}
@@ -350,15 +346,7 @@ func refusal(err error) *admit.Error {
 
 // Close closes the idle upstream connections of every route. Requests and
 // tunnels in progress are not cut.
-func (g *Gateway) Close() {
-	for _, x := range g.current.Load().routes.All() {
-		if x != nil {
-			x.CloseIdleConnections()
-		}
-	}
-	g.upstream.CloseIdleConnections()
-	g.targets.CloseIdle()
-}
+func (g *Gateway) Close() { g.upstream.CloseIdleConnections() }
 
 // UpstreamConns is how many connections of the transport the exits share
 // are open now, in use or idle (idle ones capped by MaxIdleUpstreamConns),

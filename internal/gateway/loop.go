@@ -111,7 +111,7 @@ func (j *job) retryable(o *outcome) bool {
 // whichever exit: another is allowed, and a forwarded request that may
 // have reached the target is idempotent.
 func (j *job) resendable(o *outcome) bool {
-	return j.another && (j.req == nil || !o.reached || idempotent(j.req.Method))
+	return j.another && (j.req == nil || !o.reached || route.Idempotent(j.req.Method))
 }
 
 // bound reports whether l is the route a sticky session is bound to: its

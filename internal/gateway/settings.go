@@ -20,11 +20,9 @@ type settings struct {
 // Update publishes routes (derived from Routes() by route.Set.Next), users
 // and target rules (nil: none); requests already running finish with what
 // they started with. Every route routes lists must already be known to the
-// engine (added or updated with r.Spec()). The idle connections of the
-// Exits routes no longer carries are closed: those of their own transports
-// (SOCKS5) at once, and those in the shared one once idle too long or
-// crowded out, unless they serve the routes left with the same proxy and
-// credentials.
+// engine (added or updated with r.Spec()). The idle connections kept for
+// the routes no longer carried close once idle too long or crowded out,
+// unless they serve the routes left with the same proxy and credentials.
 func (g *Gateway) Update(routes *route.Set, users map[string]User, rules *target.Rules) error {
 	g.updates.Lock()
 	defer g.updates.Unlock()
@@ -43,11 +41,6 @@ func (g *Gateway) Update(routes *route.Set, users map[string]User, rules *target
 	next.paces = next.targets.Paces()
 	g.current.Store(next)
 	if old != nil {
-		for r, x := range old.routes.All() {
-			if x != nil && routes.Exit(r.ID) != x {
-				x.CloseIdleConnections()
-			}
-		}
 		g.pacer.Update(g.paceOf) // entries pick up the new rules' limits
 	}
 	return nil

@@ -56,13 +56,16 @@ func (m exits) Exit(id string) *route.Exit { return m[id] }
 // connections are closed with the test.
 func exitsOf(t *testing.T, routes []*route.Route, d route.Dialer) exits {
 	t.Helper()
+	if d.Upstream == nil {
+		d.Upstream = route.NewUpstream(0, 0)
+	}
+	t.Cleanup(d.Upstream.CloseIdleConnections)
 	m := make(exits, len(routes))
 	for _, r := range routes {
 		x, err := route.NewExit(r, d)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(x.CloseIdleConnections)
 		m[r.ID] = x
 	}
 	return m

@@ -3,37 +3,22 @@ package route
 import (
 	"context"
 	"errors"
-	"net/http/httptrace"
 	"sync/atomic"
 
 	"github.com/switchyard/switchyard/engine"
 )
 
 // Progress is how far one attempt through an Exit got, recorded by the
-// Exit as the attempt goes (RoundTrip's connection and first answer byte,
-// DialTarget's finished stream), so that Classify can lay a failure at the
-// layer it reached. The zero value is an attempt not yet started; one
-// Progress serves one attempt.
+// Exit as the attempt goes (RoundTrip's connection, TLS with the target
+// and first answer byte, DialTarget's finished stream), so that Classify
+// can lay a failure at the layer it reached. The zero value is an attempt
+// not yet started; one Progress serves one attempt. The attempt records
+// it while others read it.
 type Progress struct {
 	direct    bool        // the route is Direct; set before the attempt starts
-	connected atomic.Bool // the connection was obtained: to the proxy (HTTP, HTTPS) or the stream to the target (SOCKS5, Direct)
-	answered  atomic.Bool // the first byte of the answer arrived
-	// trace records RoundTrip's progress; bound to this Progress by traced.
-	trace httptrace.ClientTrace
+	connected atomic.Bool // the connection was obtained: to the proxy (HTTP, HTTPS) or the stream to the target (SOCKS5, Direct, a tunnel)
+	answered  atomic.Bool // the target spoke: the answer's first byte arrived, or TLS with it was made, or a kept stream to it was taken
 }
-
-// traced is ctx carrying the trace through which RoundTrip records its
-// progress into p (Exit.Context).
-func (p *Progress) traced(ctx context.Context) context.Context {
-	p.trace.GotConn = func(httptrace.GotConnInfo) { p.connected.Store(true) }
-	p.trace.GotFirstResponseByte = func() { p.answered.Store(true) }
-	return httptrace.WithClientTrace(ctx, &p.trace)
-}
-
-// TargetAnswered records that the target itself answered through the
-// exit, as a TLS handshake with it shows (the fetch API speaks TLS with
-// sites through tunnels): silence from then on is the target's.
-func (p *Progress) TargetAnswered() { p.answered.Store(true) }
 
 // Timeout is what an attempt's silence reads as at the layer it reached:
 // the class Classify gives a timeout now (see there).
@@ -53,6 +38,8 @@ func (p *Progress) Timeout() engine.Class {
 //	nil                 ok
 //	*Error              Error.Class; reached nothing (Error.NeverLeft); Canceled
 //	                    when the gateway ran out of its own resources (Error.Local)
+//	*RequestError       client_error: the request could not be written as it was;
+//	                    nothing reached the target
 //	context.Canceled    canceled: the caller gave up
 //	a timeout           of the layer reached: the exit (proxy_timeout) until the
 //	                    answer began, the target (target_timeout) once it did, or
@@ -71,6 +58,8 @@ func Classify(err error, p *Progress) (class engine.Class, reached bool) {
 		return engine.OK, reached
 	case errors.As(err, &e):
 		return e.Class(), !e.NeverLeft()
+	case errors.As(err, new(*RequestError)):
+		return engine.ClientError, false
 	case errors.Is(err, context.Canceled):
 		return engine.Canceled, reached
 	case isTimeout(err):

@@ -7,8 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,16 +23,12 @@ type path uint8
 const (
 	forward path = 1 << iota // an absolute-form GET through RoundTrip, its body read to the end
 	tunnel                   // a stream to the target through DialTarget, as for a client's CONNECT
-	shared                   // with forward: through a transport shared with other exits (route.Upstream)
 	both    = forward | tunnel
 )
 
 func (p path) String() string {
-	switch p {
-	case forward:
+	if p == forward {
 		return "forward"
-	case forward | shared:
-		return "forward shared"
 	}
 	return "tunnel"
 }
@@ -98,6 +94,32 @@ func silentTarget(t testing.TB) string {
 	return routetest.ServeTCP(t, func(c net.Conn) { io.Copy(io.Discard, c) })
 }
 
+// heardTarget reads requests and never answers, and closes the channel
+// heard(addr) gives once it has read one: a request out, whatever it
+// went through.
+func heardTarget(t testing.TB) string {
+	ch := make(chan struct{})
+	var once sync.Once
+	addr := routetest.ServeTCP(t, func(c net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+			once.Do(func() { close(ch) })
+		}
+		io.Copy(io.Discard, c)
+	})
+	heardAt.Store(addr, ch)
+	t.Cleanup(func() { heardAt.Delete(addr) })
+	return addr
+}
+
+// heardAt holds each heardTarget's channel by its address.
+var heardAt sync.Map
+
+// heard is the channel of the heardTarget at addr.
+func heard(addr string) <-chan struct{} {
+	ch, _ := heardAt.Load(addr)
+	return ch.(chan struct{})
+}
+
 // hangupTarget closes the connection once it has read the request.
 func hangupTarget(t testing.TB) string {
 	return routetest.ServeTCP(t, func(c net.Conn) { http.ReadRequest(bufio.NewReader(c)) })
@@ -130,10 +152,10 @@ func closeTLS(c net.Conn) { c.Read(make([]byte, 1)) }
 type cancelAt uint8
 
 const (
-	never       cancelAt = iota
-	before               // before the attempt starts
-	onceWritten          // as soon as the request is written (forward path)
-	midway               // a moment into the attempt, wherever it is
+	never     cancelAt = iota
+	before             // before the attempt starts
+	onceHeard          // as soon as the target has read the request (forward path, heardTarget)
+	midway             // a moment into the attempt, wherever it is
 )
 
 // TestClassifyByLayer is the contract of Classify: each failure, on each
@@ -220,7 +242,7 @@ func TestClassifyByLayer(t *testing.T) {
 
 			// The caller gives up.
 			{desc: "canceled before the attempt", schemes: anyRoute, path: both, setup: through(routetest.Behavior{}, pageTarget), cancel: before, class: engine.Canceled},
-			{desc: "canceled once the request is out", schemes: anyRoute, path: forward, setup: through(routetest.Behavior{}, silentTarget), cancel: onceWritten, class: engine.Canceled, reached: true},
+			{desc: "canceled once the request is out", schemes: anyRoute, path: forward, setup: through(routetest.Behavior{}, heardTarget), cancel: onceHeard, class: engine.Canceled, reached: true},
 			{desc: "canceled during the CONNECT", schemes: anyProxy, path: tunnel, setup: through(routetest.Behavior{Silent: true}, pageTarget), cancel: midway, class: engine.Canceled},
 			{desc: "canceled while connecting", schemes: anyRoute, path: both, setup: at(routetest.StalledPort), cancel: midway, class: engine.Canceled},
 		}
@@ -243,8 +265,14 @@ func TestClassifyByLayer(t *testing.T) {
 						switch tc.cancel {
 						case before:
 							cancel()
-						case onceWritten:
-							ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { cancel() }})
+						case onceHeard:
+							go func() {
+								select {
+								case <-heard(d.addr):
+									cancel()
+								case <-ctx.Done():
+								}
+							}()
 						case midway:
 							timer := time.AfterFunc(20*time.Millisecond, cancel)
 							defer timer.Stop()

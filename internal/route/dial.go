@@ -56,10 +56,13 @@ type Dialer struct {
 	// system's. The gateway's admission resolves with the same one, so a
 	// name reads alike at both checks.
 	Resolver *net.Resolver
-	// Upstream, when set, is the transport that the exits of HTTP, HTTPS
-	// and Direct routes share (their connections pooled per proxy and
-	// credentials, idle ones capped across routes); nil gives each exit a
-	// transport of its own.
+	// TargetTLS holds the roots sites fetched over https:// through an
+	// exit are verified against (Exit.RoundTrip); nil means the system's.
+	TargetTLS *tls.Config
+	// Upstream is what the exits dialling alike share: the connections
+	// kept for the next request, idle ones capped across routes, and the
+	// cap on those open at once. nil gives the exits made with this
+	// Dialer (one NewExit, or a Set's) one of their own, without a cap.
 	Upstream *Upstream
 }
 
@@ -407,6 +410,7 @@ const (
 	PhaseProxyAuth                // the proxy rejected the credentials: 407, or SOCKS5 authentication refused
 	PhaseTunnel                   // the proxy refused or could not build the tunnel to this target
 	PhaseTarget                   // Direct route: the target itself could not be reached
+	PhaseTargetTLS                // TLS with the target through the route failed: its certificate or handshake
 )
 
 var phaseNames = [...]string{
@@ -416,6 +420,7 @@ var phaseNames = [...]string{
 	PhaseProxyAuth:   "proxy auth",
 	PhaseTunnel:      "tunnel",
 	PhaseTarget:      "target",
+	PhaseTargetTLS:   "TLS with the target",
 }
 
 func (p Phase) String() string {
@@ -462,6 +467,8 @@ func (e *Error) Unwrap() error { return e.Err }
 //	PhaseTarget      dns_failed, target_timeout, or target_reset for refused and
 //	                 unreachable: a Direct route has no exit of its own to blame,
 //	                 so the evidence is about the target (route×target scope).
+//	PhaseTargetTLS   tls_failed: the site's certificate or handshake, through this
+//	                 route; nothing of the request went out.
 func (e *Error) Class() engine.Class {
 	if e.Local != "" || errors.Is(e.Err, context.Canceled) {
 		return engine.Canceled
@@ -481,6 +488,8 @@ func (e *Error) Class() engine.Class {
 			return engine.Blocked
 		}
 		return engine.TunnelFailed
+	case PhaseTargetTLS:
+		return engine.TLSFailed
 	case PhaseTarget:
 		var dns *net.DNSError
 		switch {

@@ -132,11 +132,14 @@ func dialThrough(t *testing.T, ctx context.Context, d dialCase, timeouts route.T
 // test.
 func newExit(t *testing.T, d dialCase, dialer route.Dialer) *route.Exit {
 	t.Helper()
+	if dialer.Upstream == nil {
+		dialer.Upstream = route.NewUpstream(0, 0)
+	}
+	t.Cleanup(dialer.Upstream.CloseIdleConnections)
 	x, err := route.NewExit(d.r, dialer)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(x.CloseIdleConnections)
 	return x
 }
 
@@ -621,7 +624,7 @@ func TestDialLocalResources(t *testing.T) {
 			{desc: "refused is the target's", errno: syscall.ECONNREFUSED},
 		}
 		for _, tc := range tests {
-			for _, p := range []path{tunnel, forward, forward | shared} {
+			for _, p := range []path{tunnel, forward} {
 				t.Run(tc.desc+"/"+p.String(), func(t *testing.T) {
 					t.Parallel()
 					var reached atomic.Bool
@@ -630,12 +633,7 @@ func TestDialLocalResources(t *testing.T) {
 						return func(string, string, syscall.RawConn) error { return tc.errno }
 					}
 					d := route.Dialer{Control: control}
-					if p&shared != 0 {
-						d.Upstream = route.NewUpstream(0, 0)
-						defer d.Upstream.CloseIdleConnections()
-					}
 					x := newExit(t, dialCase{r: &route.Route{ID: "direct", Scheme: route.Direct}}, d)
-					defer x.CloseIdleConnections()
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 					defer cancel()
 					var progress route.Progress

@@ -120,40 +120,41 @@ func TestUpstreamCapsIdleAcrossRoutes(t *testing.T) {
 	})
 }
 
-// SOCKS5 routes keep transports of their own, but only those used last
-// keep idle connections, within the Upstream's cap together: a pool of
-// many SOCKS5 routes holds the cap's worth of descriptors too, and they
-// are counted in Open.
+// The streams SOCKS5 routes keep to their targets are kept in the same
+// pool as every other connection, under the same cap: a pool of many
+// SOCKS5 routes holds the cap's worth of descriptors too, and they are
+// counted in Open.
 func TestUpstreamBoundsSOCKS5Routes(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
-		const routes, capacity = 6, 32 // two routes' worth by count, at 16 each
+		const routes, capacity = 6, 2
 		target := pageTarget(t)
 		u := route.NewUpstream(capacity, 0)
+		defer u.CloseIdleConnections()
+		proxies := make([]*routetest.Proxy, routes)
 		exits := make([]*route.Exit, routes)
 		for i := range exits {
-			exits[i] = sharedExit(t, routetest.NewProxy(t, routetest.Behavior{Kind: routetest.SOCKS5Proxy}).URL.String(), u, nil)
+			proxies[i] = routetest.NewProxy(t, routetest.Behavior{Kind: routetest.SOCKS5Proxy})
+			exits[i] = sharedExit(t, proxies[i].URL.String(), u, nil)
 		}
-		defer func() {
-			for _, x := range exits {
-				x.CloseIdleConnections()
-			}
-		}()
 		for i, x := range exits {
 			sharedGet(t, x, target, fmt.Sprintf("/%d", i))
-			if got, want := u.Open(), min(int64(i+1), 2); got != want {
+			if got, want := u.Open(), min(int64(i+1), capacity); got != want {
 				t.Errorf("after route %d: %d connections open, want %d", i, got, want)
 			}
 		}
-		sharedGet(t, exits[routes-1], target, "/again") // its kept connection
-		if got := u.Open(); got != 2 {
-			t.Errorf("%d connections open after a warm route's request, want 2", got)
+		sharedGet(t, exits[routes-1], target, "/again") // its kept stream
+		if got := u.Open(); got != capacity {
+			t.Errorf("%d connections open after a kept stream's request, want %d", got, capacity)
+		}
+		if n := proxies[routes-1].Requests(); n != 1 {
+			t.Errorf("the last route's proxy opened %d sessions for two requests, want 1, kept", n)
 		}
 	})
 }
 
-// However routes share the transport, a request leaves through its own
+// However routes share the Upstream, a request leaves through its own
 // route: a Direct request never rides a proxy's connection, a proxied one
-// never the gateway's own, and a SOCKS5 route keeps its own transport.
+// never the gateway's own, and a SOCKS5 route's streams are its own.
 func TestUpstreamKeepsRoutesApart(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
 		target := pageTarget(t)
@@ -164,7 +165,6 @@ func TestUpstreamKeepsRoutesApart(t *testing.T) {
 		direct := sharedExit(t, "direct", u, nil)
 		proxied := sharedExit(t, p.URL.String(), u, nil)
 		viaSocks := sharedExit(t, socks.URL.String(), u, nil)
-		defer viaSocks.CloseIdleConnections()
 		for i := range 3 {
 			sharedGet(t, direct, target, "/d")
 			sharedGet(t, proxied, target, "/p")
@@ -229,8 +229,8 @@ func TestUpstreamCapsOpenConnections(t *testing.T) {
 // A pool carrying many requests at once keeps a connection for each of
 // them, within the Upstream's cap: one busy route (a provider's gateway)
 // does not close what a per-pool bound would refuse after every answer
-// and dial it again for the next request. A SOCKS5 route, whose
-// transport is its own, alike.
+// and dial it again for the next request. A SOCKS5 route's streams to one
+// target alike.
 func TestUpstreamKeepsABusyPoolsConnections(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -248,33 +248,11 @@ func keepsABusyPoolsConnections(t *testing.T, kind routetest.Kind) {
 		u := route.NewUpstream(0, 0)
 		defer u.CloseIdleConnections()
 		x := sharedExit(t, proxy.URL.String(), u, nil)
-		defer x.CloseIdleConnections()
 		for round := range 2 {
 			site.round(t, x, round)
 			if got := u.Open(); got != parallel {
 				t.Errorf("round %d: %d connections open at rest after %d requests at once, want %d", round, got, parallel, parallel)
 			}
-		}
-	})
-}
-
-// The SOCKS5 routes kept warm are bounded by the connections they hold
-// together too: a busy route used last pushes out one busy before it.
-func TestUpstreamBoundsBusySOCKS5Routes(t *testing.T) {
-	routetest.NoLeaks(t, func(t *testing.T) {
-		const parallel, capacity = 24, 32 // room for two routes by count, one by connections
-		site := newAtOnce(t, parallel, 2)
-		u := route.NewUpstream(capacity, 0)
-		var exits [2]*route.Exit
-		for i := range exits {
-			exits[i] = sharedExit(t, routetest.NewProxy(t, routetest.Behavior{Kind: routetest.SOCKS5Proxy}).URL.String(), u, nil)
-			defer exits[i].CloseIdleConnections()
-		}
-		for i, x := range exits {
-			site.round(t, x, i)
-		}
-		if got := u.Open(); got != parallel {
-			t.Errorf("%d connections open after two busy SOCKS5 routes within a cap of %d, want the last one's %d", got, capacity, parallel)
 		}
 	})
 }
