@@ -62,9 +62,11 @@ type connPool struct {
 	newest *conn             // guarded by mu: the most recently put
 	oldest *conn             // guarded by mu: the least recently put
 	idle   int               // guarded by mu
-	// sweep closes the connections idle past idleTimeout; guarded by mu,
-	// nil when no connection is idle. One timer for the whole pool, not
-	// one per connection put back.
+	// sweep closes the connections idle past idleTimeout: one timer for
+	// the whole pool, not one per connection put back, set while a
+	// connection is idle and left to run out when the last is taken (a
+	// pool that empties and fills with every request, one client's, makes
+	// no timer each time). Guarded by mu; nil when not set.
 	sweep *time.Timer
 }
 
@@ -147,14 +149,11 @@ func (p *connPool) remove(c *conn) {
 	}
 	c.newer, c.older, c.above, c.below = nil, nil, nil, nil
 	p.idle--
-	if p.idle == 0 && p.sweep != nil {
-		p.sweep.Stop()
-		p.sweep = nil
-	}
 }
 
 // expire is the sweep: it closes the connections idle past idleTimeout,
-// oldest first, and sets itself for when the oldest left will be.
+// oldest first, and sets itself for when the oldest left will be, or
+// ends when none is left.
 func (p *connPool) expire() {
 	var out []*conn
 	p.mu.Lock()
@@ -164,8 +163,10 @@ func (p *connPool) expire() {
 		p.remove(c)
 		out = append(out, c)
 	}
-	if p.oldest != nil { // then the sweep is this one: put set it
+	if p.oldest != nil {
 		p.sweep.Reset(p.idleTimeout - now.Sub(p.oldest.idleSince))
+	} else {
+		p.sweep = nil
 	}
 	p.mu.Unlock()
 	for _, c := range out {
