@@ -42,18 +42,7 @@
 //
 //	SWITCHYARD_LIVEBENCH_DURATION=15s SWITCHYARD_LIVEBENCH_ROUNDS=3 go test -run '^$' -bench LiveCost -benchtime 1x -timeout 20m ./internal/livebench
 //
-// One run of it (5 s per cell per contender in 3 interleaved rounds, on
-// a 2-core machine shared with other work, so ratios only), switchyard ÷
-// haproxy:
-//
-//	cell                                rate   CPU per op
-//	GET, 1 keep-alive client            0.34   9.7×
-//	GET, 16 keep-alive clients          0.66   3.7×
-//	GET, 64 keep-alive clients          0.87   2.6×
-//	CONNECT + one GET, 16 in parallel   0.91   2.2×
-//	100 MiB through one tunnel          1.31   0.46×
-//
-// At 16 clients switchyard added 0.17 ms at p99 over direct (within the
-// machine's noise), and one tunnel carried 0.73× the upstream alone's
-// throughput through it (HAProxy's 0.56×).
+// The README keeps the figures of its latest runs, with the day's
+// machine: on a 2-core machine shared with other work only ratios mean
+// anything.
 package livebench
