@@ -229,9 +229,10 @@ func writeBody(bw *bufio.Writer, body io.Reader, length int64) error {
 }
 
 // excludedHeader reports whether writeRequest writes header k itself, or
-// not at all, rather than as req has it.
+// not at all, rather than as req has it: in any case, since a second Host
+// or framing header spelt otherwise would be a second request smuggled in.
 func excludedHeader(k string) bool {
-	switch k {
+	switch http.CanonicalHeaderKey(k) {
 	case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer", "Proxy-Authorization":
 		return true
 	}
