@@ -8,13 +8,12 @@ import (
 	"syscall"
 )
 
-// alive reports whether kept connection c shows no sign of having been
-// closed by the other end while idle: nothing waits to be read on it. A
-// closed one has its end of stream waiting, or first the TLS alert that
-// says so (close_notify); an open idle one has nothing, its last answer
-// read whole. It looks without reading, one syscall: a request that may
-// not be sent twice goes on a kept connection only after it
-// (Exit.RoundTrip).
+// alive reports whether kept connection c may carry the next request:
+// nothing waits to be read on it. A closed one has its end of stream
+// waiting, or first the TLS alert that says so (close_notify); one out of
+// step has bytes no request asked for; an open idle one has nothing, its
+// last answer read whole. It looks without reading, one syscall, before
+// every reuse (Exit.RoundTrip).
 func alive(c net.Conn) bool {
 	tcp := beneath(c)
 	if tcp == nil {

@@ -1,10 +1,12 @@
 package route
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -190,6 +192,66 @@ func TestPostPassesOverAClosedKeptConnection(t *testing.T) {
 		send(http.MethodPost)
 		if posts.Load() != 1 || conns.Load() != 2 {
 			t.Errorf("the site read %d POSTs on %d connections, want 1 on 2", posts.Load(), conns.Load())
+		}
+	})
+}
+
+// A kept connection that got bytes no request asked for is out of step:
+// they would be read as the next request's answer, and an HTTP proxy's
+// connection carries every site's requests. It is passed over for a fresh
+// one, and the next request gets its own answer.
+func TestOutOfStepConnectionIsPassedOver(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		const forged = "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged"
+		forge := make(chan struct{}) // closed once the first answer is read: the connection is idle
+		addr := routetest.ServeTCP(t, func(c net.Conn) {
+			defer c.Close()
+			br := bufio.NewReader(c)
+			for {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n"+req.URL.Path[1:]) // "one", "two"
+				if req.URL.Path == "/one" {
+					<-forge
+					io.WriteString(c, forged)
+				}
+			}
+		})
+		// The site plays an HTTP proxy: the answers come on the connection
+		// that carries every site's requests.
+		u := &url.URL{Scheme: "http", Host: addr}
+		x, err := NewExit(&Route{ID: "proxy", Scheme: HTTP, URL: u}, Dialer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer x.dialer.Upstream.CloseIdleConnections()
+		get := func(path string) string {
+			t.Helper()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://site.test"+path, nil)
+			resp, err := x.RoundTrip(req, new(Progress))
+			if err != nil {
+				t.Fatalf("GET %s: %v", path, err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return string(b)
+		}
+		if got := get("/one"); got != "one" {
+			t.Fatalf("first answer %q", got)
+		}
+		close(forge)
+		kept := x.dialer.Upstream.pool.get(connKey{endpoint: x.wired().endpoint})
+		if kept == nil {
+			t.Fatal("the first answer's connection was not kept")
+		}
+		waitFor(t, func() bool { return !alive(kept.Conn) }, "the forged bytes to arrive")
+		x.dialer.Upstream.pool.put(kept)
+		if got := get("/two"); got != "two" {
+			t.Errorf("the next request was answered %q, want its own answer", got)
 		}
 	})
 }

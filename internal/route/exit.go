@@ -100,12 +100,14 @@ func (x *Exit) wired() *wire {
 // Dialer.TargetTLS's roots; a protocol upgrade on a stream of its own,
 // whose connection becomes the answer's body after a 101 (*Upgraded).
 // Connections are kept for the next request going out the same way (the
-// Upstream's), and a kept one the other end closed meanwhile is found
-// closed at once, the request going again on a fresh one when it may be
-// sent twice (Idempotent, its body rewindable); a request that may not is
-// sent on a kept connection only once that shows no sign of having been
-// closed. req's context ending cuts the exchange and the body, the error
-// then carrying its cause.
+// Upstream's), and one is taken only when nothing waits to be read on it
+// (alive): one the other end closed meanwhile has its end waiting, and
+// bytes no request asked for would be read as this request's answer (an
+// HTTP proxy's connection carries requests for every site, so one site's
+// extra bytes must not answer another's request). One closed after that
+// look fails at once, the request going again on a fresh one when it may
+// be sent twice (Idempotent, its body rewindable). req's context ending
+// cuts the exchange and the body, the error then carrying its cause.
 //
 // A 407 is the proxy's refusal of the route's credentials, an *Error
 // (PhaseProxyAuth) as for a CONNECT, only when it is shown to be
@@ -128,7 +130,7 @@ func (x *Exit) RoundTrip(req *http.Request, p *Progress) (*http.Response, error)
 	}
 	again := Idempotent(req.Method) && (req.Body == nil || req.Body == http.NoBody || req.GetBody != nil)
 	for c := pool.get(key); c != nil; c = pool.get(key) {
-		if !again && !alive(c.Conn) {
+		if !alive(c.Conn) {
 			c.Close()
 			continue
 		}
