@@ -3,6 +3,9 @@ package route
 import (
 	"bufio"
 	"crypto/tls"
+	"errors"
+	"io"
+	"math"
 	"net"
 	"sync"
 	"time"
@@ -11,13 +14,15 @@ import (
 // conn is a connection an Exit made for requests (RoundTrip): to an HTTP
 // proxy, which takes absolute-form requests for any target, or a stream
 // to one target (Direct, SOCKS5, a tunnel; TLS with the target on top for
-// https://). It is read through br and written through bw, and is one
-// request's at a time; between requests it is kept idle in a connPool.
+// https://). It is read through br, which reads through head, and written
+// through bw, and is one request's at a time; between requests it is
+// kept idle in a connPool.
 type conn struct {
 	net.Conn
-	br  *bufio.Reader
-	bw  *bufio.Writer
-	key connKey
+	br   *bufio.Reader
+	bw   *bufio.Writer
+	head headLimit
+	key  connKey
 
 	// Guarded by the pool's mu while idle.
 	idleSince    time.Time
@@ -32,7 +37,43 @@ const connBuffer = 4 << 10
 
 // newConn wraps c, just made for key.
 func newConn(c net.Conn, key connKey) *conn {
-	return &conn{Conn: c, br: bufio.NewReaderSize(c, connBuffer), bw: bufio.NewWriterSize(c, connBuffer), key: key}
+	k := &conn{Conn: c, bw: bufio.NewWriterSize(c, connBuffer), key: key}
+	k.head = headLimit{r: c, remain: noHeadLimit}
+	k.br = bufio.NewReaderSize(&k.head, connBuffer)
+	return k
+}
+
+// maxAnswerHead bounds what is read of an answer's head (status line and
+// headers, interim answers included): an upstream that never ends its
+// headers must not take the gateway's memory. net/http's Transport
+// bounds them too (MaxResponseHeaderBytes); this is its server side's
+// bound on a request's head.
+const maxAnswerHead = 1 << 20
+
+// noHeadLimit is headLimit.remain while a body is read.
+const noHeadLimit = math.MaxInt64
+
+// headLimit reads its connection, refusing to read more than remain
+// bytes: set to maxAnswerHead while an answer's head is read, to
+// noHeadLimit once it is.
+type headLimit struct {
+	r      io.Reader
+	remain int64 // owner: the request the conn carries
+}
+
+// errHeadTooLarge is an answer whose head outgrew maxAnswerHead.
+var errHeadTooLarge = errors.New("route: an answer's headers are larger than 1 MiB")
+
+func (h *headLimit) Read(p []byte) (int, error) {
+	if h.remain <= 0 {
+		return 0, errHeadTooLarge
+	}
+	if int64(len(p)) > h.remain {
+		p = p[:h.remain]
+	}
+	n, err := h.r.Read(p)
+	h.remain -= int64(n)
+	return n, err
 }
 
 // connKey says which requests a connection may carry: those going out

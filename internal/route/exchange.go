@@ -71,6 +71,7 @@ func exchange(ctx context.Context, c *conn, req *http.Request, absolute bool, au
 	if err := writeRequest(c.bw, req, absolute, auth); err != nil {
 		return nil, false, err
 	}
+	c.head.remain = maxAnswerHead
 	if _, err := c.br.Peek(1); err != nil {
 		return nil, false, err
 	}
@@ -87,6 +88,7 @@ func exchange(ctx context.Context, c *conn, req *http.Request, absolute bool, au
 			return nil, false, fmt.Errorf("more than %d interim (1xx) answers", max1xx)
 		}
 	}
+	c.head.remain = noHeadLimit
 	switch {
 	case resp.StatusCode == http.StatusSwitchingProtocols:
 		resp.Body = &Upgraded{Conn: c.Conn, R: c.br, stop: stop}

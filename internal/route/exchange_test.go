@@ -280,3 +280,20 @@ func TestSessionsKeepTheirOwnTunnels(t *testing.T) {
 		}
 	})
 }
+
+// An answer whose headers never end is refused once they pass a bound,
+// as net/http's Transport refuses them, and not read on into memory.
+func TestAnswerHeadBounded(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		line := "X-Filler: " + strings.Repeat("a", 1000) + "\r\n"
+		site := newRawSite(t, "HTTP/1.1 200 OK\r\n"+strings.Repeat(line, 2000)+"Content-Length: 2\r\n\r\nok", false)
+		x := newExit(t, dialCase{r: &route.Route{ID: "direct", Scheme: route.Direct}}, route.Dialer{})
+		if got, err := get(x, "http://"+site.addr+"/"); err == nil {
+			t.Fatalf("an answer with 2 MB of headers was read: %d bytes of body", len(got))
+		}
+		small := newRawSite(t, "HTTP/1.1 200 OK\r\n"+strings.Repeat(line, 500)+"Content-Length: 2\r\n\r\nok", false)
+		if got, err := get(x, "http://"+small.addr+"/"); err != nil || got != "ok" {
+			t.Errorf("an answer with 500 KB of headers: %q, %v; want ok", got, err)
+		}
+	})
+}
