@@ -108,11 +108,15 @@ func exchange(ctx context.Context, c *conn, req *http.Request, absolute bool, au
 // writeRequest writes req's head and body to bw and flushes it: in
 // absolute form with auth (a Proxy-Authorization line, or "") for an HTTP
 // proxy, in origin form on a stream to the target. A body of unknown
-// length goes chunked.
+// length goes chunked. The body is closed, whatever happens, as a
+// RoundTripper closes it.
 func writeRequest(bw *bufio.Writer, req *http.Request, absolute bool, auth string) error {
 	body := req.Body
 	if body == http.NoBody {
 		body = nil
+	}
+	if body != nil {
+		defer body.Close()
 	}
 	// The head is written by a function of its own: its frame is large,
 	// and off the stack by the time the request is written out, which an
@@ -121,7 +125,6 @@ func writeRequest(bw *bufio.Writer, req *http.Request, absolute bool, auth strin
 		return err
 	}
 	if body != nil {
-		defer body.Close()
 		if err := writeBody(bw, body, req.ContentLength); err != nil {
 			return err
 		}
