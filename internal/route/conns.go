@@ -234,13 +234,6 @@ func (p *connPool) closeIdle(match func(connKey) bool) {
 	}
 }
 
-// idleCount is how many connections are kept idle now.
-func (p *connPool) idleCount() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.idle
-}
-
 // beneath is the TCP connection under c, through the layers an Exit puts
 // on it (the count, a tunnel's first bytes, TLS); nil when there is none
 // (a test's pipe).

@@ -24,6 +24,13 @@ func pipeConn(t *testing.T, key connKey) *conn {
 	return newConn(a, key)
 }
 
+// idleCount is how many connections p keeps idle now.
+func (p *connPool) idleCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.idle
+}
+
 // closed reports whether c's connection is closed: a pipe refuses
 // deadlines once either end is.
 func closed(c *conn) bool {

@@ -53,9 +53,6 @@ func NewUpstream(maxIdle, maxOpen int) *Upstream {
 // included.
 func (u *Upstream) Open() int64 { return u.open.Load() }
 
-// Idle is how many connections u keeps idle now.
-func (u *Upstream) Idle() int { return u.pool.idleCount() }
-
 // ErrUpstreamCap is the error of a dial refused because the gateway holds
 // its cap of upstream connections open: its own limit, not the route's
 // fault (Error.Local "upstream_cap").
