@@ -20,9 +20,14 @@ import (
 //     sending at, a guess from below (the 429 may have come of a burst).
 //     Once enough exits have tripped (freezeAfter, freezeShare), the
 //     others are held too, at least to the median rate the first 429s
-//     measured, and so are exits new to the site from then on. The rate grows by
-//     PaceGrowth a minute while it holds traffic back, and only drifts
-//     toward a rate that has tripped before.
+//     measured, and so are exits new to the site from then on; one that
+//     already sends as much as that median showed is held where its own
+//     429 would hold it. Those holds are guesses: a guessed pair's 429 is
+//     its first, and teaches what a first 429 does, and it tells the
+//     other guessed pairs that carry about as much that their guesses are
+//     over the limit too. The rate grows by PaceGrowth a minute while it
+//     holds traffic back, and only drifts toward a rate that has tripped
+//     before.
 //   - A site that bans an exit for a while once it sends more than the site
 //     tolerates in a window (a 403 or captcha wave after a burst, no 429).
 //     A ban that comes to the exit that sent the most, while every exit
@@ -93,6 +98,16 @@ const (
 	// its completion).
 	freezeAfter = 2
 	freezeShare = 0.3
+	// A guessed pair's 429 (see tell) holds the other guessed pairs that
+	// carry between what it carried and tellBand times that, once its
+	// count spans tellSpan: a younger count shows a burst, not a rate (the
+	// first seconds of the simulator's limits-saturated), and a pair that
+	// carried far more without a 429 has shown a higher limit
+	// (limits-everywhere, whose exits take 1 to 3 requests/s). A target
+	// tells at most maxTells times, as each tell scans its pairs.
+	tellBand = 1.5
+	tellSpan = 5 * time.Second
+	maxTells = 32
 )
 
 // targetPace is the pacing learned for one target. Picks read its pairs
@@ -126,6 +141,8 @@ type targetPace struct {
 	// keeps the rates the first maxFirsts of those measured.
 	tripped atomic.Int32
 	firsts  []float64 // guarded by mu
+	// tells counts the guessed pairs' 429s that told the others (tell).
+	tells atomic.Int32
 	// frozen is the rate, as float64 bits, a pair new to the target is
 	// held to once the target froze (0: it has not): freeze holds the
 	// pairs there at that moment, and later ones start held.
@@ -177,6 +194,9 @@ type pairPace struct {
 	// is under it, so the rate grows toward it only by a slow drift, in
 	// case the site allows more in time.
 	ceiling float64 // guarded by mu
+	// guess is set while the rate is the freeze's guess (freeze, newPair),
+	// not what a 429 of the pair's own, or one like it, taught.
+	guess bool // guarded by mu
 	// sent counts the requests leased over PaceWindow (the ok side of the
 	// window); since is when the count began (the end of the last 429's
 	// Retry-After), so a young count is not read as a whole window's.
@@ -228,6 +248,13 @@ func (p *pairPace) peak(c *Config, ns int64) float64 {
 	}
 	all := sum(&p.sent, &p.sh.others)
 	return all.peak(ns, width, p.since)
+}
+
+// sending is the rate the pair's count of n requests over span shows at
+// ns: the average, or its busiest sixth of the window if more, as a 429 at
+// a burst comes nearer that. Caller holds p.mu.
+func (p *pairPace) sending(c *Config, ns int64, n int, span time.Duration) float64 {
+	return max(float64(n)/span.Seconds(), p.peak(c, ns))
 }
 
 // press notes that the pair's rate held a request back at ns. Caller
@@ -349,7 +376,7 @@ func (tp *targetPace) newPair(slot int32, ns int64) *pairPace {
 		p.sh = &pairShare{}
 	}
 	if rate := math.Float64frombits(tp.frozen.Load()); rate > 0 {
-		p.rate, p.cut = rate, ns
+		p.rate, p.cut, p.guess = rate, ns, true
 		p.held.Store(true)
 		if p.sh != nil {
 			p.sh.dirty = true
@@ -379,9 +406,10 @@ func (e *Engine) watch(t *target) *targetPace {
 // rate is held to rateBackoff of it, or to half of it when it tripped
 // before it had sent much since its last 429, far over the limit. A pair
 // not held is held to rateMargin of the rate it was sending at, or
-// PaceStart without a count. Never under PaceFloor. A 429 to an attempt
-// leased before the last one came is the same penalty, not news. The
-// count starts again when the Retry-After has passed.
+// PaceStart without a count; so is a pair the freeze guessed at, when
+// that is less. Never under PaceFloor. A 429 to an attempt leased before
+// the last one came is the same penalty, not news. The count starts again
+// when the Retry-After has passed.
 func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter time.Duration) {
 	tp := e.watch(t)
 	if tp == nil {
@@ -402,10 +430,16 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 		p.rate = held / 2
 	case held > 0:
 		p.rate = rateBackoff * held
+		if p.guess {
+			// Held by the freeze's guess, often twice what it carried, not
+			// by a 429: this is its first, and what it sent says more of
+			// the limit than the guess (docs/design/005-cost.md).
+			p.rate = min(p.rate, rateMargin*p.sending(&e.cfg, ns, n, span))
+		}
 	case n >= paceMinCount:
 		// The 429 came at a burst, not at the average: the busiest sixth
 		// of the window is nearer the rate that tripped.
-		p.rate = rateMargin * max(float64(n)/span.Seconds(), p.peak(&e.cfg, ns))
+		p.rate = rateMargin * p.sending(&e.cfg, ns, n, span)
 	default:
 		p.rate = e.cfg.PaceStart
 	}
@@ -416,6 +450,9 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	if measured {
 		taught = p.rate
 	}
+	tell := p.guess && n >= paceMinCount && span >= tellSpan
+	carried, rate := float64(n)/span.Seconds(), p.rate
+	p.guess = false
 	base := p.cut
 	p.cut, p.tokens, p.last = ns, 0, ns
 	p.pressed, p.pressedAt = 0, 0
@@ -431,6 +468,47 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	if held == 0 {
 		tp.firstTrip(&e.cfg, slot, taught, ns)
 	}
+	if tell {
+		tp.tell(&e.cfg, slot, carried, rate, ns)
+	}
+}
+
+// tell holds the target's other guessed pairs (freeze) that carry between
+// carried and tellBand × carried requests/s to rate, when a guessed pair,
+// route slot, had a 429 at ns having carried carried, which held it to
+// rate. The freeze guessed their holds as it guessed the tripped pair's:
+// one that carries as much is as near the site's limit, and would trip
+// in turn, each trip shedding its load onto the rest for a Retry-After
+// (the simulator's rate-limited, where exits taking 3 requests/s were
+// frozen at 4 and tripped in a cascade, 20 of 30 within 8 s). Its hold
+// becomes its ceiling, being over the limit. One that carries less has
+// shown nothing of its limit, one that carries far more has shown a
+// higher one, and keep their guesses.
+func (tp *targetPace) tell(c *Config, slot int32, carried, rate float64, ns int64) {
+	if tp.tells.Add(1) > maxTells {
+		return
+	}
+	tp.pairs.each(func(q *pairPace) {
+		if q.slot == slot {
+			return
+		}
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if !q.guess {
+			return
+		}
+		n, span := q.count(c, ns)
+		own, sends := q.rateAt(c, ns), float64(n)/span.Seconds()
+		if own <= rate || sends < carried || sends > tellBand*carried {
+			return
+		}
+		base := q.cut
+		q.rate, q.ceiling, q.guess = rate, own, false
+		q.cut, q.pressed, q.pressedAt = ns, 0, 0
+		if q.sh != nil {
+			q.sh.base, q.sh.first, q.sh.dirty = base, false, true
+		}
+	})
 }
 
 // maxFirsts first 429s of a target are kept for the rate they taught.
@@ -483,8 +561,13 @@ func median(xs []float64) float64 {
 // rate the first 429s here taught, if more: an exit the picks had kept
 // nearly idle is no more limited than the typical one that tripped, and
 // holding it near the floor would leave the site's capacity unused for
-// the many minutes growth takes. Each grows from there under pressure,
-// finding its own limit without a cascade.
+// the many minutes growth takes. A pair that already sends as much as
+// the typical one that tripped is held where its own 429 would hold it,
+// rateMargin of that rate: twice it is over the limit the others showed,
+// and the 429 that would teach it so costs a Retry-After (the
+// simulator's limits-saturated, where every exit sends at its limit from
+// the start). Each grows from there under pressure, finding its own limit
+// without a cascade; the holds are guesses (learnRate, tell).
 func (tp *targetPace) freeze(c *Config, tripped int32, site float64, ns int64) {
 	tp.pairs.each(func(q *pairPace) {
 		if q.slot == tripped {
@@ -492,7 +575,14 @@ func (tp *targetPace) freeze(c *Config, tripped int32, site float64, ns int64) {
 		}
 		q.mu.Lock()
 		if q.rate == 0 {
-			q.rate = min(max(2*q.peak(c, ns), site, c.PaceFloor), c.PaceMax)
+			q.rate = max(2*q.peak(c, ns), site)
+			if n, span := q.count(c, ns); site > 0 && n >= paceMinCount {
+				if own := rateMargin * q.sending(c, ns, n, span); own >= site {
+					q.rate = own
+				}
+			}
+			q.rate = min(max(q.rate, c.PaceFloor), c.PaceMax)
+			q.guess = true
 			q.held.Store(true)
 			q.cut, q.tokens, q.last = ns, 1, ns
 			q.pressed, q.pressedAt = 0, 0

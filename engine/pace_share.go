@@ -487,6 +487,9 @@ func (p *pairPace) adopt(c *Config, l PairLimit, ns int64) (first bool) {
 	}
 	held := p.rate > 0
 	p.rate, p.ceiling, p.cut = l.Rate, l.Ceiling, l.Cut
+	// A limit no 429 taught, with nothing over it: another process's
+	// freeze guessed it (learnRate, tell).
+	p.guess = l.Ceiling == 0 && !l.First
 	p.held.Store(true)
 	p.pressed, p.pressedAt = 0, 0
 	sh := p.sh

@@ -323,6 +323,43 @@ func TestPaceFreezeAcrossProcesses(t *testing.T) {
 	}
 }
 
+// Holds another process's freeze guessed are guesses here too: a 429 of
+// one teaches what it sent, and the hold it tells another guessed pair is
+// handed on, its guess as the ceiling.
+func TestPaceGuessesAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	e, s := newSharingEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 3)
+	tg := e.target("s.com")
+	e.watch(tg)
+	cut := start.UnixNano()
+	s.hear(PaceNews{Pairs: []PairLimit{
+		{Route: 1, Target: tg.n, Rate: 3.6, Cut: cut},
+		{Route: 2, Target: tg.n, Rate: 3.6, Cut: cut},
+	}})
+	e.Sweep(start)
+	end := start.Add(20 * time.Second)
+	for slot, rate := range map[int32]float64{1: 1.5, 2: 1.8} {
+		for at := start; at.Before(end); at = at.Add(time.Duration(float64(time.Second) / rate)) {
+			e.takePace(tg, slot, at.UnixNano())
+		}
+	}
+	e.learnRate(tg, 1, end.UnixNano(), end.UnixNano(), time.Millisecond)
+	taught := heldRate(e, 1, "s.com", end)
+	if want := rateMargin * 1.5; math.Abs(taught-want) > 0.1*want {
+		t.Fatalf("r1, held by a heard guess, held to %.2f after its 429, want about %.2f", taught, want)
+	}
+	e.Sweep(end)
+	var told PairLimit
+	for _, l := range s.last().Pairs {
+		if l.Route == 2 {
+			told = l
+		}
+	}
+	if told.Rate != taught || told.Ceiling != 3.6 || told.Cut != end.UnixNano() || told.Base != cut || told.First {
+		t.Errorf("handed r2's limit %+v, want r1's %.2f under a ceiling of its 3.6, learned knowing the heard one", told, taught)
+	}
+}
+
 // A memory store shares nothing, and the engine hands it nothing.
 func TestPaceUnsharedHasNoShare(t *testing.T) {
 	t.Parallel()

@@ -279,6 +279,87 @@ func TestFreezeHoldsIdleExitsAtTheSiteRate(t *testing.T) {
 	}
 }
 
+// TestGuessedHolds: the freeze's holds are guesses, corrected by evidence
+// (docs/design/005-cost.md). Six exits send evenly, each at its own rate,
+// for 10 s; r0 and r1, at 4 requests/s, then have their first 429s, which
+// freezes the others. For 20 s more the others send at new rates, under
+// their holds; then r2 has a 429. The rates they are held to at the end:
+//   - at the freeze, a pair sending as much as r0 and r1 did is held to
+//     rateMargin of its rate, not twice it;
+//   - r2's 429, its first but while held by the freeze's guess, holds it
+//     to rateMargin of what it sent, not rateBackoff of the guess;
+//   - it holds the guessed pairs that carried between what r2 carried and
+//     tellBand times that to r2's new rate; those that carried less or
+//     far more keep their guesses.
+//
+// A rate read from a sixth of the window may be a tenth over the even
+// rate sent, as the window's buckets do not start with the count.
+func TestGuessedHolds(t *testing.T) {
+	t.Parallel()
+	const site = rateMargin * 4 // what r0's and r1's first 429s taught
+	tests := []struct {
+		desc          string
+		first, second [6]float64 // requests/s of r0..r5 before the freeze, and after it
+		trip          bool       // r2 has a 429 at the end
+		want          [6]float64 // rates r0..r5 are held to at the end
+	}{
+		{
+			desc:   "a pair sending as much as those that tripped",
+			first:  [6]float64{4, 4, 4.5, 0.5, 0.5, 0.5},
+			second: [6]float64{0, 0, 1, 1, 1, 0.5},
+			// The others, nearly idle, to the site's rate.
+			want: [6]float64{site, site, rateMargin * 4.5, site, site, site},
+		},
+		{
+			desc:   "a guessed pair's 429",
+			first:  [6]float64{4, 4, 1, 1, 1, 1},
+			second: [6]float64{0, 0, 1.5, 0.5, 0.5, 0.5},
+			trip:   true,
+			// r2 carried 1.33 a second on average, at most 1.5 in a sixth
+			// of the window; the others carried less than r2 and keep
+			// their guesses.
+			want: [6]float64{site, site, rateMargin * 1.5, site, site, site},
+		},
+		{
+			desc:   "tells the pairs carrying as much",
+			first:  [6]float64{4, 4, 1, 1, 1, 1},
+			second: [6]float64{0, 0, 1.5, 1.8, 3, 0.5},
+			trip:   true,
+			// r3 carried 1.53 a second: as much as r2's 1.33; r4 2.33,
+			// far more; r5 0.67, less.
+			want: [6]float64{site, site, rateMargin * 1.5, rateMargin * 1.5, site, site},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 6)
+			tg := e.target("s.com")
+			e.watch(tg)
+			send := func(rates [6]float64, from, to time.Time) {
+				for slot, rate := range rates {
+					for at := from; rate > 0 && at.Before(to); at = at.Add(time.Duration(float64(time.Second) / rate)) {
+						e.takePace(tg, int32(slot), at.UnixNano())
+					}
+				}
+			}
+			frozen, end := start.Add(10*time.Second), start.Add(30*time.Second)
+			send(tt.first, start, frozen)
+			e.learnRate(tg, 0, frozen.UnixNano(), frozen.UnixNano(), time.Millisecond)
+			e.learnRate(tg, 1, frozen.UnixNano(), frozen.UnixNano(), time.Millisecond)
+			send(tt.second, frozen, end)
+			if tt.trip {
+				e.learnRate(tg, 2, end.UnixNano(), end.UnixNano(), time.Millisecond)
+			}
+			for slot, want := range tt.want {
+				if got := heldRate(e, int32(slot), "s.com", end); math.Abs(got-want) > 0.1*want {
+					t.Errorf("r%d held to %.2f, want %.2f", slot, got, want)
+				}
+			}
+		})
+	}
+}
+
 // TestToleranceFromBurstBans: a site that bans each exit once it sent more
 // than 20 requests a window is learned from the wave of its bans, and
 // every exit is held under it; bans that are noise teach nothing.
