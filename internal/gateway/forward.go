@@ -190,9 +190,9 @@ func (g *Gateway) forward(ctx context.Context, j *job, l engine.Lease, x *route.
 
 // outboundHeader is h as a request leaves through a route: hop-by-hop and
 // control headers stripped, and an empty User-Agent when the client sent
-// none (no Go-http-client). Made once per request and shared by its
-// attempts, hedges included: nothing writes it after (http.Transport adds
-// the route's Proxy-Authorization as it writes the request, not to it).
+// none (none is written then). Made once per request and shared by its
+// attempts, hedges included: nothing writes it after (route.Exit writes
+// the route's Proxy-Authorization with the request, not into it).
 func outboundHeader(h http.Header) http.Header {
 	out := h.Clone()
 	if out == nil {

@@ -348,8 +348,8 @@ func refusal(err error) *admit.Error {
 // tunnels in progress are not cut.
 func (g *Gateway) Close() { g.upstream.CloseIdleConnections() }
 
-// UpstreamConns is how many connections of the transport the exits share
-// are open now, in use or idle (idle ones capped by MaxIdleUpstreamConns),
+// UpstreamConns is how many connections the exits hold open now, in use
+// or idle (idle ones capped by MaxIdleUpstreamConns), tunnels included,
 // for metrics.
 func (g *Gateway) UpstreamConns() int64 { return g.upstream.Open() }
 
