@@ -366,7 +366,29 @@ func (p *Proxy) forward(c net.Conn, req *http.Request) bool {
 		resp.Header.Del(h)
 	}
 	resp.Close = !p.b.KeepAlive
-	return resp.Write(c) == nil
+	// Through a buffer flushed before each read of the body: the head
+	// goes out in one write, and a body the target streams still passes
+	// on as it comes. Written unbuffered, every piece of every header
+	// line was a write(2) of its own: a fifth of the CPU of the gateway's
+	// live benchmarks, which count this proxy's with the gateway's.
+	// The struct hides bufio.Writer's ReadFrom, which reads the body into
+	// the buffer's free space: a flush inside that read would move it.
+	bw := bufio.NewWriter(c)
+	resp.Body = flushFirst{resp.Body, bw}
+	return resp.Write(struct{ io.Writer }{bw}) == nil && bw.Flush() == nil
+}
+
+// flushFirst is a body that flushes w before each read.
+type flushFirst struct {
+	io.ReadCloser
+	w *bufio.Writer
+}
+
+func (f flushFirst) Read(p []byte) (int, error) {
+	if err := f.w.Flush(); err != nil {
+		return 0, err
+	}
+	return f.ReadCloser.Read(p)
 }
 
 // SOCKS5 wire values (RFC 1928, RFC 1929).
