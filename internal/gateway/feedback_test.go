@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -73,6 +76,53 @@ func TestFeedback(t *testing.T) {
 		}
 		if st, _ := v.e.Route(v.id(0)); st.Health.ConsecFail != 0 || !st.Health.State.Usable() {
 			t.Errorf("route 0 globally: %+v; a verdict on a page is the pair's alone", st.Health)
+		}
+	})
+}
+
+// TestTunnelFeedback gives a blind tunnel a late verdict: the CONNECT's
+// answer carries its attempt's token, which a client that finds a ban in
+// the pages inside (where the gateway cannot look) sends back on a later
+// request, against the tunnel's route×target.
+func TestTunnelFeedback(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "a captcha") }))
+		t.Cleanup(site.Close)
+		v := newEnv(t, Config{}, proxyLine(routetest.NewProxy(t, routetest.Behavior{}), ""))
+		tr := site.Client().Transport.(*http.Transport).Clone()
+		tr.Proxy = http.ProxyURL(v.url)
+		var token string
+		tr.OnProxyConnectResponse = func(_ context.Context, _ *url.URL, _ *http.Request, resp *http.Response) error {
+			token = resp.Header.Get(headerAttempt)
+			return nil
+		}
+		t.Cleanup(tr.CloseIdleConnections)
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get(site.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if token == "" {
+			t.Fatal("the CONNECT's answer carries no attempt token")
+		}
+		v.waitOutcome(t, 0, engine.OK)
+
+		// The verdict rides on a request to another target (localhost).
+		carrier := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "a page") })
+		req, _ := http.NewRequest(http.MethodGet, strings.Replace(carrier.URL, "127.0.0.1", "localhost", 1)+"/", nil)
+		req.Header.Set(headerFeedback, token)
+		fb, err := v.client(t, "").Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, fb.Body)
+		fb.Body.Close()
+		if said := fb.Header.Get(headerFeedback); said != "applied" {
+			t.Fatalf("%s: %q, want applied", headerFeedback, said)
+		}
+		if p, _ := v.pair(t, 0, "127.0.0.1"); p.Health.ConsecFail != 1 {
+			t.Errorf("the tunnel's route × site has %d failures in a row, want the verdict's 1", p.Health.ConsecFail)
 		}
 	})
 }

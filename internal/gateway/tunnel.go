@@ -113,9 +113,13 @@ func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, rec *record, wi
 		return
 	}
 	defer client.Close()
+	// The attempt's token, as a relayed answer carries it: a client whose
+	// parser finds the pages inside are a ban the gateway cannot see
+	// (feedback.go) gives its verdict on the tunnel's route×target.
 	answer := "HTTP/1.1 200 Connection established\r\n" +
 		headerRoute + ": " + win.lease.Route + "\r\n" +
-		headerAttempts + ": " + strconv.Itoa(attempts) + "\r\n"
+		headerAttempts + ": " + strconv.Itoa(attempts) + "\r\n" +
+		headerAttempt + ": " + g.attemptToken(win.lease, g.subExitOf(win.lease, win.exit), rec.user, g.cfg.Now()) + "\r\n"
 	if sub := subExitHeader(win); sub != "" {
 		answer += headerSubExit + ": " + sub + "\r\n"
 	}
