@@ -73,6 +73,49 @@ func TestTruncatedBody(t *testing.T) {
 	})
 }
 
+// An answer whose body breaks off before its first byte (the exit sent a
+// head and died) reaches the client as a 502 naming target_reset, not as
+// a connection cut with nothing on it; the route×target takes the
+// failure. The answer is of a type nothing judges: an HTML or JSON page's
+// start is read within the attempt, whose failure is retried.
+func TestBodyBrokenBeforeItsFirstByte(t *testing.T) {
+	const head = "HTTP/1.1 200 OK\r\nContent-Type: text/csv\r\n"
+	routetest.NoLeaks(t, func(t *testing.T) {
+		for _, answer := range []string{
+			head + "Content-Length: 100\r\n\r\n",
+			head + "Transfer-Encoding: chunked\r\n\r\n",
+			head + "Transfer-Encoding: chunked\r\n\r\nzz\r\n",
+		} {
+			for _, via := range []string{"direct", "http proxy"} {
+				t.Run(fmt.Sprintf("%q/%s", answer[len(head):], via), func(t *testing.T) {
+					t.Parallel()
+					site := routetest.ServeTCP(t, func(c net.Conn) {
+						defer c.Close()
+						if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+							io.WriteString(c, answer)
+						}
+					})
+					line := "direct"
+					if via != "direct" {
+						line = proxyLine(routetest.NewProxy(t, routetest.Behavior{}), "")
+					}
+					v := newEnv(t, Config{}, line)
+					resp, err := v.client(t, "").Get("http://" + site + "/api")
+					if err != nil {
+						t.Fatal(err)
+					}
+					body, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(headerError) != "target_reset" || err != nil {
+						t.Errorf("%d %s: %s, %q, %v; want 502 target_reset, read whole", resp.StatusCode, headerError, resp.Header.Get(headerError), body, err)
+					}
+					v.waitOutcome(t, 0, engine.TargetReset)
+				})
+			}
+		}
+	})
+}
+
 // A body still streaming at half the lease TTL is reported OK then, before
 // it ends, so that a long download does not outlive its lease.
 func TestLongBodyReportedBeforeItEnds(t *testing.T) {

@@ -428,36 +428,57 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, start time.Time, 
 		localResources(w, o.local)
 		return false
 	}
-	resp := o.resp
-	if resp == nil {
+	noAnswer := func() {
 		fail(w, http.StatusBadGateway, o.class.String(),
 			"switchyard: "+o.class.String()+" through route "+o.lease.Route+" after "+strconv.Itoa(attempts)+" attempt(s)")
+	}
+	resp := o.resp
+	if resp == nil {
+		noAnswer()
 		return false
 	}
 	defer resp.Body.Close()
 	protocol := resp.Header.Get("Upgrade")
-	stripHop(resp.Header)
-	for k, v := range resp.Header {
-		if !strings.HasPrefix(k, headerPrefix) { // a site's must not pass for ours
-			h[k] = v
+	head := func() {
+		stripHop(resp.Header)
+		for k, v := range resp.Header {
+			if !strings.HasPrefix(k, headerPrefix) { // a site's must not pass for ours
+				h[k] = v
+			}
 		}
+		if resp.ContentLength > 0 && h.Get("Content-Length") == "" {
+			// A chunked page judge read whole goes out with its length, so
+			// that the client has it all with its last byte, not once the
+			// chunked ending follows after the request's log line: one
+			// write fewer, and the answer complete sooner.
+			h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+		}
+		// The class tells a relayed 403 (blocked) or soft ban
+		// (content_invalid, every route tried having served one) from a
+		// page.
+		h[headerClass] = []string{o.class.String()}
 	}
-	if resp.ContentLength > 0 && h.Get("Content-Length") == "" {
-		// A chunked page judge read whole goes out with its length, so
-		// that the client has it all with its last byte, not once the
-		// chunked ending follows after the request's log line: one write
-		// fewer, and the answer complete sooner.
-		h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
-	}
-	// The class tells a relayed 403 (blocked) or soft ban (content_invalid,
-	// every route tried having served one) from a page.
-	h[headerClass] = []string{o.class.String()}
 	if u, ok := resp.Body.(*route.Upgraded); ok {
+		head()
 		switchProtocols(w, u, protocol)
 		return false
 	}
+	// The body's first piece is read before the head is written: a body
+	// that breaks off before its first byte (an exit that sent a head and
+	// died) is told the client as a 502 naming target_reset, where a cut
+	// connection would leave it nothing to read. It delays nothing: the
+	// head goes out with the first piece anyway (relay).
+	bp := relayBuffers.Get().(*[]byte)
+	defer relayBuffers.Put(bp)
+	first, err := readSome(resp.Body, *bp)
+	if first == 0 && err != io.EOF && !errors.Is(err, context.Canceled) {
+		o.class = engine.TargetReset
+		noAnswer()
+		return false
+	}
+	head()
 	w.WriteHeader(resp.StatusCode)
-	n, err := relay(w, resp.Body)
+	n, err := relay(w, resp.Body, (*bp)[:first], err, *bp)
 	g.charge(o.lease.Route, 0, n)
 	if err != nil {
 		o.class = engine.TargetReset
@@ -473,21 +494,19 @@ var relayBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return
 // relay copies body to w, each piece passed on as it comes: a stream, a
 // server-sent event or a slow page reaches the client as the upstream
 // sends it, headers first, not once a buffer fills (a fast body's reads
-// fill whole buffers, so this costs it no extra writes). It returns the
-// error that broke reading the body off, nil at its proper end; a client
-// that stops taking it or leaves (its request's end cancels the attempt)
-// is not the body's failure and ends the copy with nil. It returns the
-// bytes read of body too.
-func relay(w http.ResponseWriter, body io.Reader) (read int64, err error) {
-	bp := relayBuffers.Get().(*[]byte)
-	defer relayBuffers.Put(bp)
-	buf := *bp
+// fill whole buffers, so this costs it no extra writes). It starts with
+// first, already read, and err, what its read returned; then it reads
+// body into buf. It returns the error that broke reading the body off,
+// nil at its proper end; a client that stops taking it or leaves (its
+// request's end cancels the attempt) is not the body's failure and ends
+// the copy with nil. It returns the bytes read of body too.
+func relay(w http.ResponseWriter, body io.Reader, first []byte, err error, buf []byte) (read int64, _ error) {
 	rc := http.NewResponseController(w)
+	piece := first
 	for {
-		n, err := body.Read(buf)
-		if n > 0 {
-			read += int64(n)
-			if _, werr := w.Write(buf[:n]); werr != nil {
+		if len(piece) > 0 {
+			read += int64(len(piece))
+			if _, werr := w.Write(piece); werr != nil {
 				return read, nil
 			}
 			rc.Flush()
@@ -497,6 +516,19 @@ func relay(w http.ResponseWriter, body io.Reader) (read int64, err error) {
 			return read, nil
 		case err != nil:
 			return read, err
+		}
+		var n int
+		n, err = body.Read(buf)
+		piece = buf[:n]
+	}
+}
+
+// readSome reads into buf until a read returns bytes or an error: the
+// first piece of a body, which the head waits for (Gateway.answer).
+func readSome(r io.Reader, buf []byte) (int, error) {
+	for {
+		if n, err := r.Read(buf); n > 0 || err != nil {
+			return n, err
 		}
 	}
 }
