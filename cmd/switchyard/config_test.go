@@ -211,14 +211,12 @@ func TestServeReloadsThroughTheAPIAndWritesItsPid(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d with %s", s.desc, status, body, s.wantStatus, s.wantBody)
 		}
 	}
+	if n := strings.Count(log.String(), "msg=reloaded"); n != 1 {
+		t.Errorf("%d reloads applied, want 1:\n%s", n, log)
+	}
 	cancel()
 	if code := <-done; code != 0 {
 		t.Errorf("exit %d:\n%s", code, log)
-	}
-	// Read once serve has returned: until then the log holds its lines
-	// for log.flush_interval.
-	if n := strings.Count(log.String(), "msg=reloaded"); n != 1 {
-		t.Errorf("%d reloads applied, want 1:\n%s", n, log)
 	}
 	if _, err := os.Stat(pidFile); !os.IsNotExist(err) {
 		t.Errorf("pid file left at exit: %v", err)

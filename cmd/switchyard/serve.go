@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/internal/config"
-	"github.com/switchyard/switchyard/internal/logbuf"
 	"github.com/switchyard/switchyard/internal/mitm"
 	"github.com/switchyard/switchyard/internal/record"
 	"github.com/switchyard/switchyard/internal/server"
@@ -110,12 +109,6 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 		}
 		defer os.Remove(*pidFile)
 	}
-	// From here on stderr holds its lines for log.flush_interval, and
-	// writes them together: the request log's one line per request was a
-	// system call each.
-	held := logbuf.New(stderr, cfg.Log.FlushInterval)
-	defer held.Close()
-	stderr = held
 	log := newLogger(cfg.Log.Format, stderr)
 	warnConfig(log, cfg)
 	if !cfg.LoopbackOnly() && len(cfg.Users) == 0 {

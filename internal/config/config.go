@@ -104,10 +104,6 @@ type Server struct {
 // Log configures the log on stderr.
 type Log struct {
 	Format string `toml:"format"` // "text" (default) or "json"
-	// FlushInterval is how long lines are held before they are written to
-	// stderr together (internal/logbuf): one write(2) for many request
-	// lines. Default 100ms; 0 writes each line at once.
-	FlushInterval time.Duration `toml:"flush_interval"`
 }
 
 // Routes are the exits, in the proxy-list syntax proxies.example.txt
@@ -433,7 +429,7 @@ func Default() Config {
 		Listen: Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9090", API: "127.0.0.1:9091"},
 		Server: Server{HeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, BodyTimeout: 20 * time.Second, MinBodyRate: 1024, MaxClientConns: 10000, MaxUpstreamConns: g.MaxUpstreamConns,
 			MaxIdleUpstreamConns: g.MaxIdleUpstreamConns},
-		Log: Log{Format: "text", FlushInterval: 100 * time.Millisecond},
+		Log: Log{Format: "text"},
 		Retry: Retry{MaxAttempts: g.MaxAttempts, AttemptTimeout: g.AttemptTimeout, RequestTimeout: g.RequestTimeout,
 			BudgetRatio: g.Budget.BudgetRatio, HedgeRatio: g.Budget.HedgeRatio, MaxBodyBytes: g.MaxBodyBytes},
 		Metrics: Metrics{PerRoute: admin.PerRouteAuto},

@@ -81,7 +81,6 @@ func TestLoadErrors(t *testing.T) {
 		{"connection cap", "", []string{"SWITCHYARD_SERVER_MAX_CLIENT_CONNS=-5"}, nil, "server.max_client_conns (environment variable SWITCHYARD_SERVER_MAX_CLIENT_CONNS): must not be negative"},
 		{"idle upstream cap", "[server]\nmax_idle_upstream_conns = 0\n", nil, nil, ":4: server.max_idle_upstream_conns: must be positive"},
 		{"log format", "[log]\nformat = \"xml\"\n", nil, nil, `log.format: "xml": want text or json`},
-		{"log flush interval", "[log]\nflush_interval = \"-1s\"\n", nil, nil, ":4: log.flush_interval: must not be negative (0: write each line at once)"},
 		{"attempts", "[retry]\nmax_attempts = 0\n", nil, nil, ":4: retry.max_attempts: must be in [1, 10]"},
 		{"timeout", "[retry]\nattempt_timeout = \"0s\"\n", nil, nil, "retry.attempt_timeout: must be positive"},
 		{"request timeout zero", "[retry]\nrequest_timeout = \"0s\"\n", nil, nil, ":4: retry.request_timeout: must be positive"},

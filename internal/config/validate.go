@@ -124,9 +124,6 @@ func (l *loader) checkLog() error {
 	if f := l.c.Log.Format; f != "text" && f != "json" {
 		return l.errAt("log.format", fmt.Sprintf("%q: want text or json", f))
 	}
-	if l.c.Log.FlushInterval < 0 {
-		return l.errAt("log.flush_interval", "must not be negative (0: write each line at once)")
-	}
 	return nil
 }
 
