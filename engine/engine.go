@@ -774,7 +774,9 @@ func (e *Engine) observe(ns int64, r *route, t *target, o Observation, rec *Leas
 		if rec != nil {
 			t.ttfb.observe(o.Latency.Seconds())
 		}
-		if o.Latency > 0 && e.typicalLatency.CompareAndSwap(0, math.Float64bits(o.Latency.Seconds())) {
+		// Loaded first: a compare-and-swap takes the cache line for
+		// writing even when it fails, and every refresh reads the line.
+		if o.Latency > 0 && e.typicalLatency.Load() == 0 && e.typicalLatency.CompareAndSwap(0, math.Float64bits(o.Latency.Seconds())) {
 			// The first latency the pool has seen: the routes without
 			// evidence were weighed as if they took the unit and must be
 			// weighed again at the typical, once in the engine's life.
