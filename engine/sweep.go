@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"container/heap"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -25,22 +24,51 @@ type wakeQueue struct {
 	next atomic.Int64 // earliest deadline, MaxInt64 when empty
 }
 
+// wakeHeap is a binary min-heap of deadlines. Its push and pop sift as
+// container/heap's Push and Pop do, comparison for comparison, so that
+// deadlines pop in the same order, ties included; written out, they do
+// not box each wakeup into an interface, an allocation apiece, nor call
+// Less and Swap through one.
 type wakeHeap []wakeup
 
-func (h wakeHeap) Len() int           { return len(h) }
-func (h wakeHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h wakeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *wakeHeap) Push(x any)        { *h = append(*h, x.(wakeup)) }
-func (h *wakeHeap) Pop() any {
-	old := *h
-	w := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return w
+func (h *wakeHeap) push(w wakeup) {
+	*h = append(*h, w)
+	s := *h
+	for j := len(s) - 1; ; {
+		i := (j - 1) / 2 // parent
+		if i == j || !(s[j].at < s[i].at) {
+			break
+		}
+		s[i], s[j] = s[j], s[i]
+		j = i
+	}
+}
+
+func (h *wakeHeap) pop() wakeup {
+	s := *h
+	n := len(s) - 1
+	s[0], s[n] = s[n], s[0]
+	for i := 0; ; {
+		j := 2*i + 1 // left child
+		if j >= n {
+			break
+		}
+		if j2 := j + 1; j2 < n && s[j2].at < s[j].at {
+			j = j2
+		}
+		if !(s[j].at < s[i].at) {
+			break
+		}
+		s[i], s[j] = s[j], s[i]
+		i = j
+	}
+	*h = s[:n]
+	return s[n]
 }
 
 func (q *wakeQueue) push(w wakeup) {
 	q.mu.Lock()
-	heap.Push(&q.h, w)
+	q.h.push(w)
 	q.next.Store(q.h[0].at)
 	q.mu.Unlock()
 }
@@ -52,7 +80,7 @@ func (q *wakeQueue) due(now int64, dst []wakeup) []wakeup {
 	}
 	q.mu.Lock()
 	for len(q.h) > 0 && q.h[0].at <= now {
-		dst = append(dst, heap.Pop(&q.h).(wakeup))
+		dst = append(dst, q.h.pop())
 	}
 	if len(q.h) > 0 {
 		q.next.Store(q.h[0].at)
