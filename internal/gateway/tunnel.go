@@ -114,8 +114,8 @@ func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, rec *record, wi
 	}
 	defer client.Close()
 	// The attempt's token, as a relayed answer carries it: a client whose
-	// parser finds the pages inside are a ban the gateway cannot see
-	// (feedback.go) gives its verdict on the tunnel's route×target.
+	// parser finds a ban in the pages inside, which the gateway cannot
+	// see, gives its verdict on the tunnel's route×target (feedback.go).
 	answer := "HTTP/1.1 200 Connection established\r\n" +
 		headerRoute + ": " + win.lease.Route + "\r\n" +
 		headerAttempts + ": " + strconv.Itoa(attempts) + "\r\n" +
