@@ -270,9 +270,10 @@ func (s *Server) dashTargets(w http.ResponseWriter, _ *http.Request) {
 const budgetWindow = 10 * time.Second
 
 // dashOverview is GET /api/dash/overview: the pool by state, the routes'
-// label keys, open incidents, shared state, the retry and hedge budgets' use and the
-// series of the last minutes, as rows of
-// [unix ms, seconds, requests, ok, attempts, retries, hedges, p50 ms, p95 ms].
+// label keys, what needs the operator (alarms), open incidents, shared
+// state, the retry and hedge budgets' use and the series of the last
+// minutes, as rows of
+// [unix ms, seconds, requests, ok, attempts, retries, hedges, p50 ms, p95 ms, local errors].
 func (s *Server) dashOverview(w http.ResponseWriter, _ *http.Request) {
 	snap := s.snapshot()
 	pool := make(map[string]int)
@@ -305,7 +306,7 @@ func (s *Server) dashOverview(w http.ResponseWriter, _ *http.Request) {
 	var requests, retries, hedges uint64
 	var window time.Duration
 	for i, p := range points {
-		rows[i] = []any{p.Time.UnixMilli(), round3(p.Seconds), p.Requests, p.OK, p.Attempts, p.Retries, p.Hedges, round3(p.P50MS), round3(p.P95MS)}
+		rows[i] = []any{p.Time.UnixMilli(), round3(p.Seconds), p.Requests, p.OK, p.Attempts, p.Retries, p.Hedges, round3(p.P50MS), round3(p.P95MS), p.Local}
 	}
 	for i := len(points) - 1; i >= 0 && window < budgetWindow; i-- {
 		p := points[i]
@@ -324,6 +325,7 @@ func (s *Server) dashOverview(w http.ResponseWriter, _ *http.Request) {
 		"routes":     len(snap),
 		"pool":       pool,
 		"label_keys": slices.Sorted(maps.Keys(keys)), // what the heatmap may group by
+		"alarms":     s.alarms(state["degraded"], points),
 		"incidents":  incidents,
 		"state":      state,
 		"read_only":  !s.hasToken,
@@ -335,6 +337,52 @@ func (s *Server) dashOverview(w http.ResponseWriter, _ *http.Request) {
 		},
 		"series": rows,
 	})
+}
+
+// alarmJSON is a condition the operator must act on, in the overview.
+type alarmJSON struct {
+	// Kind is proxy_auth (routes whose proxy refuses their credentials),
+	// local_resources (attempts the gateway could not make for want of
+	// its own descriptors, ports or upstream connection cap),
+	// restart_required (reloaded settings only a restart applies) or
+	// state_degraded (the shared state out of reach).
+	Kind     string   `json:"kind"`
+	Count    uint64   `json:"count,omitempty"`    // proxy_auth: routes; local_resources: attempts
+	Routes   []string `json:"routes,omitempty"`   // proxy_auth: the first maxAlarmRoutes of them
+	Seconds  float64  `json:"seconds,omitempty"`  // local_resources: the span counted, the series'
+	Sections []string `json:"sections,omitempty"` // restart_required
+	Detail   string   `json:"detail,omitempty"`   // state_degraded: why
+}
+
+// maxAlarmRoutes bounds the routes an alarm names, so that a pool whose
+// provider revoked every credential still gets a short overview.
+const maxAlarmRoutes = 20
+
+// alarms lists what needs the operator now: degraded is the shared
+// state's error ("" when reachable), points the series, over which local
+// resource failures are counted.
+func (s *Server) alarms(degraded string, points []Point) []alarmJSON {
+	alarms := make([]alarmJSON, 0)
+	if degraded != "" {
+		alarms = append(alarms, alarmJSON{Kind: "state_degraded", Detail: degraded})
+	}
+	if failing := s.metrics.ProxyAuthFailing(); len(failing) > 0 {
+		alarms = append(alarms, alarmJSON{Kind: "proxy_auth", Count: uint64(len(failing)), Routes: failing[:min(len(failing), maxAlarmRoutes)]})
+	}
+	var local uint64
+	var span float64
+	for _, p := range points {
+		local, span = local+p.Local, span+p.Seconds
+	}
+	if local > 0 {
+		alarms = append(alarms, alarmJSON{Kind: "local_resources", Count: local, Seconds: round3(span)})
+	}
+	if s.restart != nil {
+		if pending := s.restart(); len(pending) > 0 {
+			alarms = append(alarms, alarmJSON{Kind: "restart_required", Sections: pending})
+		}
+	}
+	return alarms
 }
 
 // routeDetail is GET /api/routes/{id}: the route as /api/routes shows it,

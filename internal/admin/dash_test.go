@@ -11,6 +11,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -343,7 +344,8 @@ func TestDashOverview(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
 	f := newFixture(t, Options{Token: token, StateAddr: "127.0.0.1:6379", Degraded: func() error { return fmt.Errorf("redis out of reach") },
-		SampleEvery: time.Hour, Now: func() time.Time { return now }})
+		RestartRequired: func() []string { return []string{"server"} },
+		SampleEvery:     time.Hour, Now: func() time.Time { return now }})
 	// Eleven requests (one failed) with ten retries and a hedge between
 	// two samples a second apart.
 	f.srv.series.Sample(now.Add(-time.Second), f.m.totals())
@@ -356,6 +358,13 @@ func TestDashOverview(t *testing.T) {
 	}
 	f.m.ObserveRequest(http.MethodGet, engine.OK, 1, 1, 100*time.Millisecond)
 	f.m.ObserveAttempt(bob, engine.OK, 100*time.Millisecond)
+	// Two attempts the gateway could not make, and 25 routes whose proxy
+	// refuses their credentials: more than an alarm names.
+	f.m.ObserveLocalError("descriptors")
+	f.m.ObserveLocalError("upstream_conns")
+	for i := range maxAlarmRoutes + 5 {
+		f.m.ObserveProbe(fmt.Sprintf("locked-%02d", i), engine.ProxyAuth)
+	}
 	f.srv.series.Sample(now, f.m.totals())
 	var got struct {
 		Routes int            `json:"routes"`
@@ -363,6 +372,7 @@ func TestDashOverview(t *testing.T) {
 		State  struct {
 			Kind, Addr, Degraded string
 		} `json:"state"`
+		Alarms    []alarmJSON    `json:"alarms"`
 		Incidents []incidentJSON `json:"incidents"`
 		Budget    struct {
 			Requests, Retries, Hedges uint64
@@ -391,8 +401,36 @@ func TestDashOverview(t *testing.T) {
 	if b := got.Budget; b.Requests != 11 || b.Retries != 10 || b.Hedges != 1 || b.RetryUse != round3(11.0/12) || b.HedgeUse != 0 {
 		t.Errorf("budget %+v", b)
 	}
-	if len(got.Series) != 1 || got.Series[0][2] != 11 || got.Series[0][3] != 10 || got.Series[0][7] != round3(bucketMS(27)) {
+	if len(got.Series) != 1 || got.Series[0][2] != 11 || got.Series[0][3] != 10 || got.Series[0][7] != round3(bucketMS(27)) || got.Series[0][9] != 2 {
 		t.Errorf("series %v", got.Series)
+	}
+	var named []string
+	if i := slices.IndexFunc(got.Alarms, func(a alarmJSON) bool { return a.Kind == "proxy_auth" }); i >= 0 {
+		named, got.Alarms[i].Routes = got.Alarms[i].Routes, nil
+	}
+	if len(named) != maxAlarmRoutes || named[0] != "locked-00" || named[maxAlarmRoutes-1] != fmt.Sprintf("locked-%02d", maxAlarmRoutes-1) {
+		t.Errorf("the proxy_auth alarm names %v, want the first %d failing routes", named, maxAlarmRoutes)
+	}
+	want := []alarmJSON{
+		{Kind: "state_degraded", Detail: "redis out of reach"},
+		{Kind: "proxy_auth", Count: maxAlarmRoutes + 5},
+		{Kind: "local_resources", Count: 2, Seconds: 1},
+		{Kind: "restart_required", Sections: []string{"server"}},
+	}
+	if fmt.Sprint(got.Alarms) != fmt.Sprint(want) {
+		t.Errorf("alarms %+v, want %+v", got.Alarms, want)
+	}
+}
+
+func TestDashOverviewWithoutAlarms(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	var got struct {
+		Alarms []alarmJSON `json:"alarms"`
+	}
+	f.getJSON(t, "/api/dash/overview", &got)
+	if got.Alarms == nil || len(got.Alarms) != 0 {
+		t.Errorf("alarms %#v, want an empty list", got.Alarms)
 	}
 }
 

@@ -49,6 +49,7 @@ type Metrics struct {
 	requestsTotal, requestsOK atomic.Uint64
 	attemptsTotal             atomic.Uint64
 	retriesTotal, hedgesTotal atomic.Uint64
+	localTotal                atomic.Uint64
 	latency                   latencyHistogram // of requests, to their answers relayed
 }
 
@@ -234,6 +235,7 @@ func (m *Metrics) ObserveAuthRefusal(reason string) {
 // of its own resource reason.
 func (m *Metrics) ObserveLocalError(reason string) {
 	m.localErrors.WithLabelValues(reason).Inc()
+	m.localTotal.Add(1)
 }
 
 // ObserveSubExit counts a failure through a provider gateway's sub-exit

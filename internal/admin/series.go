@@ -38,6 +38,7 @@ type Totals struct {
 	Requests, OK    uint64 // requests that got a route, and of which ended ok
 	Attempts        uint64
 	Retries, Hedges uint64
+	Local           uint64                 // attempts not made for want of the gateway's own resources
 	latency         [latencyBuckets]uint64 // requests per latency bucket
 }
 
@@ -45,7 +46,7 @@ type Totals struct {
 func (m *Metrics) totals() Totals {
 	t := Totals{
 		Requests: m.requestsTotal.Load(), OK: m.requestsOK.Load(), Attempts: m.attemptsTotal.Load(),
-		Retries: m.retriesTotal.Load(), Hedges: m.hedgesTotal.Load(),
+		Retries: m.retriesTotal.Load(), Hedges: m.hedgesTotal.Load(), Local: m.localTotal.Load(),
 	}
 	for i := range t.latency {
 		t.latency[i] = m.latency.counts[i].Load()
@@ -63,6 +64,7 @@ type Point struct {
 	Attempts uint64
 	Retries  uint64
 	Hedges   uint64
+	Local    uint64
 	P50MS    float64
 	P95MS    float64
 }
@@ -97,7 +99,7 @@ func (s *Series) Sample(now time.Time, t Totals) {
 	p := Point{
 		Time: now, Seconds: now.Sub(at).Seconds(),
 		Requests: t.Requests - prev.Requests, OK: t.OK - prev.OK, Attempts: t.Attempts - prev.Attempts,
-		Retries: t.Retries - prev.Retries, Hedges: t.Hedges - prev.Hedges,
+		Retries: t.Retries - prev.Retries, Hedges: t.Hedges - prev.Hedges, Local: t.Local - prev.Local,
 	}
 	var delta [latencyBuckets]uint64
 	var n uint64

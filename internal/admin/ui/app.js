@@ -191,6 +191,32 @@ function chart(canvas, lines, colors, fixedMax) {
   g.fillText('max ' + fmt(maxV, 2), 2, 10);
 }
 
+// alarmItem is the overview's line for an alarm (/api/dash/overview).
+function alarmItem(a) {
+  const li = el('li', { 'data-alarm': a.kind });
+  switch (a.kind) {
+    case 'state_degraded':
+      li.append('Shared state out of reach, serving from local state: ' + a.detail);
+      break;
+    case 'proxy_auth': {
+      li.append(plural(a.count, 'route') + ' refused by their proxy (407): check their credentials: ');
+      a.routes.forEach((id, i) => li.append(i ? ', ' : '', el('a', { href: routeHref(id) }, id)));
+      if (a.count > a.routes.length) li.append(', …');
+      break;
+    }
+    case 'local_resources':
+      li.append(plural(a.count, 'attempt') + ' not made in the last ' + fmtMS(1000 * a.seconds) +
+        ' for want of the gateway\'s own resources (descriptors, ports, server.max_upstream_conns): answered 503 local_resources');
+      break;
+    case 'restart_required':
+      li.append('Restart required to apply: ' + a.sections.join(', '));
+      break;
+    default:
+      li.append(a.kind);
+  }
+  return li;
+}
+
 pages.overview = {
   async load() {
     const o = await get('/api/dash/overview');
@@ -218,13 +244,17 @@ pages.overview = {
     chart($('ch-latency'), [pts.map((p) => p[4] > 0 ? p[7] : NaN), pts.map((p) => p[4] > 0 ? p[8] : NaN)], [accent, warn]);
     const b = o.budget;
     $('ov-retry').value = Math.min(1, b.retry_use);
-    $('ov-retry-text').textContent = fmt(100 * b.retry_use, 0) + ' % (' + b.retries + ' retries, ' + b.hedges + ' hedges / ' + b.requests + ' requests)';
+    $('ov-retry-text').textContent = fmt(100 * b.retry_use, 0) + ' % (' + (b.retries === 1 ? '1 retry' : fmt(b.retries, 0) + ' retries') +
+      ', ' + plural(b.hedges, 'hedge') + ' / ' + plural(b.requests, 'request') + ')';
     $('ov-hedge').value = Math.min(1, b.hedge_use);
     $('ov-hedge-text').textContent = b.hedge_ratio > 0 ? fmt(100 * b.hedge_use, 0) + ' %' : 'hedging off';
     const st = o.state;
     $('ov-state').textContent = st.degraded ? 'degraded' : st.kind === 'redis' ? 'Redis' : 'memory';
     $('ov-state-detail').textContent = st.degraded ? 'serving from local state: ' + st.degraded
       : st.kind === 'redis' ? 'shared at ' + st.addr : 'this process alone';
+    const alarms = o.alarms.map(alarmItem);
+    $('ov-alarms').replaceChildren(...(alarms.length ? alarms : [el('li', {}, 'none')]));
+    $('ov-alarms-card').classList.toggle('alarm', alarms.length > 0);
     const inc = $('ov-incidents');
     inc.replaceChildren(...(o.incidents.length ? o.incidents.map((i) => el('li', {}, i.target, ' — ', i.class)) : [el('li', {}, 'none')]));
   },
