@@ -21,6 +21,11 @@ func BenchmarkLiveFleet(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			if !opts.HTTPS { // the simulator's gateway sees every answer: not a blind tunnel's
+				if rep.simulated, err = simulate(p, opts); err != nil {
+					b.Fatal(err)
+				}
+			}
 			rep.write(os.Stdout)
 			for name, v := range rep.vsOracle() {
 				if name != "oracle" && rep.oracleRate() > 0 {

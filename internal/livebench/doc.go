@@ -9,6 +9,11 @@
 // round-robin and a ground-truth oracle each carry the same load over a
 // fresh copy of the same fleet, one after the other, and the report gives
 // each contender's completed tasks per second as a ratio to the oracle's.
+// Beside each pool's table it prints what the simulator of `switchyard
+// bench` makes of the same pool, translated into a scenario (the same
+// exits, sites and crawler; simulated.go), by the policies that stand for
+// the contenders: where the two disagree, the simulator is wrong until
+// shown otherwise.
 //
 // Nothing here dials anything but 127.0.0.1: exits forward only *.test
 // hosts, and only to the local site server; there is no DNS.

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/sim"
 )
 
 // poolReport is one pool's measurements, a row per contender.
@@ -17,6 +19,9 @@ type poolReport struct {
 	opts    Options
 	rows    []row
 	skipped []string // contenders that could not run here, and why
+	// simulated are the simulator's stand-ins on the same pool
+	// (simulate), in simStandIns order; nil when not run.
+	simulated []sim.Summary
 }
 
 // tasksPerSecond is the headline: completed tasks per second of load.
@@ -106,6 +111,7 @@ func (p poolReport) write(w io.Writer) {
 		fmt.Fprintf(w, "| %s |\n", s)
 	}
 	fmt.Fprintln(w)
+	p.writeSimulated(w)
 	kinds := p.pool.kinds()
 	for _, r := range p.rows {
 		given := ""
@@ -123,6 +129,24 @@ func (p poolReport) write(w io.Writer) {
 			fmt.Fprintf(w, "  - %s%s\n", last, n)
 		}
 	}
+}
+
+// writeSimulated prints the simulator's figures for the pool beside the
+// live ones, each ÷ its own oracle.
+func (p poolReport) writeSimulated(w io.Writer) {
+	if len(p.simulated) != len(simStandIns) {
+		return
+	}
+	parts := make([]string, 0, len(simStandIns))
+	for i, s := range p.simulated {
+		name := simStandIns[i].policy
+		if live := simStandIns[i].live; live != name {
+			name += " (" + live + ")"
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2f (%.1f%%, p95 %s)", name, s.ThroughputRatio, 100*s.CompletionRate,
+			ms(time.Duration(s.P95ms*float64(time.Millisecond)))))
+	}
+	fmt.Fprintf(w, "Simulator, this pool as a scenario (÷ its oracle, completed, p95): %s\n\n", strings.Join(parts, ", "))
 }
 
 // ms formats a latency in milliseconds, or microseconds under one.

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -677,6 +678,69 @@ func (w *everyOther) Attempt(r, target int, at time.Duration, rng *rand.Rand) Re
 		return w.fail
 	}
 	return w.scriptWorld.Attempt(r, target, at, rng)
+}
+
+// TestRetriedRefusals: with RetryRefusals a refusal is the request's
+// answer: it reaches the client a round trip later, counts as one of the
+// client's tries, and the next try follows at once; a pool that refuses
+// everything fails each task after its tries and never stalls the clock.
+func TestRetriedRefusals(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc  string
+		until time.Duration // refusals before then
+		// the picks' times and whether each was refused, the first ones
+		want []scriptPick
+		// tasks failed, completed
+		failed, completed int
+	}{
+		{desc: "a refusal, then a route: the second try carries it", until: 500 * time.Microsecond,
+			want:   []scriptPick{{at: 0, route: -1}, {at: refusalRoundTrip}, {at: 100*ms + refusalRoundTrip}},
+			failed: 0, completed: 9},
+		{desc: "two refusals, then a route: the third try", until: 1500 * time.Microsecond,
+			want:   []scriptPick{{at: 0, route: -1}, {at: refusalRoundTrip, route: -1}, {at: 2 * refusalRoundTrip}},
+			failed: 0, completed: 9},
+		{desc: "three refusals fail the task; the next one starts at once", until: 2500 * time.Microsecond,
+			want:   []scriptPick{{at: 0, route: -1}, {at: refusalRoundTrip, route: -1}, {at: 2 * refusalRoundTrip, route: -1}, {at: 3 * refusalRoundTrip}},
+			failed: 1, completed: 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			load := Load{Seed: 1, Duration: time.Second, Workers: 1, AttemptTimeout: 5 * time.Second, MaxAttempts: 3,
+				ClientTimeout: 2 * time.Second, ClientAttempts: 3, TaskDeadline: time.Minute, RetryRefusals: true}
+			p := &scriptPolicy{leases: []Attempt{{}},
+				paced: func(at time.Duration, _ int) (time.Duration, bool) { return time.Second, at < tt.until }}
+			sum := Run(scriptWorld{okIn(100 * ms)}, p, load, nil)
+			var got []scriptPick
+			for _, pk := range p.picks[:min(len(tt.want), len(p.picks))] {
+				got = append(got, scriptPick{at: pk.at, route: pk.route})
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("picks %v, want %v", got, tt.want)
+			}
+			if failed := sum.Tasks - sum.Completed; failed != tt.failed || sum.Completed != tt.completed {
+				t.Errorf("%d tasks failed and %d completed, want %d and %d", failed, sum.Completed, tt.failed, tt.completed)
+			}
+		})
+	}
+
+	t.Run("a pool that refuses everything", func(t *testing.T) {
+		t.Parallel()
+		load := Load{Seed: 1, Duration: time.Second, Workers: 2, AttemptTimeout: 5 * time.Second, MaxAttempts: 3,
+			ClientTimeout: 2 * time.Second, ClientAttempts: 3, TaskDeadline: time.Minute, RetryRefusals: true}
+		bound := int(load.Duration/refusalRoundTrip)*load.Workers + load.Workers
+		p := &scriptPolicy{leases: []Attempt{{}}, maxPicks: bound,
+			paced: func(time.Duration, int) (time.Duration, bool) { return time.Second, true }}
+		sum := Run(scriptWorld{okIn(100 * ms)}, p, load, nil)
+		if sum.SimulatedSeconds != 1 || sum.Attempts != 0 || sum.Completed != 0 {
+			t.Errorf("summary %+v", sum)
+		}
+		// Each worker tries a round trip apart, three tries a task.
+		if n := len(p.picks); n < bound-2*load.Workers || sum.Tasks < n/3-load.Workers || sum.Tasks > n/3 {
+			t.Errorf("%d picks and %d tasks failed in %v, want about %d and a third of them", n, sum.Tasks, load.Duration, bound)
+		}
+	})
 }
 
 // TestRefusingEverything: a policy that refuses every request must not

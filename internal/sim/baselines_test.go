@@ -85,7 +85,7 @@ func TestLeastLoadedPicksTheLeastLoaded(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
 			t.Parallel()
-			p := NewLeastLoaded(w)
+			p := NewLeastLoaded(w, 30*time.Second)
 			at := time.Duration(0)
 			for range tt.checks {
 				p.Tick(Epoch.Add(at), syncProber(t, w, at, tcpCheck))
@@ -128,7 +128,7 @@ func TestLeastLoadedRecovers(t *testing.T) {
 	// Route 1 refuses connections until 6 s, then accepts them.
 	down := scriptWorld{okIn(100 * ms), refused}
 	up := scriptWorld{okIn(100 * ms), okIn(100 * ms)}
-	p := NewLeastLoaded(down)
+	p := NewLeastLoaded(down, 30*time.Second)
 	picks := func(at time.Duration) []int {
 		var routes []int
 		for range 4 {
@@ -156,13 +156,45 @@ func TestLeastLoadedRecovers(t *testing.T) {
 	}
 }
 
+// TestLeastLoadedAbandoned: a request its client gave up on counts on its
+// route until timeout server, as HAProxy keeps its server connection; an
+// answered one stops counting at its answer.
+func TestLeastLoadedAbandoned(t *testing.T) {
+	t.Parallel()
+	const timeoutServer = 30 * time.Second
+	p := NewLeastLoaded(policyWorld{routes: 2}, timeoutServer)
+	at := func(d time.Duration) time.Time { return Epoch.Add(d) }
+	pick := func(d time.Duration) int {
+		t.Helper()
+		a, ok := p.Pick(at(d), 0, "", nil)
+		if !ok {
+			t.Fatalf("no pick at %v", d)
+		}
+		return a.Route
+	}
+	silent := pick(0)
+	p.Report(at(3*time.Second), uint64(silent), Result{Class: engine.Canceled, Latency: 3 * time.Second})
+	other := 1 - silent
+	for _, d := range []time.Duration{3 * time.Second, 10 * time.Second, timeoutServer - time.Millisecond} {
+		if got := pick(d); got != other {
+			t.Fatalf("pick at %v: route %d, want %d: the abandoned request still counts on %d", d, got, other, silent)
+		}
+		p.Report(at(d+100*ms), uint64(other), Result{Class: engine.OK, Latency: 100 * ms})
+	}
+	// At timeout server the abandoned request ends: both routes idle,
+	// they take turns from past the last pick.
+	if got := pick(timeoutServer); got != silent {
+		t.Errorf("pick at %v: route %d, want %d, its abandoned request over", timeoutServer, got, silent)
+	}
+}
+
 // TestBaselineRetries: least_loaded retries a failed connection on
 // another route and nothing else (HAProxy's redispatch); fastest retries
 // nothing (glider).
 func TestBaselineRetries(t *testing.T) {
 	t.Parallel()
 	for c := engine.OK; c <= engine.Canceled; c++ {
-		ll := NewLeastLoaded(policyWorld{routes: 2}).(retrier)
+		ll := NewLeastLoaded(policyWorld{routes: 2}, 30*time.Second).(retrier)
 		if got, want := ll.Retry(Epoch, 0, c), c == engine.ProxyConnectFailed; got != want {
 			t.Errorf("least_loaded: Retry(%v) = %v, want %v", c, got, want)
 		}
@@ -186,7 +218,7 @@ func TestBaselineRetries(t *testing.T) {
 		t.Run(tt.desc, func(t *testing.T) {
 			t.Parallel()
 			w := scriptWorld{tt.first, okIn(100 * ms)}
-			s := Run(w, NewLeastLoaded(w), oneTask(10*time.Second), nil)
+			s := Run(w, NewLeastLoaded(w, 30*time.Second), oneTask(10*time.Second), nil)
 			if s.Attempts != tt.attempts || (s.Completed == 1) != tt.done {
 				t.Errorf("%d attempts, %d completed; want %d attempts, completed %v", s.Attempts, s.Completed, tt.attempts, tt.done)
 			}
@@ -299,7 +331,7 @@ kind = "blackhole"
 		want   []int         // the routes picked from then on, each at least once
 	}{
 		// The third failed check of the dead exit, 2 s apart, at 4 s.
-		{"least_loaded", NewLeastLoaded(w), 4*time.Second + 10*ms, []int{fast, slow, blackholed}},
+		{"least_loaded", NewLeastLoaded(w, load.AttemptTimeout), 4*time.Second + 10*ms, []int{fast, slow, blackholed}},
 		// The blackholed exit's check fails at the prober's timeout.
 		{"fastest", NewFastest(w), probeTimeout, []int{fast}},
 	}

@@ -188,7 +188,7 @@ func (sc *Scenario) jobs(opts Options) ([]job, error) {
 			}
 			jobs = append(jobs, engineJob(name, es, seed))
 		case name == "least_loaded":
-			jobs = append(jobs, job{name, func(w World) (Policy, error) { return NewLeastLoaded(w), nil }})
+			jobs = append(jobs, job{name, func(w World) (Policy, error) { return NewLeastLoaded(w, timeout), nil }})
 		case name == "fastest":
 			jobs = append(jobs, job{name, func(w World) (Policy, error) { return NewFastest(w), nil }})
 		case name == "proxyops":
@@ -241,7 +241,7 @@ func (sc *Scenario) load() Load {
 		Seed: sc.Seed, Duration: sc.Duration, Tasks: sc.Tasks, Workers: sc.Workers,
 		AttemptTimeout: sc.AttemptTimeout, MaxAttempts: sc.MaxAttempts, ProbeURL: sc.ProbeURL,
 		ClientTimeout: sc.ClientTimeout, ClientAttempts: sc.ClientAttempts, TaskDeadline: sc.TaskDeadline,
-		Think: sc.Think, TargetWeights: weights, SessionTasks: sc.SessionTasks,
+		Think: sc.Think, TargetWeights: weights, SessionTasks: sc.SessionTasks, RetryRefusals: sc.RetryRefusals,
 	}
 }
 

@@ -35,6 +35,9 @@ type Load struct {
 	// request on another route; a client whose session request failed
 	// starts a new session for its retry.
 	SessionTasks int
+	// RetryRefusals: a refused request is a failed one, and the client
+	// sends its next a round trip later (Scenario.RetryRefusals).
+	RetryRefusals bool
 	// TargetWeights is each target's share of tasks; nil means even.
 	TargetWeights []float64
 }
@@ -65,6 +68,12 @@ const probeTimeout = 10 * time.Second
 // request now waits before asking again, unless the policy says when one
 // will be ready (retryHinter).
 const noRouteWait = time.Second
+
+// refusalRoundTrip is how long a refusal takes to reach a client that
+// retries at once (Load.RetryRefusals): a round trip to a gateway on its
+// network. The simulated time it takes keeps a pool that refuses every
+// request from failing tasks without end at one instant.
+const refusalRoundTrip = time.Millisecond
 
 // maxParkedPerWorker bounds the tasks set aside (parked) per worker. A
 // worker whose request is refused at once takes another task only while
@@ -319,6 +328,10 @@ func (r *runner) loop(progress func(int)) {
 			if wk := &r.workers[ev.worker]; wk.live && wk.req == ev.req {
 				ended = r.giveUp(ev.worker)
 			}
+		case evRefused:
+			if wk := &r.workers[ev.worker]; wk.live && wk.req == ev.req {
+				ended = r.fail(ev.worker)
+			}
 		}
 		if ended && r.load.Duration == 0 && progress != nil {
 			progress(1)
@@ -411,7 +424,8 @@ func (r *runner) pick(i int) (Attempt, bool) {
 
 // send starts the first attempt of the worker's request, or a retry after
 // a failure. When the policy offers no route for the first, the client is
-// told at once and asks again after the wait it was given, or 1 s; with
+// told at once and asks again after the wait it was given, or 1 s (with
+// Load.RetryRefusals, it counts a failed request and sends the next); with
 // none for a retry, the request ends with its last failure, as the
 // gateway answers it (internal/gateway/loop.go). It reports whether the
 // task ended.
@@ -423,6 +437,12 @@ func (r *runner) send(i int) bool {
 	wk := &r.workers[i]
 	if wk.attempts > 0 {
 		return r.fail(i)
+	}
+	if r.load.RetryRefusals {
+		// The refusal (503, or 429 paced) is the request's answer: a
+		// failed try, the next sent as it arrives.
+		r.queue.push(event{at: r.now + refusalRoundTrip, worker: i, req: wk.req, kind: evRefused})
+		return false
 	}
 	// No route can take it now (a gateway's 503, or 429 with the
 	// Retry-After the policy knows): a crawler sets the page aside for
@@ -806,6 +826,7 @@ const (
 	evGiveUp                    // the client gives up on its request
 	evTick                      // the policy's timed work
 	evProbe                     // a probe's result arrives
+	evRefused                   // a refusal reaches a client that retries at once
 )
 
 type event struct {

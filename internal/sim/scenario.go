@@ -45,6 +45,11 @@ type Scenario struct {
 	TaskDeadline   time.Duration // default 60s
 	Think          time.Duration // pause between a worker's tasks; default 0
 	SessionTasks   int           // tasks per sticky session of a worker; default 0, no sessions
+	// RetryRefusals makes the client take a refusal (no route now) as a
+	// failed request and send its next at once, as a crawler that does not
+	// read Retry-After does (the live bench's); default false: the task is
+	// set aside for the wait it was told.
+	RetryRefusals bool
 
 	Targets []TargetSpec
 	Routes  []RouteGroup
@@ -397,6 +402,7 @@ type scenarioFile struct {
 	TaskDeadline   any          `toml:"task_deadline,omitempty"`
 	Think          any          `toml:"think,omitempty"`
 	SessionTasks   any          `toml:"session_tasks,omitempty"`
+	RetryRefusals  any          `toml:"retry_refusals,omitempty"`
 	Targets        []targetFile `toml:"targets,omitempty"`
 	Routes         []routeFile  `toml:"routes,omitempty"`
 }
@@ -469,6 +475,7 @@ func (f *scenarioFile) scenario(name string) (*Scenario, error) {
 		TaskDeadline:   d.duration(f.TaskDeadline, "task_deadline", defaultTaskDeadline),
 		Think:          d.duration(f.Think, "think", 0),
 		SessionTasks:   d.integer(f.SessionTasks, "session_tasks", 0),
+		RetryRefusals:  d.boolean(f.RetryRefusals, "retry_refusals", false),
 	}
 	s.ClientTimeout = d.duration(f.ClientTimeout, "client_timeout", defaultClientTimeout)
 	seed := d.integer(f.Seed, "seed", defaultSeed)
@@ -692,6 +699,9 @@ func (s *Scenario) Encode() ([]byte, error) {
 	}
 	if s.ProbeURL {
 		f.ProbeURL = true
+	}
+	if s.RetryRefusals {
+		f.RetryRefusals = true
 	}
 	for _, t := range s.Targets {
 		tf := targetFile{Name: t.Name, Weight: t.Weight}

@@ -48,6 +48,7 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"neither tasks nor duration", "[[targets]]\nname = 'x'\n[[routes]]\nname = 'a'\n", "bad.toml: tasks: missing: give tasks or duration"},
 		{"negative duration", "duration = '-1s'\n[[targets]]\nname = 'x'\n[[routes]]\nname = 'a'\n", "bad.toml:1: duration: must not be negative"},
 		{"zero client attempts", "tasks = 1\nclient_attempts = 0\n[[targets]]\nname = 'x'\n[[routes]]\nname = 'a'\n", "bad.toml:2: client_attempts: must be positive"},
+		{"retry_refusals not a boolean", "tasks = 1\nretry_refusals = 1\n[[targets]]\nname = 'x'\n[[routes]]\nname = 'a'\n", "bad.toml:2: retry_refusals: want a boolean, not an integer"},
 		{"probe_url not a boolean", "tasks = 1\nprobe_url = 'yes'\n[[targets]]\nname = 'x'\n[[routes]]\nname = 'a'\n", "bad.toml:2: probe_url: want a boolean, not a string"},
 		{"ban without target", scnHead + "[[routes.behaviours]]\nkind = 'ban'\n", "routes[0].behaviours[0].target: ban needs a target"},
 		{"errors without p", scnHead + "[[routes.behaviours]]\nkind = 'errors'\n", "bad.toml:7: routes[0].behaviours[0]: errors needs p"},
@@ -157,6 +158,8 @@ client_timeout = "5s"
 client_attempts = 2
 task_deadline = "1h30m"
 think = "15ms"
+session_tasks = 4
+retry_refusals = true
 
 [[targets]]
 name = "shop"
