@@ -204,8 +204,9 @@ type Lease struct {
 	HedgeAfter time.Duration
 	// Provisional says nothing was known of answer times when the lease
 	// was taken: a caller still waiting once the pool has answered asks
-	// Timing again, so that the first wave of a cold start does not wait
-	// the whole timeout on a silent exit.
+	// Timing again (after ProvisionalRecheck, then twice as long each time
+	// nothing is known yet), so that the first wave of a cold start does
+	// not wait the whole timeout on a silent exit.
 	Provisional bool
 	// Unbound says the lease's Session is not bound to a route yet
 	// (Request.BindLater): Bind binds it, once the attempt succeeded.
@@ -214,6 +215,11 @@ type Lease struct {
 	// taken, for a verdict on its attempt after its report (FeedbackAt).
 	Gens Generations
 }
+
+// ProvisionalRecheck is how long an attempt on a Provisional lease waits
+// before it first asks Timing again; each look that finds nothing known
+// yet doubles the wait to the next.
+const ProvisionalRecheck = 250 * time.Millisecond
 
 // Generations are those of a route's global record and of its pair with
 // a target, as a lease saw them (docs/design/001-generations.md).

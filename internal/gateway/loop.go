@@ -201,11 +201,6 @@ type flight struct {
 	look    time.Duration // guarded by mu: a Provisional lease's wait from one look to the next; 0 once it has a deadline
 }
 
-// recheckFirst is how long an attempt on a Provisional lease waits before
-// it first asks for its deadline again, doubling after each look that
-// finds nothing known yet.
-const recheckFirst = 250 * time.Millisecond
-
 // event is what reaches the loop: an attempt's outcome (o), an awaited
 // attempt silent past its deadline (silent), or the hedge delay passed.
 type event struct {
@@ -385,7 +380,7 @@ func (g *Gateway) fly(ctx context.Context, j *job, l engine.Lease, x *route.Exit
 	defer f.mu.Unlock()
 	switch {
 	case l.Provisional:
-		f.look, f.next = recheckFirst, recheckFirst
+		f.look, f.next = engine.ProvisionalRecheck, engine.ProvisionalRecheck
 	case l.Deadline > 0 && l.Deadline < g.cfg.AttemptTimeout:
 		f.next = l.Deadline
 	}

@@ -680,6 +680,67 @@ func (w *everyOther) Attempt(r, target int, at time.Duration, rng *rand.Rand) Re
 	return w.scriptWorld.Attempt(r, target, at, rng)
 }
 
+// retimedPolicy is a scriptPolicy whose Provisional attempts learn their
+// deadline at known: before it, Retime finds nothing.
+type retimedPolicy struct {
+	*scriptPolicy
+	known    time.Duration
+	deadline time.Duration
+	looks    []time.Duration // when Retime was asked
+}
+
+func (p *retimedPolicy) Retime(now time.Time, _ uint64, _ time.Duration) time.Duration {
+	at := now.Sub(Epoch)
+	p.looks = append(p.looks, at)
+	if at < p.known {
+		return 0
+	}
+	return p.deadline
+}
+
+// TestProvisionalLook: an attempt leased before anything was known looks
+// at its deadline again, as the gateway's does, 250 ms after it started,
+// then twice as late each time nothing is known; once something is, the
+// attempt has the deadline it would have had from its start, due at once
+// if that has passed, and a silent route is cut there and retried.
+func TestProvisionalLook(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc     string
+		first    Result // the first route's answer
+		known    time.Duration
+		deadline time.Duration
+		looks    []time.Duration
+		reports  []scriptReport
+	}{
+		{desc: "known at the third look, the deadline past: cut at once", first: silent, known: time.Second, deadline: 400 * ms,
+			looks:   []time.Duration{250 * ms, 750 * ms, 1750 * ms},
+			reports: []scriptReport{rep(1750*ms, 0, engine.ProxyTimeout, 1750*ms), rep(1850*ms, 1, engine.OK, 100*ms)}},
+		{desc: "known at the first look, the deadline ahead: cut there", first: silent, known: 0, deadline: 600 * ms,
+			looks:   []time.Duration{250 * ms},
+			reports: []scriptReport{rep(600*ms, 0, engine.ProxyTimeout, 600*ms), rep(700*ms, 1, engine.OK, 100*ms)}},
+		{desc: "an answer before the first look: no look", first: okIn(200 * ms), known: 0, deadline: 100 * ms,
+			reports: []scriptReport{rep(200*ms, 0, engine.OK, 200*ms)}},
+		{desc: "an answer after a look that set a later deadline", first: okIn(500 * ms), known: 0, deadline: time.Second,
+			looks:   []time.Duration{250 * ms},
+			reports: []scriptReport{rep(500*ms, 0, engine.OK, 500*ms)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			p := &retimedPolicy{scriptPolicy: &scriptPolicy{leases: []Attempt{{Provisional: true, Deadline: 5 * time.Second}, {}}},
+				known: tt.known, deadline: tt.deadline}
+			Run(scriptWorld{tt.first, okIn(100 * ms)}, p, oneTask(10*time.Second), nil)
+			if fmt.Sprint(p.looks) != fmt.Sprint(tt.looks) {
+				t.Errorf("looks at %v, want %v", p.looks, tt.looks)
+			}
+			if fmt.Sprint(p.reports) != fmt.Sprint(tt.reports) {
+				t.Errorf("reports %v, want %v", p.reports, tt.reports)
+			}
+		})
+	}
+}
+
 // TestRetriedRefusals: with RetryRefusals a refusal is the request's
 // answer: it reaches the client a round trip later, counts as one of the
 // client's tries, and the next try follows at once; a pool that refuses

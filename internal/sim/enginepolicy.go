@@ -73,6 +73,7 @@ var (
 	_ Policy  = (*enginePolicy)(nil)
 	_ retrier = (*enginePolicy)(nil)
 	_ hedger  = (*enginePolicy)(nil)
+	_ retimer = (*enginePolicy)(nil)
 )
 
 // NewEnginePolicy returns a policy driving an engine with s over w's
@@ -170,7 +171,7 @@ func (p *enginePolicy) Pick(now time.Time, target int, session string, avoid []i
 		return Attempt{}, false
 	}
 	if p.blind {
-		l.Deadline, l.HedgeAfter = 0, 0 // as products without deadlines or hedges
+		l.Deadline, l.HedgeAfter, l.Provisional = 0, 0, false // as products without deadlines or hedges
 	}
 	var ticket uint64
 	if n := len(p.free); n > 0 {
@@ -181,7 +182,13 @@ func (p *enginePolicy) Pick(now time.Time, target int, session string, avoid []i
 		ticket = uint64(len(p.leases))
 		p.leases = append(p.leases, l)
 	}
-	return Attempt{Route: p.routes[l.Route], Ticket: ticket, Deadline: l.Deadline, HedgeAfter: l.HedgeAfter}, true
+	return Attempt{Route: p.routes[l.Route], Ticket: ticket, Deadline: l.Deadline, HedgeAfter: l.HedgeAfter, Provisional: l.Provisional}, true
+}
+
+// Retime implements retimer: the engine's deadline for the attempt now.
+func (p *enginePolicy) Retime(_ time.Time, ticket uint64, timeout time.Duration) time.Duration {
+	d, _ := p.e.Timing(p.leases[ticket], timeout)
+	return d
 }
 
 // sessionID is the engine's id for a client session after its restarts.

@@ -85,6 +85,13 @@ const refusalRoundTrip = time.Millisecond
 // per worker at most).
 const maxParkedPerWorker = 256
 
+// retimer is a Policy that gives a Provisional attempt its deadline once
+// something is known (engine.Engine.Timing): its deadline for the attempt
+// ticket names now, or 0 (or timeout and above) when still unknown.
+type retimer interface {
+	Retime(now time.Time, ticket uint64, timeout time.Duration) time.Duration
+}
+
 // retryHinter is a Policy that, after offering no route, can say when it
 // will have one.
 type retryHinter interface {
@@ -104,6 +111,7 @@ func Run(w World, p Policy, load Load, progress func(int)) Summary {
 	}
 	r.retrier, _ = p.(retrier)
 	r.hedger, _ = p.(hedger)
+	r.retimer, _ = p.(retimer)
 	r.costs, _ = w.(costs)
 	r.lookalike = lookalike.New(lookalike.Config{Now: func() time.Time { return Epoch.Add(r.now) }})
 	r.init()
@@ -122,6 +130,7 @@ type runner struct {
 	p       Policy
 	retrier retrier // nil: the rule table's retries, no budget
 	hedger  hedger  // nil: no hedges
+	retimer retimer // nil: a Provisional attempt keeps its deadline
 	costs   costs   // nil: no prices
 	load    Load
 	tasks   *rand.Rand // draws task targets
@@ -202,6 +211,9 @@ type attempt struct {
 	start  time.Duration
 	result Result        // what the world will answer, and when
 	cut    time.Duration // the deadline after which silence is cut and retried
+	// A Provisional attempt's next look at its deadline, from its start,
+	// and the wait from that one to the one after; 0 once it has one.
+	next, step time.Duration
 	// orphan marks a hedge race's loser: its request has its answer, and
 	// the attempt runs on to its own answer or deadline only to be judged.
 	orphan bool
@@ -309,7 +321,7 @@ func (r *runner) loop(progress func(int)) {
 			}
 		case evDeadline:
 			if a := r.live(ev); a != nil && a.orphan {
-				r.end(ev.slot, Result{Class: engine.ProxyTimeout, Latency: a.cut})
+				r.end(ev.slot, Result{Class: engine.ProxyTimeout, Latency: r.now - a.start})
 			} else if a != nil {
 				ended = r.deadline(ev.slot)
 			}
@@ -319,6 +331,10 @@ func (r *runner) loop(progress func(int)) {
 				r.end(ev.slot, timeout)
 			} else if a != nil {
 				ended = r.answer(ev.slot, timeout)
+			}
+		case evLook:
+			if r.live(ev) != nil {
+				r.look(ev.slot)
 			}
 		case evHedge:
 			if wk := &r.workers[ev.worker]; wk.live && wk.req == ev.req {
@@ -500,20 +516,50 @@ func (r *runner) launch(i int, a Attempt) {
 	if a.Deadline > 0 {
 		at.cut = min(a.Deadline, r.load.AttemptTimeout)
 	}
-	wk.inflight = append(wk.inflight, slot)
-	ev := event{slot: slot, gen: at.gen}
-	switch lat := at.result.Latency; {
-	case lat <= at.cut:
-		ev.at, ev.kind = r.now+lat, evAnswer
-	case at.cut < r.load.AttemptTimeout:
-		ev.at, ev.kind = r.now+at.cut, evDeadline
-	default:
-		ev.at, ev.kind = r.now+at.cut, evCap
+	if a.Provisional && r.retimer != nil {
+		at.next, at.step = engine.ProvisionalRecheck, engine.ProvisionalRecheck
 	}
-	r.queue.push(ev)
+	wk.inflight = append(wk.inflight, slot)
+	r.await(slot)
 	if r.hedger != nil && wk.attempts == 1 && !wk.sticky && r.load.MaxAttempts > 1 && a.HedgeAfter > 0 && a.HedgeAfter < at.cut {
 		r.queue.push(event{at: r.now + a.HedgeAfter, worker: i, req: wk.req, kind: evHedge})
 	}
+}
+
+// await schedules attempt slot's next event: a look at its provisional
+// deadline, its answer, its deadline (at once if that has passed) or the
+// attempt timeout, whichever comes first.
+func (r *runner) await(slot int32) {
+	a := &r.attempts[slot]
+	ev := event{slot: slot, gen: a.gen}
+	lat, limit := a.result.Latency, r.load.AttemptTimeout
+	switch {
+	case a.next > 0 && a.next < min(lat, limit):
+		ev.at, ev.kind = a.start+a.next, evLook
+	case lat <= a.cut:
+		ev.at, ev.kind = a.start+lat, evAnswer
+	case a.cut < limit:
+		ev.at, ev.kind = max(a.start+a.cut, r.now), evDeadline
+	default:
+		ev.at, ev.kind = a.start+limit, evCap
+	}
+	r.queue.push(ev)
+}
+
+// look is a look at attempt slot's provisional deadline, as the gateway
+// takes one (internal/gateway/loop.go): once something is known, the
+// attempt gets the deadline it would have had, counted from its start;
+// else it looks again, twice as late.
+func (r *runner) look(slot int32) {
+	a := &r.attempts[slot]
+	limit := r.load.AttemptTimeout
+	if d := r.retimer.Retime(Epoch.Add(r.now), a.ticket, limit); d > 0 && d < limit {
+		a.cut, a.next = d, 0
+	} else {
+		a.step *= 2
+		a.next += a.step
+	}
+	r.await(slot)
 }
 
 func (r *runner) slot() int32 {
@@ -623,7 +669,7 @@ func (r *runner) page(res Result, route, target int, url uint64, judge func(targ
 func (r *runner) deadline(slot int32) bool {
 	a := &r.attempts[slot]
 	i := a.worker
-	cut := Result{Class: engine.ProxyTimeout, Latency: a.cut}
+	cut := Result{Class: engine.ProxyTimeout, Latency: r.now - a.start} // past a.cut when a look found it passed
 	if len(r.workers[i].inflight) > 1 {
 		r.end(slot, cut)
 		return false
@@ -822,6 +868,7 @@ const (
 	evAnswer                    // an attempt's answer arrives
 	evDeadline                  // an attempt reaches its deadline without an answer
 	evCap                       // an attempt reaches the attempt timeout without an answer
+	evLook                      // a provisional attempt looks at its deadline again
 	evHedge                     // a request's hedge delay has passed
 	evGiveUp                    // the client gives up on its request
 	evTick                      // the policy's timed work

@@ -167,6 +167,10 @@ type Attempt struct {
 	// HedgeAfter, when positive and the Policy is a hedger, is when a
 	// request still waiting on this, its first attempt, gets a second.
 	HedgeAfter time.Duration
+	// Provisional says Deadline was given before anything was known of
+	// answer times (engine.Lease.Provisional): a Policy that is a retimer
+	// is asked again while the attempt waits.
+	Provisional bool
 }
 
 // retrier is a Policy that decides for itself which failed attempts the
