@@ -300,8 +300,13 @@ type MITM struct {
 	// file.
 	CACert string `toml:"ca_cert"`
 	CAKey  string `toml:"ca_key"`
+	// Only, when not empty, are the hosts whose tunnels are intercepted, as
+	// [[targets]] hosts are written: the sites whose answers matter (429s,
+	// bans, captchas), every other tunnel plain and at a plain tunnel's
+	// cost. Default empty: every host but Bypass's.
+	Only []string `toml:"only"`
 	// Bypass are the hosts whose tunnels stay plain, as [[targets]] hosts
-	// are written: pinned apps, banks.
+	// are written: pinned apps, banks. It wins over Only.
 	Bypass []string `toml:"bypass"`
 	// UpstreamCA is a PEM bundle that sites fetched over TLS (inside
 	// intercepted tunnels, and https:// fetches of the fetch API) are

@@ -72,6 +72,7 @@ func TestLoadErrors(t *testing.T) {
 		{"fetch concurrency", "[fetch]\nconcurrency = 65\n", nil, nil, ":4: fetch.concurrency: 65 is over fetch.max_concurrency (64)"},
 		{"mitm key alone", "[mitm]\nca_key = \"ca-key.pem\"\n", nil, nil, ":4: mitm.ca_key: mitm.ca_cert and mitm.ca_key go together: give both or neither"},
 		{"mitm bypass", "[mitm]\nbypass = [\"bank.example\", \"a b\"]\n", nil, nil, `:4: mitm.bypass: "a b": want "example.com", "*.example.com" or "*"`},
+		{"mitm only", "[mitm]\nonly = [\"*.shop.example\", \"a b\"]\n", nil, nil, `:4: mitm.only: "a b": want "example.com", "*.example.com" or "*"`},
 		{"mitm upstream roots", "[mitm]\nupstream_ca = \"none.pem\"\n", nil, nil, ":4: mitm.upstream_ca: open "},
 		{"mitm cache", "", []string{"SWITCHYARD_MITM_CERT_CACHE=0"}, nil, "mitm.cert_cache (environment variable SWITCHYARD_MITM_CERT_CACHE): must be positive"},
 		{"header timeout", "[server]\nheader_timeout = \"0s\"\n", nil, nil, ":4: server.header_timeout: must be positive"},

@@ -382,9 +382,14 @@ func (l *loader) checkMITM() error {
 	case m.CertCache <= 0:
 		return l.errAt("mitm.cert_cache", "must be positive")
 	}
-	for _, h := range m.Bypass {
-		if err := checkHostPattern(h); err != nil {
-			return l.errAt("mitm.bypass", err.Error())
+	for _, list := range []struct {
+		key   string
+		hosts []string
+	}{{"mitm.only", m.Only}, {"mitm.bypass", m.Bypass}} {
+		for _, h := range list.hosts {
+			if err := checkHostPattern(h); err != nil {
+				return l.errAt(list.key, err.Error())
+			}
 		}
 	}
 	if m.UpstreamCA != "" {
@@ -400,8 +405,8 @@ func (l *loader) checkMITM() error {
 	return nil
 }
 
-// checkHostPattern checks a host pattern as [[targets]] hosts and
-// mitm.bypass write them.
+// checkHostPattern checks a host pattern as [[targets]] hosts,
+// mitm.only and mitm.bypass write them.
 func checkHostPattern(h string) error {
 	if h != "*" && !hostName.MatchString(strings.TrimPrefix(h, "*.")) {
 		return fmt.Errorf("%q: want \"example.com\", \"*.example.com\" or \"*\"", h)

@@ -229,10 +229,11 @@ type Gateway struct {
 	upstream *route.Upstream // what the exits share: kept connections, the cap on open ones
 	// tokens seals the attempt tokens of relayed answers (feedback.go).
 	tokens *sealer
-	// interceptor serves intercepted connections, and bypass names the
-	// hosts that are not; both nil without Config.MITM.
-	interceptor *http.Server
-	bypass      *target.Rules
+	// interceptor serves intercepted connections (nil without
+	// Config.MITM); only names the hosts it takes (nil: all) and bypass
+	// those it does not (nil: none).
+	interceptor  *http.Server
+	only, bypass *target.Rules
 
 	// current is what Update may change, swapped whole: a request reads it
 	// once and keeps that view to its end.
@@ -251,8 +252,10 @@ type Gateway struct {
 func New(cfg Config, e *engine.Engine, routes []*route.Route) (*Gateway, error) {
 	cfg = cfg.withDefaults()
 	g := &Gateway{cfg: cfg, engine: e, budget: engine.NewBudget(cfg.Budget), upstream: route.NewUpstream(cfg.MaxIdleUpstreamConns, cfg.MaxUpstreamConns),
-		lookalike: lookalike.New(lookalike.Config{Now: cfg.Now}), bypass: newBypass(cfg.MITM), tokens: newSealer()}
-	g.interceptor = g.newInterceptor()
+		lookalike: lookalike.New(lookalike.Config{Now: cfg.Now}), tokens: newSealer()}
+	if g.interceptor = g.newInterceptor(); g.interceptor != nil {
+		g.only, g.bypass = hostRules(cfg.MITM.Only), hostRules(cfg.MITM.Bypass)
+	}
 	// Pacing waits on real timers, so it reads the real clock too.
 	g.pacer = pacing.New(pacing.Config{Limits: g.paceOf, MaxTargets: cfg.MaxPacedTargets})
 	set, err := route.NewSet(routes, g.dialer())

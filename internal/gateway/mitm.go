@@ -29,8 +29,12 @@ import (
 type MITM struct {
 	// Authority mints the certificates clients are shown.
 	Authority *mitm.Authority
-	// Bypass are host patterns ("example.com", "*.example.com", "*")
-	// whose tunnels stay plain: pinned apps, banks.
+	// Only, when not empty, are the host patterns ("example.com",
+	// "*.example.com", "*") whose tunnels are intercepted; every other
+	// tunnel stays plain.
+	Only []string
+	// Bypass are host patterns whose tunnels stay plain: pinned apps,
+	// banks. It wins over Only.
 	Bypass []string
 	// HandshakeTimeout bounds a client's TLS handshake, from the CONNECT's
 	// answer; IdleTimeout closes an intercepted connection idle this long
@@ -89,7 +93,7 @@ func (g *Gateway) newInterceptor() *http.Server {
 
 // intercepts reports whether a CONNECT to host is intercepted.
 func (g *Gateway) intercepts(host string) bool {
-	return g.interceptor != nil && !g.bypass.Matches(host)
+	return g.interceptor != nil && (g.only == nil || g.only.Matches(host)) && (g.bypass == nil || !g.bypass.Matches(host))
 }
 
 // intercept answers the CONNECT and, once the client's TLS handshake is
@@ -241,10 +245,10 @@ func (c *readAhead) Read(p []byte) (int, error) { return c.r.Read(p) }
 func (c *readAhead) Buffered() int         { return c.r.Buffered() }
 func (c *readAhead) TCPConn() *net.TCPConn { return tcpConn(c.Conn) }
 
-// newBypass compiles MITM's bypass patterns; nil without MITM.
-func newBypass(m *MITM) *target.Rules {
-	if m == nil {
+// hostRules compiles host patterns; nil for none.
+func hostRules(hosts []string) *target.Rules {
+	if len(hosts) == 0 {
 		return nil
 	}
-	return target.New([]target.Rule{{Hosts: m.Bypass}})
+	return target.New([]target.Rule{{Hosts: hosts}})
 }

@@ -166,6 +166,51 @@ func (m *mitmEnv) connectTo(t testing.TB, addr, user string) net.Conn {
 	return c
 }
 
+// TestMITMOnly: with mitm.only, the hosts it names are intercepted and
+// every other tunnel stays plain, the site's own certificate reaching the
+// client; a bypassed host stays plain even when named.
+func TestMITMOnly(t *testing.T) {
+	tests := []struct {
+		desc         string
+		only, bypass []string
+		intercepted  bool
+	}{
+		{"named", []string{"localhost"}, nil, true},
+		{"named by a wildcard", []string{"*"}, nil, true},
+		{"not named", []string{"shop.example", "*.shop.example"}, nil, false},
+		{"named and bypassed", []string{"localhost"}, []string{"localhost"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			routetest.NoLeaks(t, func(t *testing.T) {
+				m := newMITMEnv(t, func(c *Config) { c.MITM.Only, c.MITM.Bypass = tt.only, tt.bypass }, func(_ int, w http.ResponseWriter, _ *http.Request) {
+					io.WriteString(w, "site")
+				})
+				_, port, _ := net.SplitHostPort(m.site.Listener.Addr().String())
+				c := m.connectTo(t, "localhost:"+port, "")
+				// The gateway's CA and the site's both trusted: the
+				// certificate's issuer tells who answered the handshake.
+				roots := x509.NewCertPool()
+				roots.AddCert(m.site.Certificate())
+				roots.AppendCertsFromPEM(m.ca.CertPEM())
+				name := "localhost"
+				if !tt.intercepted {
+					name = "example.com" // httptest's certificate names example.com
+				}
+				tc := tls.Client(c, &tls.Config{ServerName: name, RootCAs: roots})
+				if err := tc.Handshake(); err != nil {
+					t.Fatalf("handshake as %s: %v", name, err)
+				}
+				leaf := tc.ConnectionState().PeerCertificates[0]
+				if minted := leaf.Issuer.String() != m.site.Certificate().Issuer.String(); minted != tt.intercepted {
+					t.Errorf("certificate issued by %q: intercepted %v, want %v", leaf.Issuer, minted, tt.intercepted)
+				}
+				tc.Close()
+			})
+		})
+	}
+}
+
 // TestMITMTunnels checks what is not intercepted, and how: a bypassed host
 // and a client that does not speak TLS get a plain tunnel through a route;
 // a client naming another host in its SNI is refused the handshake; a site

@@ -237,8 +237,8 @@ func interception(cfg *config.Config, log *slog.Logger) (*gateway.MITM, error) {
 	if err != nil {
 		return nil, err
 	}
-	log.Info("mitm: intercepting TLS in CONNECT tunnels", "ca", ca.CertPath(), "bypass", len(m.Bypass))
-	return &gateway.MITM{Authority: ca, Bypass: m.Bypass, HandshakeTimeout: cfg.Server.HeaderTimeout, IdleTimeout: cfg.Server.IdleTimeout}, nil
+	log.Info("mitm: intercepting TLS in CONNECT tunnels", "ca", ca.CertPath(), "only", len(m.Only), "bypass", len(m.Bypass))
+	return &gateway.MITM{Authority: ca, Only: m.Only, Bypass: m.Bypass, HandshakeTimeout: cfg.Server.HeaderTimeout, IdleTimeout: cfg.Server.IdleTimeout}, nil
 }
 
 // hostName names a gateway outside a cluster, and without cluster.node_id,
