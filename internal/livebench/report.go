@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,22 +132,36 @@ func (p poolReport) write(w io.Writer) {
 	}
 }
 
+// disagreement is how far a simulated ratio to the oracle may be from the
+// live one before the report points at it: about the spread of one live
+// run's ratios from one run to the next.
+const disagreement = 0.05
+
 // writeSimulated prints the simulator's figures for the pool beside the
-// live ones, each ÷ its own oracle.
+// live ones, each ÷ its own oracle, and names the stand-ins whose ratio
+// is more than disagreement from their live contender's.
 func (p poolReport) writeSimulated(w io.Writer) {
 	if len(p.simulated) != len(simStandIns) {
 		return
 	}
+	live := p.vsOracle()
 	parts := make([]string, 0, len(simStandIns))
+	var differ []string
 	for i, s := range p.simulated {
 		name := simStandIns[i].policy
-		if live := simStandIns[i].live; live != name {
-			name += " (" + live + ")"
+		if c := simStandIns[i].live; c != name {
+			name += " (" + c + ")"
 		}
 		parts = append(parts, fmt.Sprintf("%s %.2f (%.1f%%, p95 %s)", name, s.ThroughputRatio, 100*s.CompletionRate,
 			ms(time.Duration(s.P95ms*float64(time.Millisecond)))))
+		if v, ran := live[simStandIns[i].live]; ran && p.oracleRate() > 0 && math.Abs(s.ThroughputRatio-v) > disagreement {
+			differ = append(differ, fmt.Sprintf("%s %.2f simulated, %.2f live", name, s.ThroughputRatio, v))
+		}
 	}
 	fmt.Fprintf(w, "Simulator, this pool as a scenario (÷ its oracle, completed, p95): %s\n\n", strings.Join(parts, ", "))
+	if len(differ) > 0 {
+		fmt.Fprintf(w, "The simulator and the live run disagree by more than %.2f: %s\n\n", disagreement, strings.Join(differ, "; "))
+	}
 }
 
 // ms formats a latency in milliseconds, or microseconds under one.

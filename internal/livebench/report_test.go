@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/sim"
 )
 
 func TestShapeKind(t *testing.T) {
@@ -78,6 +80,31 @@ func TestReportTable(t *testing.T) {
 		"client timeout 250 (75% of attempt time), ok 250 (25% of attempt time)",
 		"fast×1 300, slow×1 200",
 		"  - a note",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestReportSimulated: the simulator's figures follow the live table, and
+// a stand-in more than disagreement from its live contender is named;
+// one whose contender did not run is not.
+func TestReportSimulated(t *testing.T) {
+	t.Parallel()
+	run := func(contender string, completed int) row {
+		return row{contender: contender, res: loadResult{elapsed: 10 * time.Second, completed: completed, attempts: completed}}
+	}
+	rows := []row{run("oracle", 1000), run("switchyard", 900), run("haproxy", 500)}
+	rep := poolReport{pool: pool{name: "x"}, opts: Options{}.withDefaults(), rows: rows,
+		simulated: []sim.Summary{{ThroughputRatio: 1}, {ThroughputRatio: 0.93}, {ThroughputRatio: 0.80}, {ThroughputRatio: 0.2}}}
+	var b strings.Builder
+	rep.write(&b)
+	out := b.String()
+	for _, want := range []string{
+		"Simulator, this pool as a scenario (÷ its oracle, completed, p95): oracle 1.00 (0.0%, p95 0 µs), switchyard 0.93",
+		"least_loaded (haproxy) 0.80",
+		"disagree by more than 0.05: least_loaded (haproxy) 0.80 simulated, 0.50 live\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
