@@ -19,27 +19,44 @@ import (
 // the table says where to look.
 
 // simStandIns are the simulator's policies for the live contenders, in
-// report order: HAProxy's leastconn is least_loaded, the client's blind
-// rotation round_robin.
-var simStandIns = []struct{ live, policy string }{
-	{"oracle", "oracle"},
-	{"switchyard", "switchyard"},
-	{"haproxy", "least_loaded"},
-	{"round_robin", "round_robin"},
+// report order, the oracle first: HAProxy's leastconn is least_loaded, the
+// client's blind rotation round_robin making one attempt a request
+// (clientSide), as the client's own rotation does, the gateway's retries
+// not being its.
+var simStandIns = []struct {
+	live, policy string
+	clientSide   bool
+}{
+	{"oracle", "oracle", false},
+	{"switchyard", "switchyard", false},
+	{"haproxy", "least_loaded", false},
+	{"round_robin", "round_robin", true},
 }
 
 // simulate runs p's scenario (scenario) through the stand-ins and returns
-// their summaries, in simStandIns order.
+// their summaries, in simStandIns order, each ratio to the oracle's
+// throughput.
 func simulate(p pool, opts Options) ([]sim.Summary, error) {
 	sc, err := p.scenario(opts, opts.Duration/time.Duration(opts.Rounds))
 	if err != nil {
 		return nil, err
 	}
-	policies := make([]string, len(simStandIns))
+	clientSide := *sc
+	clientSide.MaxAttempts = 1
+	out := make([]sim.Summary, len(simStandIns))
 	for i, s := range simStandIns {
-		policies[i] = s.policy
+		run := sc
+		if s.clientSide {
+			run = &clientSide
+		}
+		got, err := sim.Bench(run, sim.Options{Policies: []string{s.policy}})
+		if err != nil {
+			return nil, err
+		}
+		out[i] = got[0]
+		out[i].ThroughputRatio = out[i].Throughput / out[0].Throughput
 	}
-	return sim.Bench(sc, sim.Options{Policies: policies})
+	return out, nil
 }
 
 // scenario is p as the simulator's scenario for one run of d (a round of a
