@@ -69,10 +69,7 @@ func TestReportTable(t *testing.T) {
 	if got := rep.vsOracle()["switchyard"]; got != 0.25 {
 		t.Fatalf("switchyard ÷ oracle = %v, want 0.25", got)
 	}
-	var b strings.Builder
-	rep.write(&b)
-	out := b.String()
-	for _, want := range []string{
+	reportHas(t, rep,
 		"| oracle | 100.0 | 1.00 | 100.0% | 1.00 | 1.00 |",
 		"| switchyard | 25.0 | 0.25 | 50.0% | 2.00 | 2.00 |",
 		"| 100 |\n", // CPU µs per request: 50 ms / 500
@@ -80,9 +77,17 @@ func TestReportTable(t *testing.T) {
 		"client timeout 250 (75% of attempt time), ok 250 (25% of attempt time)",
 		"fast×1 300, slow×1 200",
 		"  - a note",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("report lacks %q:\n%s", want, out)
+	)
+}
+
+// reportHas fails t unless rep's report holds every one of wants.
+func reportHas(t *testing.T, rep poolReport, wants ...string) {
+	t.Helper()
+	var b strings.Builder
+	rep.write(&b)
+	for _, want := range wants {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
 		}
 	}
 }
@@ -98,18 +103,11 @@ func TestReportSimulated(t *testing.T) {
 	rows := []row{run("oracle", 1000), run("switchyard", 900), run("haproxy", 500)}
 	rep := poolReport{pool: pool{name: "x"}, opts: Options{}.withDefaults(), rows: rows,
 		simulated: []sim.Summary{{ThroughputRatio: 1}, {ThroughputRatio: 0.93}, {ThroughputRatio: 0.80}, {ThroughputRatio: 0.2}}}
-	var b strings.Builder
-	rep.write(&b)
-	out := b.String()
-	for _, want := range []string{
+	reportHas(t, rep,
 		"Simulator, this pool as a scenario (÷ its oracle, completed, p95): oracle 1.00 (0.0%, p95 0 µs), switchyard 0.93",
 		"least_loaded (haproxy) 0.80",
 		"disagree by more than 0.05: least_loaded (haproxy) 0.80 simulated, 0.50 live\n",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("report lacks %q:\n%s", want, out)
-		}
-	}
+	)
 }
 
 func TestReportWithoutTheOracleHasNoRatios(t *testing.T) {
