@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/switchyard/switchyard/internal/admin"
@@ -51,7 +52,7 @@ func (l *clientListener) Accept() (net.Conn, error) {
 	}
 }
 
-// clientConn is a client connection as the http.Server and, once
+// clientConn is a client connection as the front door and, once
 // hijacked, a tunnel hold it: it frees its place under the cap when
 // closed, and keeps what tells why the server cut it.
 type clientConn struct {
@@ -86,6 +87,16 @@ func (c *clientConn) TCPConn() *net.TCPConn {
 	return tc
 }
 
+// SyscallConn is the socket beneath c, for the front door's watch of a
+// client leaving.
+func (c *clientConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	return sc.SyscallConn()
+}
+
 // CloseWrite half-closes, as the tunnel does at the end of the client's
 // side, where the connection can; otherwise it closes.
 func (c *clientConn) CloseWrite() error {
@@ -95,7 +106,7 @@ func (c *clientConn) CloseWrite() error {
 	return c.Close()
 }
 
-// trackState is the http.Server's ConnState hook: a connection closed
+// trackState is the front door's ConnState hook: a connection closed
 // after a read deadline passed was cut, and its state says by which bound
 // (the server marks a kept-alive connection active only once it read past
 // the first bytes of the next request, so headers cut short there count as
@@ -124,7 +135,7 @@ func (l *clientListener) trackState(nc net.Conn, state http.ConnState) {
 // connKey carries a request's *clientConn in its context.
 type connKey struct{}
 
-// withConn is the http.Server's ConnContext hook.
+// withConn is the front door's ConnContext hook.
 func withConn(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, connKey{}, c)
 }
@@ -152,8 +163,7 @@ func (b bodyLimits) wrap(h http.Handler) http.Handler {
 			return
 		}
 		c := r.Context().Value(connKey{}).(*clientConn) // withConn put it there
-		// A copy: the server's own Request keeps its body, for its
-		// keep-alive checks after the handler.
+		// A copy: a handler leaves the Request it was given as it was.
 		r2 := new(http.Request)
 		*r2 = *r
 		r2.Body = &limitedBody{ReadCloser: r.Body, conn: c, limits: b, slack: b.timeout}
@@ -180,9 +190,9 @@ type limitedBody struct {
 var errSlowBody = errors.New("request body too slow")
 
 // minBodyDeadline is the nearest a body's read deadline is ever set. The
-// read that brings the body's end starts the server's watch for the
-// client's close, under this same deadline until Read clears it: were it
-// about to pass, the finished request could be cancelled.
+// read that brings the body's end arms the front door's watch for the
+// client's close, which waits under this same deadline should Read be
+// slow to clear it: were it about to pass, the watch would end unseeing.
 const minBodyDeadline = time.Second
 
 func (b *limitedBody) Read(p []byte) (int, error) {
@@ -190,7 +200,7 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		return b.ReadCloser.Read(p)
 	}
 	start := time.Now()
-	// Left set if the handler stops reading: the server's discard of the
+	// Left set if the handler stops reading: the front door's discard of the
 	// rest, before it reuses the connection, is then bounded too.
 	b.conn.inBody.Store(true)
 	if b.slack <= 0 {

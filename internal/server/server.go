@@ -23,6 +23,7 @@ import (
 	"github.com/switchyard/switchyard/internal/cluster"
 	"github.com/switchyard/switchyard/internal/config"
 	"github.com/switchyard/switchyard/internal/fetchapi"
+	"github.com/switchyard/switchyard/internal/frontdoor"
 	"github.com/switchyard/switchyard/internal/gateway"
 	"github.com/switchyard/switchyard/internal/mitm"
 	"github.com/switchyard/switchyard/internal/probe"
@@ -449,18 +450,27 @@ func restartOnlyCluster(c config.Cluster) config.Cluster {
 	return c
 }
 
+// server is what Run asks of a listener's server: net/http's, and the
+// forward proxy's front door.
+type server interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Close() error
+}
+
 // Run serves until ctx ends or a listener fails, then stops accepting and
 // gives in-flight requests up to grace to finish. It returns the listener's
 // error, or nil after ctx ended.
 func (s *Server) Run(ctx context.Context, grace time.Duration) error {
 	defer s.gateway.Close()
 	limits := s.started.Server
-	servers := []*http.Server{{
+	servers := []server{&frontdoor.Server{
 		Handler:           newBodyLimits(limits).wrap(s.gateway),
 		ReadHeaderTimeout: limits.HeaderTimeout,
 		IdleTimeout:       limits.IdleTimeout,
 		ConnState:         s.clients.trackState,
 		ConnContext:       withConn,
+		Log:               s.log,
 	}}
 	listeners := []net.Listener{s.clients}
 	if s.admin != nil {
