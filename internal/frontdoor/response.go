@@ -52,6 +52,9 @@ func (w *response) Header() http.Header { return w.header }
 // WriteHeader sets the status; a 1xx status other than 101 is written at
 // once as an interim answer.
 func (w *response) WriteHeader(code int) {
+	if code < 100 || code > 999 {
+		panic("frontdoor: invalid WriteHeader code " + strconv.Itoa(code)) // as net/http's
+	}
 	if w.hijacked || w.finished || w.committed || w.status != 0 {
 		return
 	}
@@ -110,8 +113,7 @@ func (w *response) writeBody(p []byte) (int, error) {
 		return 0, nil
 	}
 	if w.chunked {
-		var size [16]byte
-		w.bw.Write(strconv.AppendInt(size[:0], int64(len(p)), 16))
+		w.bw.Write(strconv.AppendInt(w.bw.AvailableBuffer(), int64(len(p)), 16))
 		w.bw.WriteString("\r\n")
 	}
 	n, err := w.bw.Write(p)
@@ -260,9 +262,8 @@ func (w *response) commit(done bool) {
 		bw.WriteString("\r\n")
 	}
 	if sized {
-		var num [20]byte
 		bw.WriteString("Content-Length: ")
-		bw.Write(strconv.AppendInt(num[:0], w.length, 10))
+		bw.Write(strconv.AppendInt(bw.AvailableBuffer(), w.length, 10))
 		bw.WriteString("\r\n")
 	}
 	if w.chunked {
@@ -295,14 +296,13 @@ func (w *response) writeHead(bw *bufio.Writer, code int) {
 	} else {
 		bw.WriteString("HTTP/1.0 ")
 	}
-	var num [8]byte
-	bw.Write(strconv.AppendInt(num[:0], int64(code), 10))
+	bw.Write(strconv.AppendInt(bw.AvailableBuffer(), int64(code), 10))
 	bw.WriteByte(' ')
 	if text := http.StatusText(code); text != "" {
 		bw.WriteString(text)
 	} else {
 		bw.WriteString("status code ")
-		bw.Write(strconv.AppendInt(num[:0], int64(code), 10))
+		bw.Write(strconv.AppendInt(bw.AvailableBuffer(), int64(code), 10))
 	}
 	bw.WriteString("\r\n")
 	for k, vv := range w.header {
