@@ -65,8 +65,19 @@ func TestLoadOracleCompletesOnAMixedFleet(t *testing.T) {
 	clients := directClients(f, 4)
 	defer closeClients(clients...)
 	res := shortLoad(500*time.Millisecond).run(t.Context(), newOracle(f.world, clients, 4, 1))
-	if res.failed > 0 || res.completed == 0 || res.attempts != res.completed {
+	if res.failed > 0 || res.completed == 0 {
 		t.Fatalf("the oracle: completed %d, failed %d, attempts %d (%v)", res.completed, res.failed, res.attempts, res.outcomes)
+	}
+	// On a loaded machine a fast exit may answer after the client's
+	// 200 ms: that timeout is the machine's, and retried. Any other
+	// failure, or a request to the blackhole, is the oracle's mistake.
+	for outcome := range res.outcomes {
+		if outcome != outcomeOK && outcome != outcomeTimeout {
+			t.Errorf("the oracle tried an exit that fails: %v", res.outcomes)
+		}
+	}
+	if n := f.exits[1].requests.Load(); n > 0 {
+		t.Errorf("the oracle sent %d requests to the blackholed exit", n)
 	}
 }
 
