@@ -552,3 +552,53 @@ func TestMetricsPerRouteSetting(t *testing.T) {
 		})
 	}
 }
+
+// TestClientLeavingEndsTheAttempt: a client that gives up on a silent exit
+// ends the attempt through it when it leaves (the front door's watch, through
+// the socket beneath clientConn), not at the attempt's deadline, a minute on.
+func TestClientLeavingEndsTheAttempt(t *testing.T) {
+	exit := listen(t)
+	asked, cut := make(chan struct{}), make(chan struct{})
+	go func() {
+		for first := true; ; first = false {
+			c, err := exit.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				var b [1]byte
+				if _, err := c.Read(b[:]); err != nil || !first {
+					return
+				}
+				close(asked)
+				io.Copy(io.Discard, c) // never answers: returns when the gateway lets go
+				close(cut)
+			}()
+		}
+	}()
+	defer exit.Close()
+	cfg := configOf(t, "http://"+exit.Addr().String()+"\n")
+	cfg.Engine.UncheckedCandidates = true // the one connection the exit takes is the request's
+	cfg.Retry.AttemptTimeout, cfg.Engine.DeadlineFloor = time.Minute, time.Minute
+	cfg.Retry.RequestTimeout = 2 * time.Minute
+	g := runServer(t, cfg, nil)
+
+	client, err := net.Dial("tcp", g.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	io.WriteString(client, "GET http://site.test/ HTTP/1.1\r\nHost: site.test\r\n\r\n")
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request never reached the exit")
+	}
+	client.Close()
+	select {
+	case <-cut:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the attempt outlived its client by 10 s")
+	}
+}
