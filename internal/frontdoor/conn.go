@@ -45,7 +45,7 @@ type conn struct {
 	remote   string
 	ctx      context.Context
 	accepted time.Time
-	lr       limitReader // beneath br: bounds a request's head
+	lr       io.LimitedReader // beneath br: bounds a request's head
 	br       *bufio.Reader
 	state    atomic.Int32
 	watch    watcher
@@ -59,7 +59,7 @@ type conn struct {
 
 func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, rwc: nc, remote: nc.RemoteAddr().String(), accepted: time.Now()}
-	c.lr = limitReader{r: nc, remain: math.MaxInt64}
+	c.lr = io.LimitedReader{R: nc, N: math.MaxInt64}
 	c.br = bufio.NewReader(&c.lr)
 	c.ctx = context.Background()
 	if s.ConnContext != nil {
@@ -95,7 +95,7 @@ func (c *conn) serve() {
 			c.setReadDeadline(c.s.IdleTimeout)
 		}
 		// The header's bound starts with its first byte, not before.
-		c.lr.remain = c.s.maxHeaderBytes() + int64(c.br.Size())
+		c.lr.N = c.s.maxHeaderBytes() + int64(c.br.Size())
 		if _, err := c.br.Peek(1); err != nil {
 			return
 		}
@@ -116,7 +116,7 @@ func (c *conn) serve() {
 			c.refuse(err)
 			return
 		}
-		c.lr.remain = math.MaxInt64
+		c.lr.N = math.MaxInt64
 		c.rwc.SetReadDeadline(time.Time{})
 		var keep bool
 		keep, hijacked = c.serveRequest(req)
@@ -233,7 +233,7 @@ func (e statusError) Error() string { return e.reason }
 func (c *conn) refuse(err error) {
 	var se statusError
 	switch {
-	case c.lr.remain <= 0:
+	case c.lr.N <= 0: // the head ran into its bound, read as the stream's end
 		se = statusError{http.StatusRequestHeaderFieldsTooLarge, "request header too large"}
 	case errors.As(err, &se):
 	case err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) || isNetError(err):
@@ -272,27 +272,6 @@ func isNetError(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne)
 }
-
-// limitReader bounds what a request's head may read; a body reads
-// through it unbounded.
-type limitReader struct {
-	r      io.Reader
-	remain int64
-}
-
-func (l *limitReader) Read(p []byte) (int, error) {
-	if l.remain <= 0 {
-		return 0, errHeadTooLarge
-	}
-	if int64(len(p)) > l.remain {
-		p = p[:l.remain]
-	}
-	n, err := l.r.Read(p)
-	l.remain -= int64(n)
-	return n, err
-}
-
-var errHeadTooLarge = errors.New("request header too large")
 
 // requestBody is a request's body as the handler reads it: the first read
 // of a body the client holds back for 100-continue sends the go-ahead, and
