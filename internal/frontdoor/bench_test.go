@@ -23,12 +23,16 @@ func BenchmarkServe(b *testing.B) {
 		w.Header().Set("Content-Length", "4096")
 		w.Write(page)
 	})
+	type server interface {
+		Serve(net.Listener) error
+		Close() error
+	}
 	servers := []struct {
-		name  string
-		serve func(net.Listener) error
+		name string
+		server
 	}{
-		{"server=frontdoor", (&Server{Handler: handler}).Serve},
-		{"server=net-http", (&http.Server{Handler: handler}).Serve},
+		{"server=frontdoor", &Server{Handler: handler}},
+		{"server=net-http", &http.Server{Handler: handler}},
 	}
 	for _, s := range servers {
 		b.Run(s.name, func(b *testing.B) {
@@ -37,7 +41,7 @@ func BenchmarkServe(b *testing.B) {
 				b.Fatal(err)
 			}
 			served := make(chan error, 1)
-			go func() { served <- s.serve(ln) }()
+			go func() { served <- s.Serve(ln) }()
 			c, err := net.Dial("tcp", ln.Addr().String())
 			if err != nil {
 				b.Fatal(err)
@@ -60,8 +64,8 @@ func BenchmarkServe(b *testing.B) {
 			}
 			b.StopTimer()
 			c.Close()
-			ln.Close()
-			if err := <-served; err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
+			s.Close()
+			if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 				b.Error(err)
 			}
 		})

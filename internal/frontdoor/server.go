@@ -40,10 +40,51 @@ type Server struct {
 	// Log gets a handler's panics; nil discards them.
 	Log *slog.Logger
 
+	// handoff passes a new connection to a worker waiting for one.
+	handoff chan *conn
+	// done is closed when the server closes: waiting workers end.
+	done chan struct{}
+
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
 	closing   bool
+}
+
+// workerIdle is how long a worker whose connection ended waits for the
+// next one before it ends.
+const workerIdle = 5 * time.Second
+
+// dispatch serves c on a worker that is waiting for a connection, or on a
+// new one. A connection runs the handler on its worker's goroutine, whose
+// stack grows to what the gateway's calls need, each doubling a copy of
+// the stack: a new goroutine per connection paid that again on every
+// CONNECT, whose connection ends with its tunnel (README, The gateway's
+// own cost).
+func (s *Server) dispatch(c *conn) {
+	select {
+	case s.handoff <- c:
+	default:
+		go s.work(c)
+	}
+}
+
+// work serves c, then each connection handed off to it, until none comes
+// within workerIdle or the server closes.
+func (s *Server) work(c *conn) {
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		c.serve()
+		idle.Reset(workerIdle)
+		select {
+		case c = <-s.handoff:
+		case <-idle.C:
+			return
+		case <-s.done:
+			return
+		}
+	}
 }
 
 // shutdownPoll is the longest wait between two looks for idle connections
@@ -61,6 +102,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.mu.Unlock()
 		return http.ErrServerClosed
 	}
+	s.init()
 	if s.listeners == nil {
 		s.listeners = make(map[net.Listener]struct{})
 	}
@@ -92,7 +134,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			nc.Close()
 			return http.ErrServerClosed
 		}
-		go c.serve()
+		s.dispatch(c)
 	}
 }
 
@@ -129,9 +171,20 @@ func (s *Server) Close() error {
 	return nil
 }
 
+// init makes what Serve and the workers share. Callers hold mu.
+func (s *Server) init() {
+	if s.done == nil {
+		s.handoff, s.done = make(chan *conn), make(chan struct{})
+	}
+}
+
 func (s *Server) closeListeners() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.closing {
+		s.init()
+		close(s.done)
+	}
 	s.closing = true
 	for ln := range s.listeners {
 		ln.Close()
