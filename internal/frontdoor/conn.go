@@ -149,6 +149,7 @@ func (c *conn) serveRequest(req *http.Request) (keep, hijacked bool) {
 	if expect := req.Header.Get("Expect"); expect != "" {
 		if !strings.EqualFold(expect, "100-continue") {
 			w.closeAfter = true
+			c.unread = req.ContentLength != 0 // a body may follow
 			w.WriteHeader(http.StatusExpectationFailed)
 			w.finish()
 			return false, false

@@ -20,6 +20,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -48,7 +49,8 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
-	closing   bool
+	// closing is set under mu, and read without it on every request.
+	closing atomic.Bool
 }
 
 // workerIdle is how long a worker whose connection ended waits for the
@@ -98,7 +100,7 @@ const shutdownPoll = 500 * time.Millisecond
 // net/http's does.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
-	if s.closing {
+	if s.closing.Load() {
 		s.mu.Unlock()
 		return http.ErrServerClosed
 	}
@@ -181,11 +183,11 @@ func (s *Server) init() {
 func (s *Server) closeListeners() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.closing {
+	if !s.closing.Load() {
 		s.init()
 		close(s.done)
 	}
-	s.closing = true
+	s.closing.Store(true)
 	for ln := range s.listeners {
 		ln.Close()
 	}
@@ -205,11 +207,7 @@ func (s *Server) closeIdle() bool {
 	return len(s.conns) == 0
 }
 
-func (s *Server) shuttingDown() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closing
-}
+func (s *Server) shuttingDown() bool { return s.closing.Load() }
 
 // newConn makes the connection of nc and adds it to those Shutdown waits
 // for; nil when the server is closing.
@@ -217,7 +215,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 	c := newConn(s, nc)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closing {
+	if s.closing.Load() {
 		return nil
 	}
 	if s.conns == nil {
