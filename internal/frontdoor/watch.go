@@ -28,9 +28,9 @@ const (
 )
 
 // watcher cancels a request whose client closed its connection while the
-// handler ran. It waits for the socket to become readable without reading
-// it (readable), so that the bytes of a pipelined request stay where the
-// next read finds them. A timer that fired for a request already stopped
+// handler ran. It waits until the socket is readable and peeks, reading
+// nothing, so that the bytes of a pipelined request stay where the next
+// read finds them. A timer that fired for a request already stopped
 // may start the watch of the next one early: harmless, it watches the
 // request being served.
 type watcher struct {
