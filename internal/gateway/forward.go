@@ -368,7 +368,7 @@ func (g *Gateway) deliver(w http.ResponseWriter, rec *record, win *outcome, atte
 	long.Stop()
 	g.reportWin(win, win.class)
 	if broken {
-		panic(http.ErrAbortHandler) // net/http closes the connection, unlogged
+		panic(http.ErrAbortHandler) // the server closes the connection, unlogged
 	}
 }
 
@@ -420,7 +420,7 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, start time.Time, 
 		return false
 	case o.bodyErr != nil:
 		// The rest of the body will not come: the connection is done
-		// (net/http would otherwise wait to read it before answering).
+		// (the server would otherwise wait to read it off).
 		h.Set("Connection", "close")
 		badRequest(w, "reading the request body: "+o.bodyErr.Error())
 		return false

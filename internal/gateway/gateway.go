@@ -538,8 +538,8 @@ func (g *Gateway) logRequest(ctx context.Context, rec *record) {
 }
 
 // Caps, in bytes, on what a log line quotes of a client's request: its
-// request line and headers may take up to a megabyte (net/http's
-// MaxHeaderBytes), which must not reach the log for every request.
+// request line and headers may take up to a megabyte (the servers'
+// http.DefaultMaxHeaderBytes), which must not reach the log for every request.
 const (
 	maxLogURL   = 256 // scheme, host and path
 	maxLogField = 128 // any other field

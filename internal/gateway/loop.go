@@ -492,7 +492,7 @@ func (f *flight) leased() engine.Lease {
 }
 
 // attempt runs g.try, turning a panic inside it into a Canceled outcome,
-// logged: the attempt runs off the handler's goroutine, where net/http's
+// logged: the attempt runs off the handler's goroutine, where the server's
 // own recovery does not reach, and a failure inside must not end the
 // process.
 func (g *Gateway) attempt(ctx context.Context, j *job, l engine.Lease, x *route.Exit) (o *outcome) {
