@@ -602,3 +602,44 @@ func TestClientLeavingEndsTheAttempt(t *testing.T) {
 		t.Fatal("the attempt outlived its client by 10 s")
 	}
 }
+
+// TestUpgradeThroughTheFrontDoor: a WebSocket handshake through the real
+// server is answered 101 on the client's own connection, and bytes then
+// pass both ways (the front door hands the connection over).
+func TestUpgradeThroughTheFrontDoor(t *testing.T) {
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "websocket" {
+			http.Error(w, "no upgrade", http.StatusBadRequest)
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+		brw.Flush()
+		line, _ := brw.ReadString('\n')
+		io.WriteString(c, "echo "+line)
+	}))
+	defer site.Close()
+	g := runServer(t, config.WithRoutes(direct(t)), nil)
+
+	client, err := net.Dial("tcp", g.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	client.SetDeadline(time.Now().Add(10 * time.Second))
+	host := strings.TrimPrefix(site.URL, "http://")
+	io.WriteString(client, "GET "+site.URL+"/ HTTP/1.1\r\nHost: "+host+"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+	br := bufio.NewReader(client)
+	res, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
+	if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("the handshake: %v, %v", res, err)
+	}
+	io.WriteString(client, "ping\n")
+	if line, err := br.ReadString('\n'); line != "echo ping\n" {
+		t.Errorf("through the upgraded connection: %q, %v", line, err)
+	}
+}
