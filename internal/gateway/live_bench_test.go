@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/frontdoor"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 )
@@ -60,8 +62,8 @@ func benchTarget(b *testing.B) *httptest.Server {
 
 // benchGateway starts a gateway over proxies with the engine's default
 // config (newEnv takes *testing.T and pins a round-robin picker, so it is
-// not used here). The returned stop closes the server and the gateway's
-// idle connections.
+// not used here), behind the front door that serves it in production. The
+// returned stop closes the server and the gateway's idle connections.
 func benchGateway(b *testing.B, cfg Config, proxies []*routetest.Proxy) (gw *url.URL, stop func()) {
 	b.Helper()
 	lines := make([]string, len(proxies))
@@ -87,10 +89,16 @@ func benchGateway(b *testing.B, cfg Config, proxies []*routetest.Proxy) (gw *url
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := httptest.NewServer(g)
-	gw, _ = url.Parse(srv.URL)
-	return gw, func() {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &frontdoor.Server{Handler: g}
+	served := make(chan struct{})
+	go func() { srv.Serve(ln); close(served) }()
+	return &url.URL{Scheme: "http", Host: ln.Addr().String()}, func() {
 		srv.Close()
+		<-served
 		g.Close()
 	}
 }
