@@ -93,11 +93,11 @@ func (s *Server) work(c *conn) {
 // to close during Shutdown.
 const shutdownPoll = 500 * time.Millisecond
 
-// Serve accepts connections on ln and serves each on a goroutine of its
-// own until ln fails or the server is shut down, when it returns
-// http.ErrServerClosed. An accept that fails for want of descriptors or
-// buffers is retried after a pause that doubles up to a second, as
-// net/http's does.
+// Serve accepts connections on ln and serves each on a worker (dispatch)
+// until ln fails or the server is shut down, when it returns
+// http.ErrServerClosed. An accept that fails otherwise (for want of
+// descriptors or buffers) is retried after a pause that doubles up to a
+// second, as net/http's is.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.closing.Load() {
@@ -105,9 +105,6 @@ func (s *Server) Serve(ln net.Listener) error {
 		return http.ErrServerClosed
 	}
 	s.init()
-	if s.listeners == nil {
-		s.listeners = make(map[net.Listener]struct{})
-	}
 	s.listeners[ln] = struct{}{}
 	s.mu.Unlock()
 	defer func() {
@@ -173,10 +170,11 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// init makes what Serve and the workers share. Callers hold mu.
+// init makes the server's channels and sets on first use. Callers hold mu.
 func (s *Server) init() {
 	if s.done == nil {
 		s.handoff, s.done = make(chan *conn), make(chan struct{})
+		s.listeners, s.conns = make(map[net.Listener]struct{}), make(map[*conn]struct{})
 	}
 }
 
@@ -218,9 +216,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 	if s.closing.Load() {
 		return nil
 	}
-	if s.conns == nil {
-		s.conns = make(map[*conn]struct{})
-	}
+	s.init()
 	s.conns[c] = struct{}{}
 	return c
 }
