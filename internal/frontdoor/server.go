@@ -61,8 +61,8 @@ const workerIdle = 5 * time.Second
 // new one. A connection runs the handler on its worker's goroutine, whose
 // stack grows to what the gateway's calls need, each doubling a copy of
 // the stack: a new goroutine per connection paid that again on every
-// CONNECT, whose connection ends with its tunnel (README, The gateway's
-// own cost).
+// CONNECT, whose connection ends with its tunnel (docs/gateway-cost.md,
+// Beside HAProxy).
 func (s *Server) dispatch(c *conn) {
 	select {
 	case s.handoff <- c:
