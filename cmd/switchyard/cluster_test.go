@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/switchyard/switchyard/internal/freeport"
 	"github.com/switchyard/switchyard/internal/route/routetest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
@@ -28,12 +28,11 @@ import (
 // process to listen on: the peers' list must name it before it starts.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 // childNode is a switchyard serve process of a cluster test.
@@ -59,7 +58,13 @@ func (n *childNode) start(t *testing.T) {
 	done := make(chan struct{})
 	go func() { cmd.Wait(); logf.Close(); close(done) }()
 	n.cmd, n.done = cmd, done
-	t.Cleanup(func() { kill(cmd, done) })
+	t.Cleanup(func() {
+		kill(cmd, done)
+		if t.Failed() {
+			log, _ := os.ReadFile(logf.Name())
+			t.Logf("node %s's log:\n%s", n.id, log)
+		}
+	})
 }
 
 // kill ends the node's process with SIGKILL, as a crash would, and waits

@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/switchyard/switchyard/internal/freeport"
 )
 
 // gliderContender runs glider with latency-based high availability over
@@ -18,7 +20,7 @@ func gliderContender() contender {
 		if err != nil {
 			return nil, err
 		}
-		listen, err := freeAddr()
+		listen, err := freeport.Addr()
 		if err != nil {
 			return nil, err
 		}

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/switchyard/switchyard/internal/freeport"
 )
 
 // haproxyContender runs HAProxy configured as its documentation suggests
@@ -21,7 +23,7 @@ func haproxyContender(balance string) contender {
 		if err != nil {
 			return nil, err
 		}
-		listen, err := freeAddr()
+		listen, err := freeport.Addr()
 		if err != nil {
 			return nil, err
 		}

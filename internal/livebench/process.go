@@ -145,17 +145,6 @@ var clockTicks = sync.OnceValue(func() int64 {
 	return 100
 })
 
-// freeAddr is a 127.0.0.1 address free a moment ago, for a subprocess to
-// listen on.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
 // dialable reports whether something accepts TCP at addr: readiness of a
 // subprocess without an HTTP health endpoint.
 func dialable(addr string) func(context.Context) error {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/freeport"
 )
 
 func TestParseStatCPU(t *testing.T) {
@@ -70,7 +72,7 @@ func TestWaitReadyGivesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.stop(time.Second)
-	addr, err := freeAddr()
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/freeport"
 	"github.com/switchyard/switchyard/internal/mitm"
 )
 
@@ -58,7 +59,7 @@ func binaryAndAddr(binary func() (string, error)) (bin, listen string, err error
 	if bin, err = binary(); err != nil {
 		return "", "", err
 	}
-	listen, err = freeAddr()
+	listen, err = freeport.Addr()
 	return bin, listen, err
 }
 
@@ -86,7 +87,7 @@ func switchyardContender(name string, binary func() (string, error), intercept b
 		if err != nil {
 			return nil, err
 		}
-		admin, err := freeAddr()
+		admin, err := freeport.Addr()
 		if err != nil {
 			return nil, err
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/switchyard/switchyard/internal/freeport"
 	"github.com/switchyard/switchyard/internal/logtest"
 )
 
@@ -226,14 +227,13 @@ func startNode(dir string, ports []string, extra ...string) (*node, error) {
 	return nil, err
 }
 
-// freePort is a port nothing listened on a moment ago.
+// freePort is a port nothing listened on a moment ago (freeport.Addr's).
 func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		return "", err
 	}
-	defer ln.Close()
-	_, port, err := net.SplitHostPort(ln.Addr().String())
+	_, port, err := net.SplitHostPort(addr)
 	return port, err
 }
 
