@@ -34,6 +34,7 @@ func bench(args []string, stdout, stderr io.Writer) int {
 	plot := fs.String("plot", "", "write an SVG plot per scenario to this file (scenario name added when several)")
 	tasks := fs.Int("tasks", 0, "override each scenario's task count")
 	duration := fs.Duration("duration", 0, "override each scenario's simulated duration, e.g. 2m")
+	seeds := fs.Int("seeds", 1, "run each scenario with this many seeds, its own and the ones after it, and print the mean")
 	list := fs.Bool("list", false, "list built-in scenarios and policies")
 	if code, done := parseFlags(fs, args); done {
 		return code
@@ -59,6 +60,14 @@ func bench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "switchyard bench: -tasks and -duration must not be negative")
 		return 2
 	}
+	if *seeds < 1 {
+		fmt.Fprintln(stderr, "switchyard bench: -seeds must be at least 1")
+		return 2
+	}
+	if *seeds > 1 && *plot != "" {
+		fmt.Fprintln(stderr, "switchyard bench: -plot draws one run: use it with one seed")
+		return 2
+	}
 	scs, err := loadScenarios(*scenarios)
 	if err != nil {
 		fmt.Fprintln(stderr, "switchyard bench:", err)
@@ -72,9 +81,9 @@ func bench(args []string, stdout, stderr io.Writer) int {
 			sc.Duration = *duration
 		}
 		label := "bench " + sc.Name
-		progress := sim.NewProgress(stderr, label, sc.ProgressSteps()*countPolicies(opts), nil)
+		progress := sim.NewProgress(stderr, label, sc.ProgressSteps()*countPolicies(opts)**seeds, nil)
 		opts.Progress = progress.Add
-		summaries, err := sim.Bench(sc, opts)
+		summaries, err := sim.BenchSeeds(sc, *seeds, opts)
 		progress.Finish()
 		if err != nil {
 			fmt.Fprintln(stderr, "switchyard bench:", err)

@@ -98,6 +98,8 @@ func TestBenchRejectsBadInput(t *testing.T) {
 		{"bad sweep", []string{"-sweep", "gamma=x"}, 2, "not a number"},
 		{"unknown sweep parameter", []string{"-sweep", "beta=1"}, 2, "unknown parameter"},
 		{"negative tasks", []string{"-tasks", "-3"}, 2, "-tasks"},
+		{"no seeds", []string{"-seeds", "0"}, 2, "-seeds"},
+		{"plot of several seeds", []string{"-seeds", "2", "-plot", filepath.Join(dir, "p.svg")}, 2, "one seed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
@@ -107,6 +109,17 @@ func TestBenchRejectsBadInput(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q; want exit %d mentioning %q", code, stderr, tt.code, tt.want)
 			}
 		})
+	}
+}
+
+func TestBenchSeedsPrintsTheMean(t *testing.T) {
+	t.Parallel()
+	code, out, stderr := runBench(t, "-scenario", "pool-of-3", "-duration", "10s", "-policies", "switchyard,oracle", "-seeds", "3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(out, "mean of 3 seeds") || !strings.Contains(out, " min ") {
+		t.Errorf("table:\n%s\nwant the mean of 3 seeds with the ratio's range", out)
 	}
 }
 

@@ -54,6 +54,9 @@ type scriptPolicy struct {
 	noRetry   bool // retry nothing (else the rule table decides)
 	hedgeLeft int  // hedges the budget grants
 	maxPicks  int  // when positive, a pick beyond this many panics: a runaway run
+	// hold is how long a request may be held for a paced route in all
+	// (pacedHolder: the gateway's pacing.learned_max_wait).
+	hold time.Duration
 
 	retryIn time.Duration
 	picks   []scriptPick    // every Pick, refused ones included
@@ -82,6 +85,7 @@ var (
 	_ retrier     = (*scriptPolicy)(nil)
 	_ hedger      = (*scriptPolicy)(nil)
 	_ retryHinter = (*scriptPolicy)(nil)
+	_ pacedHolder = (*scriptPolicy)(nil)
 )
 
 func (p *scriptPolicy) Pick(now time.Time, target int, session string, avoid []int) (Attempt, bool) {
@@ -120,6 +124,8 @@ func (p *scriptPolicy) Report(now time.Time, ticket uint64, r Result) {
 func (p *scriptPolicy) Tick(time.Time, Prober) {}
 func (p *scriptPolicy) RetryIn() time.Duration { return p.retryIn }
 func (p *scriptPolicy) Request(time.Time)      {}
+
+func (p *scriptPolicy) PacedHold() (wait, hold time.Duration) { return p.retryIn, p.hold }
 
 func (p *scriptPolicy) Retry(_ time.Time, _ int, c engine.Class) bool {
 	rules := engine.DefaultRules()
@@ -802,6 +808,52 @@ func TestRetriedRefusals(t *testing.T) {
 			t.Errorf("%d picks and %d tasks failed in %v, want about %d and a third of them", n, sum.Tasks, load.Duration, bound)
 		}
 	})
+}
+
+// TestHeldForPacedRoute: with a hold (the gateway's
+// pacing.learned_max_wait), a request refused because every route is
+// paced waits for the first to be ready and asks again, the same request,
+// while the waits fit the hold in all; past it the client is refused and
+// sets the task aside.
+func TestHeldForPacedRoute(t *testing.T) {
+	t.Parallel()
+	const wait = 40 * ms
+	tests := []struct {
+		desc        string
+		hold, until time.Duration // refusals before until
+		want        []scriptPick  // the first picks: when, and whether refused
+		setAside    bool          // the first task was set aside for a second
+	}{
+		{desc: "held until a route is ready", hold: 250 * ms, until: 100 * ms,
+			want: []scriptPick{{at: 0, route: -1}, {at: wait, route: -1}, {at: 2 * wait, route: -1}, {at: 3 * wait}}},
+		{desc: "refused once the waits would pass the hold: another task starts", hold: 100 * ms, until: 300 * ms,
+			want:     []scriptPick{{at: 0, route: -1}, {at: wait, route: -1}, {at: 2 * wait, route: -1}, {at: 2 * wait, route: -1}},
+			setAside: true},
+		{desc: "no hold: refused at once, another task starts", hold: 0, until: 1,
+			want: []scriptPick{{at: 0, route: -1}, {at: 0, route: -1}}, setAside: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			load := Load{Seed: 1, Duration: 3 * time.Second, Workers: 1, AttemptTimeout: 5 * time.Second, MaxAttempts: 3,
+				ClientTimeout: 2 * time.Second, ClientAttempts: 1, TaskDeadline: time.Minute}
+			p := &scriptPolicy{leases: []Attempt{{}}, hold: tt.hold,
+				paced: func(at time.Duration, _ int) (time.Duration, bool) { return wait, at < tt.until }}
+			sum := Run(scriptWorld{okIn(100 * ms)}, p, load, nil)
+			var got []scriptPick
+			for _, pk := range p.picks[:min(len(tt.want), len(p.picks))] {
+				got = append(got, scriptPick{at: pk.at, route: pk.route})
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("picks %v, want %v", got, tt.want)
+			}
+			// A held task takes its waits and its answer; one set aside a
+			// second and its Retry-After, at least.
+			if sum.Tasks != sum.Completed || (sum.P99ms >= 1000) != tt.setAside || !tt.setAside && sum.P99ms > 220 {
+				t.Errorf("%d of %d tasks completed, p99 %v ms; want all, set aside: %v", sum.Completed, sum.Tasks, sum.P99ms, tt.setAside)
+			}
+		})
+	}
 }
 
 // TestRefusingEverything: a policy that refuses every request must not

@@ -76,9 +76,10 @@ var sweepParams = map[string]func(*EngineSettings, float64){
 		s.Engine.PaceStart = v
 		s.Engine.PaceMax = max(s.Engine.PaceMax, v)
 	},
-	"pace_growth":  func(s *EngineSettings, v float64) { s.Engine.PaceGrowth = v },
-	"budget_ratio": func(s *EngineSettings, v float64) { s.Budget.BudgetRatio = v },
-	"hedge_ratio":  func(s *EngineSettings, v float64) { s.Budget.HedgeRatio = v },
+	"pace_growth":        func(s *EngineSettings, v float64) { s.Engine.PaceGrowth = v },
+	"budget_ratio":       func(s *EngineSettings, v float64) { s.Budget.BudgetRatio = v },
+	"learned_max_wait_s": func(s *EngineSettings, v float64) { s.LearnedMaxWait = seconds(v) },
+	"hedge_ratio":        func(s *EngineSettings, v float64) { s.Budget.HedgeRatio = v },
 }
 
 func seconds(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }

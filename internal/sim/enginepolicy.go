@@ -26,6 +26,11 @@ type EngineSettings struct {
 	// world's routes: the cheapest or the costliest, as a user who buys
 	// only that tier.
 	Only TierChoice
+	// LearnedMaxWait is the gateway's pacing.learned_max_wait: how long a
+	// request's first attempt waits for a route when every one is at the
+	// rate its target taught (engine.PacedError) before the client is
+	// refused (pacedHolder).
+	LearnedMaxWait time.Duration
 }
 
 // TierChoice says which of a world's cost tiers an engine policy uses.
@@ -48,6 +53,7 @@ type enginePolicy struct {
 	w       World
 	start   time.Time
 	timeout time.Duration
+	hold    time.Duration // LearnedMaxWait
 	blind   bool
 	only    int // the one tier of routes the engine gets; -1: every tier
 	routes  map[string]int
@@ -64,16 +70,18 @@ type enginePolicy struct {
 	buf    []engine.Event
 
 	retryIn         time.Duration // after a Pick that offered nothing: when a route will be ready, if the engine knows
+	paced           bool          // and whether that is because every route was at its learned rate
 	falseEjections  int
 	restarts        map[string]int // client session → restarts so far
 	sessionRestarts int
 }
 
 var (
-	_ Policy  = (*enginePolicy)(nil)
-	_ retrier = (*enginePolicy)(nil)
-	_ hedger  = (*enginePolicy)(nil)
-	_ retimer = (*enginePolicy)(nil)
+	_ Policy      = (*enginePolicy)(nil)
+	_ retrier     = (*enginePolicy)(nil)
+	_ hedger      = (*enginePolicy)(nil)
+	_ retimer     = (*enginePolicy)(nil)
+	_ pacedHolder = (*enginePolicy)(nil)
 )
 
 // NewEnginePolicy returns a policy driving an engine with s over w's
@@ -84,7 +92,7 @@ func NewEnginePolicy(w World, s EngineSettings, start time.Time) (Policy, error)
 		return nil, err
 	}
 	p := &enginePolicy{
-		e: e, budget: engine.NewBudget(s.Budget), w: w, start: start, timeout: s.AttemptTimeout, blind: s.Blind,
+		e: e, budget: engine.NewBudget(s.Budget), w: w, start: start, timeout: s.AttemptTimeout, hold: s.LearnedMaxWait, blind: s.Blind,
 		routes:   make(map[string]int, w.Routes()),
 		targets:  make(map[string]int, w.Targets()),
 		restarts: make(map[string]int),
@@ -163,10 +171,10 @@ func (p *enginePolicy) Pick(now time.Time, target int, session string, avoid []i
 		req.Session = p.sessionID(session)
 		l, err = p.e.Acquire(now, req)
 	}
-	p.retryIn = 0
+	p.retryIn, p.paced = 0, false
 	if err != nil {
 		if pe, ok := errors.AsType[*engine.PacedError](err); ok {
-			p.retryIn = pe.RetryAfter
+			p.retryIn, p.paced = pe.RetryAfter, true
 		}
 		return Attempt{}, false
 	}
@@ -201,6 +209,14 @@ func (p *enginePolicy) sessionID(session string) string {
 
 // RetryIn implements retryHinter.
 func (p *enginePolicy) RetryIn() time.Duration { return p.retryIn }
+
+// PacedHold implements pacedHolder.
+func (p *enginePolicy) PacedHold() (wait, hold time.Duration) {
+	if p.paced {
+		wait = p.retryIn
+	}
+	return wait, p.hold
+}
 
 // SessionRestarts implements sessionCounter.
 func (p *enginePolicy) SessionRestarts() int { return p.sessionRestarts }

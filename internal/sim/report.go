@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"slices"
 	"strconv"
@@ -22,8 +23,9 @@ type tableColumn struct {
 	unit  string                             // appended to the value
 	high  bool                               // higher is better
 	// priced columns are left out of a scenario's table when no policy
-	// spent anything there (no route has a price).
-	priced bool
+	// spent anything there (no route has a price), seeded ones when its
+	// figures are of one seed.
+	priced, seeded bool
 }
 
 // finiteValue treats NaN and ±Inf (a ratio over nothing) as missing.
@@ -41,6 +43,8 @@ func finiteTime(v float64) (float64, bool) {
 var tableColumns = []tableColumn{
 	{head: "tasks/s", value: func(s Summary) (float64, bool) { return finiteValue(s.Throughput) }, prec: 1, high: true},
 	{head: "vs oracle", value: func(s Summary) (float64, bool) { return s.ThroughputRatio, s.ThroughputRatio > 0 }, prec: 3, high: true},
+	{head: "min", value: func(s Summary) (float64, bool) { return s.RatioMin, s.RatioMin > 0 }, prec: 3, high: true, seeded: true},
+	{head: "max", value: func(s Summary) (float64, bool) { return s.RatioMax, s.RatioMax > 0 }, prec: 3, high: true, seeded: true},
 	{head: "completion", value: func(s Summary) (float64, bool) { return finiteValue(100 * s.CompletionRate) }, prec: 2, unit: "%", high: true},
 	{head: "att/compl", value: func(s Summary) (float64, bool) { return finiteValue(s.AttemptsPerCompleted) }, prec: 2},
 	{head: "wasted", value: func(s Summary) (float64, bool) { return float64(s.WastedAttempts), true }},
@@ -66,11 +70,17 @@ func WriteTable(w io.Writer, summaries []Summary) error {
 		if gi > 0 {
 			rows = append(rows, nil)
 		}
-		rows = append(rows, []string{"scenario " + group[0].Scenario})
 		priced := slices.ContainsFunc(group, func(s Summary) bool { return s.Spend > 0 })
+		seeded := slices.ContainsFunc(group, func(s Summary) bool { return s.Seeds > 1 })
+		shown := func(c tableColumn) bool { return (!c.priced || priced) && (!c.seeded || seeded) }
+		title := "scenario " + group[0].Scenario
+		if seeded {
+			title += fmt.Sprintf(" (mean of %d seeds; min and max of vs oracle)", group[0].Seeds)
+		}
+		rows = append(rows, []string{title})
 		head := []string{"policy"}
 		for _, c := range tableColumns {
-			if !c.priced || priced {
+			if shown(c) {
 				head = append(head, c.head+" ")
 			}
 		}
@@ -80,7 +90,7 @@ func WriteTable(w io.Writer, summaries []Summary) error {
 			cells[i] = []string{s.Policy}
 		}
 		for _, c := range tableColumns {
-			if c.priced && !priced {
+			if !shown(c) {
 				continue // the priced columns come last: the others stay in line
 			}
 			for i, cell := range markBest(c, group) {

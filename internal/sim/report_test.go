@@ -110,12 +110,14 @@ func TestWriteTableBest(t *testing.T) {
 			if len(rows) != len(tt.summaries) {
 				t.Fatalf("got %d rows, want %d:\n%s", len(rows), len(tt.summaries), b.String())
 			}
+			// These summaries have no price and one seed each.
+			shown := slices.DeleteFunc(slices.Clone(tableColumns), func(c tableColumn) bool { return c.priced || c.seeded })
 			for i, row := range rows {
 				// Cells hold no spaces, so fields are the policy and the columns.
 				var stars []string
 				for j, cell := range strings.Fields(row)[1:] {
 					if strings.HasSuffix(cell, "*") {
-						stars = append(stars, tableColumns[j].head)
+						stars = append(stars, shown[j].head)
 					}
 				}
 				var want []string
@@ -198,5 +200,25 @@ func TestWriteTablePriced(t *testing.T) {
 	tables := strings.Split(b.String(), "\n\n")
 	if len(tables) != 2 || !strings.Contains(tables[0], "cost/task") || !strings.Contains(tables[0], "0.250*") || strings.Contains(tables[1], "cost/task") {
 		t.Errorf("WriteTable:\n%s\nwant cost/task in the priced scenario's table alone, the cheaper marked", b.String())
+	}
+}
+
+func TestWriteTableSeeded(t *testing.T) {
+	t.Parallel()
+	one := []Summary{{Scenario: "a", Policy: "p", Throughput: 10, ThroughputRatio: 0.9, CompletionRate: 1}}
+	mean := []Summary{{Scenario: "a", Policy: "p", Throughput: 10, ThroughputRatio: 0.9, RatioMin: 0.85, RatioMax: 0.95, Seeds: 4, CompletionRate: 1}}
+	var b bytes.Buffer
+	if err := WriteTable(&b, one); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "seeds") || strings.Contains(b.String(), " min ") {
+		t.Errorf("one seed's table:\n%s\nwant no seeds and no range", b.String())
+	}
+	b.Reset()
+	if err := WriteTable(&b, mean); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "mean of 4 seeds") || !strings.Contains(b.String(), "0.850") || !strings.Contains(b.String(), "0.950") {
+		t.Errorf("averaged table:\n%s\nwant the seeds counted and the ratio's range", b.String())
 	}
 }

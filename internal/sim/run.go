@@ -98,6 +98,16 @@ type retryHinter interface {
 	RetryIn() time.Duration
 }
 
+// pacedHolder is a Policy that, as the gateway with
+// pacing.learned_max_wait, holds a request's first attempt for a route
+// when every one was at the rate its target taught: after a Pick that
+// offered nothing, wait is how long until the first is ready (0: the
+// refusal was for another reason) and hold how long a request may be held
+// in all.
+type pacedHolder interface {
+	PacedHold() (wait, hold time.Duration)
+}
+
 // Run simulates load against w through p and measures it. The task stream
 // (targets, randomness of the world) depends only on load.Seed, so every
 // policy faces the same tasks. progress, when not nil, is told of each
@@ -197,6 +207,7 @@ type worker struct {
 	avoid    []int         // routes tried for it
 	inflight []int32       // attempt slots in flight for it
 	last     Result        // its last failed attempt's result
+	held     time.Duration // how long the gateway held it for a paced route (pacedHolder)
 }
 
 // attempt is one upstream attempt in flight.
@@ -348,6 +359,10 @@ func (r *runner) loop(progress func(int)) {
 			if wk := &r.workers[ev.worker]; wk.live && wk.req == ev.req {
 				ended = r.fail(ev.worker)
 			}
+		case evHeld:
+			if wk := &r.workers[ev.worker]; wk.live && wk.req == ev.req {
+				ended = r.send(ev.worker)
+			}
 		}
 		if ended && r.load.Duration == 0 && progress != nil {
 			progress(1)
@@ -413,7 +428,7 @@ func (r *runner) request(i int) bool {
 	wk.tries++
 	wk.req++
 	wk.live, wk.sticky = true, wk.session != ""
-	wk.attempts, wk.avoid, wk.inflight = 0, wk.avoid[:0], wk.inflight[:0]
+	wk.attempts, wk.avoid, wk.inflight, wk.held = 0, wk.avoid[:0], wk.inflight[:0], 0
 	wk.giveUp = min(r.now+r.load.ClientTimeout, wk.started+r.load.TaskDeadline)
 	if r.retrier != nil {
 		r.retrier.Request(Epoch.Add(r.now))
@@ -453,6 +468,17 @@ func (r *runner) send(i int) bool {
 	wk := &r.workers[i]
 	if wk.attempts > 0 {
 		return r.fail(i)
+	}
+	if h, ok := r.p.(pacedHolder); ok {
+		// The gateway's lease loop (internal/gateway/pace.go): it sleeps
+		// until the first route is ready while that fits what is left of
+		// the hold, and asks again.
+		if wait, hold := h.PacedHold(); wait > 0 && wk.held+wait <= hold {
+			wait = max(wait, time.Millisecond)
+			wk.held += wait
+			r.queue.push(event{at: r.now + wait, worker: i, req: wk.req, kind: evHeld})
+			return false
+		}
 	}
 	if r.load.RetryRefusals {
 		// The refusal (503, or 429 paced) is the request's answer: a
@@ -874,6 +900,7 @@ const (
 	evTick                      // the policy's timed work
 	evProbe                     // a probe's result arrives
 	evRefused                   // a refusal reaches a client that retries at once
+	evHeld                      // a request held for a paced route asks again
 )
 
 type event struct {

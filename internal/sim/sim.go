@@ -204,7 +204,13 @@ type Summary struct {
 	Throughput float64 `json:"throughput"`
 	// ThroughputRatio is Throughput ÷ the oracle's on the same scenario
 	// (set by Bench when the oracle ran; 0 otherwise).
-	ThroughputRatio      float64 `json:"throughput_ratio"`
+	ThroughputRatio float64 `json:"throughput_ratio"`
+	// Seeds is how many seeds the summary averages (BenchSeeds; 0 or 1:
+	// one run), and RatioMin and RatioMax the lowest and highest of their
+	// throughput ratios.
+	Seeds                int     `json:"seeds,omitempty"`
+	RatioMin             float64 `json:"throughput_ratio_min,omitempty"`
+	RatioMax             float64 `json:"throughput_ratio_max,omitempty"`
 	Tasks                int     `json:"tasks"` // tasks that ended, completed or failed
 	Completed            int     `json:"completed"`
 	CompletionRate       float64 `json:"completion_rate"`
