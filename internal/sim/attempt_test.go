@@ -127,6 +127,16 @@ func (p *scriptPolicy) Request(time.Time)      {}
 
 func (p *scriptPolicy) PacedHold() (wait, hold time.Duration) { return p.retryIn, p.hold }
 
+// firstPicks is when the first n picks were made and the route each got
+// (-1: refused).
+func (p *scriptPolicy) firstPicks(n int) []scriptPick {
+	var got []scriptPick
+	for _, pk := range p.picks[:min(n, len(p.picks))] {
+		got = append(got, scriptPick{at: pk.at, route: pk.route})
+	}
+	return got
+}
+
 func (p *scriptPolicy) Retry(_ time.Time, _ int, c engine.Class) bool {
 	rules := engine.DefaultRules()
 	return !p.noRetry && rules.Rule(c).Retry
@@ -779,11 +789,7 @@ func TestRetriedRefusals(t *testing.T) {
 			p := &scriptPolicy{leases: []Attempt{{}},
 				paced: func(at time.Duration, _ int) (time.Duration, bool) { return time.Second, at < tt.until }}
 			sum := Run(scriptWorld{okIn(100 * ms)}, p, load, nil)
-			var got []scriptPick
-			for _, pk := range p.picks[:min(len(tt.want), len(p.picks))] {
-				got = append(got, scriptPick{at: pk.at, route: pk.route})
-			}
-			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			if got := p.firstPicks(len(tt.want)); fmt.Sprint(got) != fmt.Sprint(tt.want) {
 				t.Errorf("picks %v, want %v", got, tt.want)
 			}
 			if failed := sum.Tasks - sum.Completed; failed != tt.failed || sum.Completed != tt.completed {
@@ -840,11 +846,7 @@ func TestHeldForPacedRoute(t *testing.T) {
 			p := &scriptPolicy{leases: []Attempt{{}}, hold: tt.hold,
 				paced: func(at time.Duration, _ int) (time.Duration, bool) { return wait, at < tt.until }}
 			sum := Run(scriptWorld{okIn(100 * ms)}, p, load, nil)
-			var got []scriptPick
-			for _, pk := range p.picks[:min(len(tt.want), len(p.picks))] {
-				got = append(got, scriptPick{at: pk.at, route: pk.route})
-			}
-			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			if got := p.firstPicks(len(tt.want)); fmt.Sprint(got) != fmt.Sprint(tt.want) {
 				t.Errorf("picks %v, want %v", got, tt.want)
 			}
 			// A held task takes its waits and its answer; one set aside a
