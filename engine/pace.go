@@ -38,9 +38,10 @@ import (
 //     began than its own, which a site banning at random would send,
 //     holds every exit under it: at most that many requests a
 //     PaceWindow, spaced evenly. Once liftVolume requests went out under
-//     the hold, bans at more than liftShare of them say the bans were not
-//     about the count: the hold is lifted, and not learned again for
-//     PairTTL; rarer bans near the hold cut it. A wave that comes before
+//     the hold, bans at more than liftShare of them (of exits served since
+//     their last ban: a ban the site has not yet lifted is the old wave's)
+//     say the bans were not about the count: the hold is lifted, and not
+//     learned again for PairTTL; rarer bans near the hold cut it. A wave that comes before
 //     its exits' counts span a PaceWindow (a site that counts over 10 s
 //     bans within seconds) is young: its count says as much of a rate
 //     (the count over its span) as of a count a window, and read as a
@@ -610,6 +611,9 @@ func (e *Engine) learnTolerance(t *target, slot int32, ns, taken int64) {
 	// A ban another process saw counts: the site bans the exit, whoever
 	// sends through it.
 	recent := p.banned != 0 && ns-p.banned < window
+	// Not served since its last ban: the site has not let the exit back
+	// yet, whatever it sent since.
+	unserved := !p.served()
 	p.banned = max(p.banned, ns)
 	p.mu.Unlock()
 
@@ -632,8 +636,11 @@ func (e *Engine) learnTolerance(t *target, slot int32, ns, taken int64) {
 			}
 			return
 		}
-		if ns-tp.tolAt.Load() <= window {
-			return // a ban of what was sent before the hold
+		if ns-tp.tolAt.Load() <= window || unserved {
+			// A ban of what was sent before the hold, or of an exit the
+			// site still punishes for it (its cooldown over before the
+			// site's penalty): no news of whether the hold holds.
+			return
 		}
 		tp.bans++
 		switch {

@@ -543,6 +543,65 @@ func TestToleranceWindow(t *testing.T) {
 	}
 }
 
+// TestToleranceOutlivesItsOwnPenalties: a site that bans an exit for five
+// minutes after 20 requests in one is asked again through the exits it
+// banned while their bans last (the engine's cooldown of a pair ends
+// before the site's penalty), and answers each with another ban. Those
+// bans are the first wave's, not news that the tolerance learned from it
+// fails: they must not lift it. Lifted, every exit went over the site's
+// count at once, and the simulator's burst-bans lost half its pages for
+// the rest of its run.
+func TestToleranceOutlivesItsOwnPenalties(t *testing.T) {
+	t.Parallel()
+	const (
+		routes  = 10
+		limit   = 20
+		window  = time.Minute
+		penalty = 5 * time.Minute
+		step    = 100 * time.Millisecond
+		recheck = 10 * time.Second // how often a banned exit is asked again
+		end     = 4 * time.Minute
+	)
+	e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, routes)
+	tg := e.target("s.com")
+	e.watch(tg)
+	sent := make([][]time.Time, routes) // what the site counts, by route
+	until := make([]time.Time, routes)  // banned until then
+	asked := make([]time.Time, routes)  // last asked while banned
+	learned := false
+	for tick := range int(end / step * routes) {
+		i := tick % routes
+		now := start.Add(time.Duration(tick) * step / routes)
+		id := fmt.Sprintf("r%d", i)
+		if now.Before(until[i]) {
+			if now.Sub(asked[i]) >= recheck {
+				asked[i] = now
+				e.takePace(tg, int32(i), now.UnixNano())
+				e.Feedback(now, id, "s.com", Outcome{Class: Blocked})
+			}
+			continue
+		}
+		if e.paceWait(tg, int32(i), now.UnixNano()) > 0 {
+			continue
+		}
+		e.takePace(tg, int32(i), now.UnixNano())
+		for len(sent[i]) > 0 && now.Sub(sent[i][0]) >= window {
+			sent[i] = sent[i][1:]
+		}
+		sent[i] = append(sent[i], now)
+		if len(sent[i]) > limit {
+			until[i], asked[i] = now.Add(penalty), now
+			e.Feedback(now, id, "s.com", Outcome{Class: Blocked})
+			continue
+		}
+		e.Feedback(now, id, "s.com", okOutcome)
+		learned = learned || tg.pace.Load().toleranceAt(&e.cfg, now.UnixNano()) > 0
+	}
+	if tol := tg.pace.Load().toleranceAt(&e.cfg, start.Add(end).UnixNano()); !learned || tol == 0 {
+		t.Errorf("tolerance learned: %v; at the end: %.1f; want one held to the end", learned, tol)
+	}
+}
+
 // The scouts are a quarter of any pool, rounded up, so never all of a pool
 // of two or more: a hashed quarter had made two of three exits scouts.
 func TestScoutsAreAQuarter(t *testing.T) {
