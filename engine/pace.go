@@ -41,11 +41,12 @@ import (
 //     the hold, bans at more than liftShare of them (of exits served since
 //     their last ban: a ban the site has not yet lifted is the old wave's)
 //     say the bans were not about the count: the hold is lifted, and not
-//     learned again for PairTTL; rarer bans near the hold cut it. A wave that comes before
-//     its exits' counts span a PaceWindow (a site that counts over 10 s
-//     bans within seconds) is young: its count says as much of a rate
-//     (the count over its span) as of a count a window, and read as a
-//     count it would hold a site that takes 40 in 10 s to 40 a minute.
+//     learned again for PairTTL; rarer bans near the hold cut it. A wave
+//     that comes before its exits' counts span a PaceWindow (a site that
+//     counts over 10 s bans within seconds) is young: its count says as
+//     much of a rate (the count over its span) as of a count a window,
+//     and read as a count it would hold a site that takes 40 in 10 s to
+//     40 a minute.
 //     It holds at the count for the wave's span, while what went out
 //     before leaves a window of that span, then at the rate, capped at
 //     maxWide times the count: a quarter of the exits (scouts) first, the

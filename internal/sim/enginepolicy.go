@@ -70,7 +70,6 @@ type enginePolicy struct {
 	buf    []engine.Event
 
 	retryIn         time.Duration // after a Pick that offered nothing: when a route will be ready, if the engine knows
-	paced           bool          // and whether that is because every route was at its learned rate
 	falseEjections  int
 	restarts        map[string]int // client session → restarts so far
 	sessionRestarts int
@@ -171,10 +170,10 @@ func (p *enginePolicy) Pick(now time.Time, target int, session string, avoid []i
 		req.Session = p.sessionID(session)
 		l, err = p.e.Acquire(now, req)
 	}
-	p.retryIn, p.paced = 0, false
+	p.retryIn = 0
 	if err != nil {
 		if pe, ok := errors.AsType[*engine.PacedError](err); ok {
-			p.retryIn, p.paced = pe.RetryAfter, true
+			p.retryIn = pe.RetryAfter
 		}
 		return Attempt{}, false
 	}
@@ -210,13 +209,9 @@ func (p *enginePolicy) sessionID(session string) string {
 // RetryIn implements retryHinter.
 func (p *enginePolicy) RetryIn() time.Duration { return p.retryIn }
 
-// PacedHold implements pacedHolder.
-func (p *enginePolicy) PacedHold() (wait, hold time.Duration) {
-	if p.paced {
-		wait = p.retryIn
-	}
-	return wait, p.hold
-}
+// PacedHold implements pacedHolder: the engine knows when a route will be
+// ready only when every one was paced.
+func (p *enginePolicy) PacedHold() (wait, hold time.Duration) { return p.retryIn, p.hold }
 
 // SessionRestarts implements sessionCounter.
 func (p *enginePolicy) SessionRestarts() int { return p.sessionRestarts }

@@ -91,7 +91,9 @@ func WriteTable(w io.Writer, summaries []Summary) error {
 		}
 		for _, c := range tableColumns {
 			if !shown(c) {
-				continue // the priced columns come last: the others stay in line
+				// Priced columns come last, so the others stay in line;
+				// seeded ones are shown in every table of a -seeds run.
+				continue
 			}
 			for i, cell := range markBest(c, group) {
 				cells[i] = append(cells[i], cell)
