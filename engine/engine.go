@@ -633,20 +633,20 @@ func (e *Engine) lease(ns int64, r *route, t *target, req *Request, fallback boo
 		Expires: time.Unix(0, rec.Expires), Fallback: fallback, Incident: incident,
 		Gens: Generations{Route: rec.RouteGen, Pair: rec.PairGen},
 	}
-	l.Deadline, l.HedgeAfter, l.Provisional = e.timing(r, t, req.Timeout)
+	l.Deadline, l.HedgeAfter, l.Provisional = e.timing(r, t, req.Timeout, ns)
 	return l, true
 }
 
 // Timing returns l's deadline and hedge delay (see Lease) from what is
-// known now, for a Provisional lease; a lease of a route or target the
+// known at now, for a Provisional lease; a lease of a route or target the
 // engine no longer knows keeps its own.
-func (e *Engine) Timing(l Lease, timeout time.Duration) (deadline, hedgeAfter time.Duration) {
+func (e *Engine) Timing(now time.Time, l Lease, timeout time.Duration) (deadline, hedgeAfter time.Duration) {
 	slot, ok := e.byID.load(l.Route)
 	t, known := e.byName.load(l.Target)
 	if !ok || !known {
 		return l.Deadline, l.HedgeAfter
 	}
-	deadline, hedgeAfter, _ = e.timing(e.routes.get(slot), t, timeout)
+	deadline, hedgeAfter, _ = e.timing(e.routes.get(slot), t, timeout, now.UnixNano())
 	return deadline, hedgeAfter
 }
 
@@ -657,16 +657,26 @@ func (e *Engine) Timing(l Lease, timeout time.Duration) (deadline, hedgeAfter ti
 // or the target's median if that is slower. Not the target's tail: that
 // mixes the slow exits' answers in, and a silent exit given their time
 // outlasts the clients' patience, so its silence is never evidence.
-func (e *Engine) timing(r *route, t *target, timeout time.Duration) (deadline, hedge time.Duration, provisional bool) {
+//
+// The hedge delay is the target's 95th percentile across routes, or the
+// route's own time if that is later and its record took a latency sample
+// within LatencyDecay at ns: a route known now to be slower than the site
+// is hedged at its own tail, not on every request it is picked for (the
+// faster ones full, say). A route not sampled for that long was picked on
+// an estimate aged toward the pool's (Evidence.latencyEstimate), to see
+// whether it got faster; if it did not, the hedge gives its request to
+// another route at the site's pace rather than at the route's old one.
+func (e *Engine) timing(r *route, t *target, timeout time.Duration, ns int64) (deadline, hedge time.Duration, provisional bool) {
 	if timeout <= 0 {
 		return 0, 0, false
 	}
 	site := t.ttfb.load()
 	var own time.Duration
+	sampled := ns // an estimate of the pool's, not of the route: current
 	if p, ok := e.store.Read(Key{Route: r.slot, Target: t.n}); ok && p.TTFB.Known() {
-		own = p.TTFB.Quantile(zP99)
+		own, sampled = p.TTFB.Quantile(zP99), p.LatencyAt
 	} else if g, _ := e.store.Read(Key{Route: r.slot}); g.TTFB.Known() {
-		own = max(g.TTFB.Quantile(zP99), site.Quantile(zP99))
+		own, sampled = max(g.TTFB.Quantile(zP99), site.Quantile(zP99)), g.LatencyAt
 	} else {
 		own = max(e.typicalTTFB.load().Quantile(zP99), site.Quantile(0))
 	}
@@ -675,7 +685,10 @@ func (e *Engine) timing(r *route, t *target, timeout time.Duration) (deadline, h
 	}
 	deadline = min(max(time.Duration(e.cfg.DeadlineFactor*float64(own)), e.cfg.DeadlineFloor), timeout)
 	if site.Known() {
-		hedge = max(site.Quantile(zP95), own)
+		hedge = site.Quantile(zP95)
+		if ns-sampled <= int64(e.cfg.LatencyDecay) {
+			hedge = max(hedge, own)
+		}
 	}
 	return deadline, hedge, false
 }

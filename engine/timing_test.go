@@ -71,6 +71,34 @@ func TestLeaseTiming(t *testing.T) {
 		})
 	}
 
+	t.Run("a slow route's hedge: its own tail while known, the site's once not sampled", func(t *testing.T) {
+		t.Parallel()
+		e := newTestEngine(t, Config{}, 3)
+		answer(e, "r0", time.Second, 20)
+		answer(e, "r1", 100*time.Millisecond, 50)
+		answer(e, "r2", 100*time.Millisecond, 50)
+		decay := e.Config().LatencyDecay
+		for _, tt := range []struct {
+			at       time.Time
+			min, max time.Duration
+		}{
+			{start, time.Second, 3 * time.Second},                                                 // known slow: not hedged on every pick
+			{start.Add(decay), time.Second, 3 * time.Second},                                      // still current
+			{start.Add(decay + time.Millisecond), 100 * time.Millisecond, 300 * time.Millisecond}, // a question: hedged at the site's pace
+		} {
+			l := mustAcquire(t, e, tt.at, Request{Target: site, Avoid: []string{"r1", "r2"}, Timeout: timeout})
+			if l.HedgeAfter < tt.min || l.HedgeAfter > tt.max {
+				t.Errorf("at +%v: hedge after %v, want [%v, %v]", tt.at.Sub(start), l.HedgeAfter, tt.min, tt.max)
+			}
+			if l.Deadline < time.Second {
+				t.Errorf("at +%v: deadline %v, want the route's own (≥ 1s): a slow exit is not cut at the site's pace", tt.at.Sub(start), l.Deadline)
+			}
+			if err := e.Report(tt.at, l, Outcome{Class: Canceled}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
 	t.Run("a provisional lease, once the pool has answered", func(t *testing.T) {
 		t.Parallel()
 		e := newTestEngine(t, Config{}, 2)
@@ -78,11 +106,11 @@ func TestLeaseTiming(t *testing.T) {
 		if !l.Provisional {
 			t.Fatalf("lease %+v: want provisional", l)
 		}
-		if d, _ := e.Timing(l, timeout); d != timeout {
+		if d, _ := e.Timing(start, l, timeout); d != timeout {
 			t.Errorf("Timing before any answer: %v, want the timeout", d)
 		}
 		answer(e, "r1", 100*time.Millisecond, 3)
-		if d, _ := e.Timing(l, timeout); d != time.Second {
+		if d, _ := e.Timing(start, l, timeout); d != time.Second {
 			t.Errorf("Timing after answers: %v, want the 1s floor", d)
 		}
 	})

@@ -467,7 +467,7 @@ func (f *flight) tick() {
 		f.next = 0
 		switch {
 		case f.look > 0:
-			if d, _ := f.g.engine.Timing(f.lease, limit); d <= 0 || d >= limit {
+			if d, _ := f.g.engine.Timing(f.g.cfg.Now(), f.lease, limit); d <= 0 || d >= limit {
 				f.look *= 2
 				f.next = now + f.look
 			} else {

@@ -193,8 +193,8 @@ func (p *enginePolicy) Pick(now time.Time, target int, session string, avoid []i
 }
 
 // Retime implements retimer: the engine's deadline for the attempt now.
-func (p *enginePolicy) Retime(_ time.Time, ticket uint64, timeout time.Duration) time.Duration {
-	d, _ := p.e.Timing(p.leases[ticket], timeout)
+func (p *enginePolicy) Retime(now time.Time, ticket uint64, timeout time.Duration) time.Duration {
+	d, _ := p.e.Timing(now, p.leases[ticket], timeout)
 	return d
 }
 
