@@ -672,7 +672,9 @@ func (e *Engine) timing(r *route, t *target, timeout time.Duration, ns int64) (d
 	}
 	site := t.ttfb.load()
 	var own time.Duration
-	sampled := ns // an estimate of the pool's, not of the route: current
+	// sampled is when own last took a sample; the pool's typical time,
+	// which times a route without evidence of its own, is current.
+	sampled := ns
 	if p, ok := e.store.Read(Key{Route: r.slot, Target: t.n}); ok && p.TTFB.Known() {
 		own, sampled = p.TTFB.Quantile(zP99), p.LatencyAt
 	} else if g, _ := e.store.Read(Key{Route: r.slot}); g.TTFB.Known() {
