@@ -192,6 +192,9 @@ type pairPace struct {
 	// to go nearer the limit.
 	pressed   float64 // guarded by mu
 	pressedAt int64   // guarded by mu
+	// grown is rate grown by pressed, as rateAt last took it from
+	// grownFrom and grownBy: the power is taken again only when one moved.
+	grown, grownFrom, grownBy float64 // guarded by mu
 	// ceiling is the held rate the last 429 came at (0: none): the limit
 	// is under it, so the rate grows toward it only by a slow drift, in
 	// case the site allows more in time.
@@ -220,9 +223,15 @@ func (p *pairPace) rateAt(c *Config, ns int64) float64 {
 	if p.rate == 0 {
 		return 0
 	}
-	rate := min(p.rate*math.Pow(c.PaceGrowth, p.pressed), c.PaceMax)
-	if p.ceiling > 0 {
-		rate = min(rate, rateMargin*p.ceiling*math.Pow(c.PaceGrowth, float64(ns-p.cut)/float64(ceilingDrift)))
+	if p.grownFrom != p.rate || p.grownBy != p.pressed {
+		p.grown = p.rate * math.Pow(c.PaceGrowth, p.pressed)
+		p.grownFrom, p.grownBy = p.rate, p.pressed
+	}
+	rate := min(p.grown, c.PaceMax)
+	// The drift toward the ceiling is a power of PaceGrowth (≥ 1) from the
+	// cut on, so a rate under the ceiling's margin needs no power taken.
+	if ceiling := rateMargin * p.ceiling; ceiling > 0 && (rate > ceiling || ns < p.cut) {
+		rate = min(rate, ceiling*math.Pow(c.PaceGrowth, float64(ns-p.cut)/float64(ceilingDrift)))
 	}
 	return rate
 }
@@ -283,6 +292,24 @@ func (tp *targetPace) rateIn(own, tol float64, c *Config) float64 {
 		rate /= float64(n)
 	}
 	return rate
+}
+
+// publish sets the free of p's cell (pace_table.go) from its bucket at
+// ns: when the bucket is next full at the pair's own rate, read as the
+// picks read it alone (no tolerance, one process), a microsecond late
+// for the float's rounding. A shared target's cells stay unknown: the
+// processes sharing it divide the rate. Caller holds p.mu.
+func (tp *targetPace) publish(c *Config, p *pairPace, ns int64) {
+	if tp.shared {
+		return
+	}
+	free := int64(0)
+	if rate := p.rateAt(c, ns); rate > 0 && p.tokens < 1 {
+		free = p.last + int64((1-p.tokens)/rate*float64(time.Second)) + int64(time.Microsecond)
+	}
+	if cell := tp.pairs.cell(p.slot); cell != nil {
+		cell.free.Store(free)
+	}
 }
 
 // toleranceAt is the requests per PaceWindow one exit may send to the
@@ -366,7 +393,11 @@ func (tp *targetPace) pairAt(slot int32, ns int64) *pairPace {
 		return p
 	}
 	p := tp.newPair(slot, ns)
-	tp.pairs.add(p)
+	free := int64(0) // a new pair's bucket is full
+	if tp.shared {
+		free = freeUnknown
+	}
+	tp.pairs.add(p, free)
 	return p
 }
 
@@ -464,6 +495,7 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 		sh.reported, sh.others = failWindow{}, failWindow{}
 		sh.epoch, sh.base, sh.first, sh.dirty = ns, base, held == 0, true
 	}
+	tp.publish(&e.cfg, p, ns)
 	p.mu.Unlock()
 	// The freeze locks the other pairs: not while holding this one, which
 	// a freeze of theirs would lock.
@@ -504,12 +536,18 @@ func (tp *targetPace) tell(c *Config, slot int32, carried, rate float64, ns int6
 		if own <= rate || sends < carried || sends > tellBand*carried {
 			return
 		}
+		// The tokens earned at the rate it leaves are its to keep (picks
+		// that found its bucket full left it unfilled: pace_table.go).
+		if held := tp.rateIn(own, tp.toleranceFor(c, q.slot, ns), c); held > 0 {
+			q.tokens, q.last = min(1, q.tokens+held*float64(max(ns-q.last, 0))/float64(time.Second)), max(q.last, ns)
+		}
 		base := q.cut
 		q.rate, q.ceiling, q.guess = rate, own, false
 		q.cut, q.pressed, q.pressedAt = ns, 0, 0
 		if q.sh != nil {
 			q.sh.base, q.sh.first, q.sh.dirty = base, false, true
 		}
+		tp.publish(c, q, ns)
 	})
 }
 
@@ -591,6 +629,7 @@ func (tp *targetPace) freeze(c *Config, tripped int32, site float64, ns int64) {
 			if q.sh != nil {
 				q.sh.base, q.sh.first, q.sh.dirty = 0, false, true
 			}
+			// Its bucket full, its cell's free (0, or unknown) stands.
 		}
 		q.mu.Unlock()
 	})
@@ -785,13 +824,17 @@ func (e *Engine) paceWait(t *target, slot int32, ns int64) time.Duration {
 	if tp == nil {
 		return 0
 	}
-	p := tp.pair(slot)
-	if p == nil {
+	cell := tp.pairs.cell(slot)
+	if cell == nil {
 		return 0 // a pair not leased since the target was paced owes nothing
 	}
 	tol := tp.toleranceFor(&e.cfg, slot, ns)
+	if tol == 0 && ns >= cell.free.Load() {
+		return 0 // most picks of a paced target: a full bucket, or none
+	}
+	p := cell.p.Load()
 	if tol == 0 && !p.held.Load() {
-		return 0 // most pairs of a paced target: held by nothing
+		return 0
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -836,6 +879,7 @@ func (e *Engine) takePace(t *target, slot int32, ns int64) {
 	if rate := tp.rateIn(p.rateAt(&e.cfg, ns), tol, &e.cfg); rate > 0 {
 		p.tokens = min(1, p.tokens+rate*float64(max(ns-p.last, 0))/float64(time.Second)) - 1
 		p.last = max(p.last, ns)
+		tp.publish(&e.cfg, p, ns)
 	}
 	p.sent.add(true, ns, int64(e.cfg.PaceWindow)/windowBuckets)
 	p.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -350,6 +351,14 @@ func TestGuessedHolds(t *testing.T) {
 			send(tt.second, frozen, end)
 			if tt.trip {
 				e.learnRate(tg, 2, end.UnixNano(), end.UnixNano(), time.Millisecond)
+			}
+			checkFreeHints(t, e, "s.com", end)
+			if tt.want[3] != site {
+				// r3 was told: what its bucket earned at its guess up to
+				// the tell is kept, its bucket counted from then.
+				if p := tg.pace.Load().pair(3); p.last != end.UnixNano() {
+					t.Errorf("r3's bucket counted from %v, not from the tell", time.Duration(p.last-start.UnixNano()))
+				}
 			}
 			for slot, want := range tt.want {
 				if got := heldRate(e, int32(slot), "s.com", end); math.Abs(got-want) > 0.1*want {
@@ -705,4 +714,100 @@ func TestYoungWaveScoutsFirst(t *testing.T) {
 			t.Errorf("after r%d's ban: %.2f, want %.2f", slot, got, want)
 		}
 	}
+}
+
+// TestFreeHintNeverEarly drives a pool against sites that limit every
+// exit, through 429s, freezes, tells, new pairs and evictions, and checks
+// after every step what picks read from the pair table alone: a cell
+// whose free has come says the pair's bucket is full at the rate in force
+// (pace_table.go). A free published early would let a pick past a pair
+// its 429s hold.
+func TestFreeHintNeverEarly(t *testing.T) {
+	t.Parallel()
+	const routes = 24
+	e := newTestEngine(t, Config{MaxRemovedShare: -1}, routes)
+	sites := []string{"a.com", "b.com", "c.com"}
+	type pairKey struct {
+		site string
+		slot int32
+	}
+	buckets := map[pairKey]float64{} // the sites' own buckets, in tokens
+	last := map[pairKey]time.Time{}
+	rng := rand.New(rand.NewPCG(7, 7))
+	now := start
+	checked, tooSoon := 0, 0
+	for step := range 20000 {
+		now = now.Add(time.Duration(rng.IntN(4000)) * time.Microsecond)
+		site := sites[rng.IntN(len(sites))]
+		l, err := e.Acquire(now, Request{Target: site})
+		var paced *PacedError
+		switch {
+		case errors.As(err, &paced), errors.Is(err, ErrBusy), errors.Is(err, ErrNoRoute):
+			continue // every exit paced or cooling after its 429
+		case err != nil:
+			t.Fatalf("step %d: %v", step, err)
+		}
+		slot, _ := e.byID.load(l.Route)
+		k := pairKey{site, slot}
+		limit := float64(1 + slot%4) // requests/s the sites allow this exit, halved after 20 s
+		if now.Sub(start) > 20*time.Second {
+			limit /= 2
+		}
+		b := min(1, buckets[k]+limit*now.Sub(last[k]).Seconds())
+		if _, ok := last[k]; !ok {
+			b = 1
+		}
+		o := okOutcome
+		if b < 1 {
+			tooSoon++
+			o = Outcome{Class: RateLimited, RetryAfter: time.Second}
+		} else {
+			b--
+		}
+		buckets[k], last[k] = b, now
+		if err := e.Report(now, l, o); err != nil {
+			t.Fatal(err)
+		}
+		if step%1000 == 999 {
+			e.Sweep(now)
+		}
+		for _, s := range sites {
+			checked += checkFreeHints(t, e, s, now)
+		}
+	}
+	if checked == 0 || tooSoon == 0 {
+		t.Fatalf("%d cells checked, %d 429s: the run never paced", checked, tooSoon)
+	}
+	t.Logf("%d cells checked, %d 429s, %d tells", checked, tooSoon, e.target("a.com").pace.Load().tells.Load())
+}
+
+// checkFreeHints checks every cell of target's pair table at ns ≥ its
+// free, and returns how many it checked.
+func checkFreeHints(t *testing.T, e *Engine, target string, now time.Time) (checked int) {
+	t.Helper()
+	tp := e.target(target).pace.Load()
+	if tp == nil || tp.toleranceAt(&e.cfg, now.UnixNano()) > 0 {
+		return 0
+	}
+	tab := tp.pairs.tab.Load()
+	for i := range tab.slots {
+		c := &tab.slots[i]
+		if c.key.Load() == 0 {
+			continue
+		}
+		free := c.free.Load()
+		if free == freeUnknown {
+			continue
+		}
+		ns := max(free, now.UnixNano())
+		p := c.p.Load()
+		p.mu.Lock()
+		rate := p.rateAt(&e.cfg, ns)
+		if full := p.tokens + rate*float64(ns-p.last)/float64(time.Second); rate > 0 && full < 1 {
+			t.Fatalf("%s r%d: free at +%v, but its bucket holds %.3f then", target, p.slot, time.Duration(free-start.UnixNano()), full)
+		}
+		p.mu.Unlock()
+		checked++
+	}
+	return checked
 }
