@@ -96,17 +96,15 @@ func (h *Health) observe(o Observation, scope Scope, c *Config, now int64) Chang
 		// evidence, not a verdict.
 		return h.end(ch, c, scope)
 	}
-	rate, volume := h.FailureRate(c, now)
-	judged := volume >= c.MinVolume
 	switch {
 	case success:
-		if h.State != Healthy && int(h.ConsecOK) >= c.RecoverAfter && !(judged && rate >= c.SuspectRate) {
+		if h.State != Healthy && int(h.ConsecOK) >= c.RecoverAfter && !h.failing(c, now, c.SuspectRate) {
 			h.move(Healthy, o.Class, now, "consecutive successes", &ch)
 		}
 	case !failure:
 	case rule.AtOnce:
 		h.cool(rule, o, c, now, "cools at once", &ch)
-	case int(h.ConsecFail) >= coolAfter(rule, c) || (judged && rate >= c.CoolRate):
+	case int(h.ConsecFail) >= coolAfter(rule, c) || h.failing(c, now, c.CoolRate):
 		if o.Capped && int(h.ConsecFail) < c.OverwhelmingAfter {
 			if h.State != Suspect {
 				h.move(Suspect, o.Class, now, "cooling capped by pool guard", &ch)
@@ -114,10 +112,18 @@ func (h *Health) observe(o Observation, scope Scope, c *Config, now int64) Chang
 			break
 		}
 		h.cool(rule, o, c, now, "failure threshold", &ch)
-	case h.State != Suspect && (int(h.ConsecFail) >= c.SuspectAfter || (judged && rate >= c.SuspectRate)):
+	case h.State != Suspect && (int(h.ConsecFail) >= c.SuspectAfter || h.failing(c, now, c.SuspectRate)):
 		h.move(Suspect, o.Class, now, "suspect threshold", &ch)
 	}
 	return h.end(ch, c, scope)
+}
+
+// failing reports whether the record's window, with the volume to be
+// judged, fails at rate or more: read only where a verdict turns on it,
+// not at every success of a healthy record.
+func (h *Health) failing(c *Config, now int64, rate float64) bool {
+	r, volume := h.FailureRate(c, now)
+	return volume >= c.MinVolume && r >= rate
 }
 
 func (h *Health) probeResult(success, failure bool, o Observation, scope Scope, c *Config, now int64, ch *Change) {
