@@ -192,9 +192,6 @@ type pairPace struct {
 	// to go nearer the limit.
 	pressed   float64 // guarded by mu
 	pressedAt int64   // guarded by mu
-	// grown is rate grown by pressed, as rateAt last took it from
-	// grownFrom and grownBy: the power is taken again only when one moved.
-	grown, grownFrom, grownBy float64 // guarded by mu
 	// ceiling is the held rate the last 429 came at (0: none): the limit
 	// is under it, so the rate grows toward it only by a slow drift, in
 	// case the site allows more in time.
@@ -223,11 +220,11 @@ func (p *pairPace) rateAt(c *Config, ns int64) float64 {
 	if p.rate == 0 {
 		return 0
 	}
-	if p.grownFrom != p.rate || p.grownBy != p.pressed {
-		p.grown = p.rate * math.Pow(c.PaceGrowth, p.pressed)
-		p.grownFrom, p.grownBy = p.rate, p.pressed
+	rate := p.rate
+	if p.pressed != 0 {
+		rate *= math.Pow(c.PaceGrowth, p.pressed)
 	}
-	rate := min(p.grown, c.PaceMax)
+	rate = min(rate, c.PaceMax)
 	// The drift toward the ceiling is a power of PaceGrowth (≥ 1) from the
 	// cut on, so a rate under the ceiling's margin needs no power taken.
 	if ceiling := rateMargin * p.ceiling; ceiling > 0 && (rate > ceiling || ns < p.cut) {
@@ -294,18 +291,18 @@ func (tp *targetPace) rateIn(own, tol float64, c *Config) float64 {
 	return rate
 }
 
-// publish sets the free of p's cell (pace_table.go) from its bucket at
-// ns: when the bucket is next full at the pair's own rate, read as the
-// picks read it alone (no tolerance, one process), a microsecond late
-// for the float's rounding. A shared target's cells stay unknown: the
-// processes sharing it divide the rate. Caller holds p.mu.
-func (tp *targetPace) publish(c *Config, p *pairPace, ns int64) {
+// publish sets the free of p's cell (pace_table.go) from its bucket and
+// own, its own rate now: when the bucket is next full at that rate, read
+// as the picks read it alone (no tolerance, one process), a microsecond
+// late for the float's rounding. A shared target's cells stay unknown:
+// the processes sharing it divide the rate. Caller holds p.mu.
+func (tp *targetPace) publish(p *pairPace, own float64) {
 	if tp.shared {
 		return
 	}
 	free := int64(0)
-	if rate := p.rateAt(c, ns); rate > 0 && p.tokens < 1 {
-		free = p.last + int64((1-p.tokens)/rate*float64(time.Second)) + int64(time.Microsecond)
+	if own > 0 && p.tokens < 1 {
+		free = p.last + int64((1-p.tokens)/own*float64(time.Second)) + int64(time.Microsecond)
 	}
 	if cell := tp.pairs.cell(p.slot); cell != nil {
 		cell.free.Store(free)
@@ -495,7 +492,7 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 		sh.reported, sh.others = failWindow{}, failWindow{}
 		sh.epoch, sh.base, sh.first, sh.dirty = ns, base, held == 0, true
 	}
-	tp.publish(&e.cfg, p, ns)
+	tp.publish(p, p.rateAt(&e.cfg, ns))
 	p.mu.Unlock()
 	// The freeze locks the other pairs: not while holding this one, which
 	// a freeze of theirs would lock.
@@ -547,7 +544,7 @@ func (tp *targetPace) tell(c *Config, slot int32, carried, rate float64, ns int6
 		if q.sh != nil {
 			q.sh.base, q.sh.first, q.sh.dirty = base, false, true
 		}
-		tp.publish(c, q, ns)
+		tp.publish(q, q.rateAt(c, ns))
 	})
 }
 
@@ -876,10 +873,11 @@ func (e *Engine) takePace(t *target, slot int32, ns int64) {
 	tol := tp.toleranceFor(&e.cfg, slot, ns)
 	p := tp.pairAt(slot, ns)
 	p.mu.Lock()
-	if rate := tp.rateIn(p.rateAt(&e.cfg, ns), tol, &e.cfg); rate > 0 {
+	own := p.rateAt(&e.cfg, ns)
+	if rate := tp.rateIn(own, tol, &e.cfg); rate > 0 {
 		p.tokens = min(1, p.tokens+rate*float64(max(ns-p.last, 0))/float64(time.Second)) - 1
 		p.last = max(p.last, ns)
-		tp.publish(&e.cfg, p, ns)
+		tp.publish(p, own)
 	}
 	p.sent.add(true, ns, int64(e.cfg.PaceWindow)/windowBuckets)
 	p.mu.Unlock()
