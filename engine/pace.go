@@ -233,6 +233,15 @@ func (p *pairPace) rateAt(c *Config, ns int64) float64 {
 	return rate
 }
 
+// refill adds to the pair's bucket (one token at most) what rate earned
+// it since it was last refilled, up to ns. Caller holds p.mu.
+func (p *pairPace) refill(rate float64, ns int64) {
+	if ns > p.last {
+		p.tokens = min(1, p.tokens+rate*float64(ns-p.last)/float64(time.Second))
+		p.last = ns
+	}
+}
+
 // count returns the requests the pair sent in the window at ns, through
 // every process sharing pacing, and the span they were counted over.
 // Caller holds p.mu.
@@ -536,7 +545,7 @@ func (tp *targetPace) tell(c *Config, slot int32, carried, rate float64, ns int6
 		// The tokens earned at the rate it leaves are its to keep (picks
 		// that found its bucket full left it unfilled: pace_table.go).
 		if held := tp.rateIn(own, tp.toleranceFor(c, q.slot, ns), c); held > 0 {
-			q.tokens, q.last = min(1, q.tokens+held*float64(max(ns-q.last, 0))/float64(time.Second)), max(q.last, ns)
+			q.refill(held, ns)
 		}
 		base := q.cut
 		q.rate, q.ceiling, q.guess = rate, own, false
@@ -838,10 +847,7 @@ func (e *Engine) paceWait(t *target, slot int32, ns int64) time.Duration {
 	var wait time.Duration
 	own := p.rateAt(&e.cfg, ns)
 	if rate := tp.rateIn(own, tol, &e.cfg); rate > 0 {
-		if ns > p.last {
-			p.tokens = min(1, p.tokens+rate*float64(ns-p.last)/float64(time.Second))
-			p.last = ns
-		}
+		p.refill(rate, ns)
 		if p.tokens < 1 {
 			if own > 0 {
 				p.press(ns)
@@ -875,8 +881,8 @@ func (e *Engine) takePace(t *target, slot int32, ns int64) {
 	p.mu.Lock()
 	own := p.rateAt(&e.cfg, ns)
 	if rate := tp.rateIn(own, tol, &e.cfg); rate > 0 {
-		p.tokens = min(1, p.tokens+rate*float64(max(ns-p.last, 0))/float64(time.Second)) - 1
-		p.last = max(p.last, ns)
+		p.refill(rate, ns)
+		p.tokens--
 		tp.publish(p, own)
 	}
 	p.sent.add(true, ns, int64(e.cfg.PaceWindow)/windowBuckets)
