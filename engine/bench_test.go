@@ -19,6 +19,12 @@ func benchPool(b *testing.B, routes int) (*Engine, []string) {
 // benchPoolTiers is benchPool with every costlyEvery-th route on tier 1
 // (0: every route on tier 0).
 func benchPoolTiers(b *testing.B, routes, costlyEvery int) (*Engine, []string) {
+	return benchPoolOf(b, routes, costlyEvery, true)
+}
+
+// benchPoolOf is benchPoolTiers; without limited, no site answers 429,
+// and no rate holds any pair.
+func benchPoolOf(b *testing.B, routes, costlyEvery int, limited bool) (*Engine, []string) {
 	b.Helper()
 	e, err := New(Config{UncheckedCandidates: true}, nil)
 	if err != nil {
@@ -47,7 +53,7 @@ func benchPoolTiers(b *testing.B, routes, costlyEvery int) (*Engine, []string) {
 		}
 		e.Feedback(start, id, targets[i%100], Outcome{Class: Blocked})
 		c := Target5xx
-		if i%3 == 0 {
+		if limited && i%3 == 0 {
 			c = RateLimited
 		}
 		e.Feedback(start, id, targets[(i*7+3)%100], Outcome{Class: c, RetryAfter: time.Hour})

@@ -118,6 +118,12 @@ const (
 type targetPace struct {
 	mu    sync.Mutex // serializes writers
 	pairs pairTable  // by route slot: every pair leased since the target was paced
+	// holding counts the pairs in the table a rate holds (held set), as
+	// markHeld and evict keep it: most watched targets never send a 429,
+	// and while none holds a pair there and no tolerance holds the
+	// target, a pick reads no pair. A target whose pacing is shared does
+	// not count (another process's limit holds its pairs).
+	holding atomic.Int32
 
 	// tolerance is the requests per PaceWindow one exit may send, as
 	// float64 bits (0: none learned), tolAt when it was learned, and
@@ -208,6 +214,14 @@ type pairPace struct {
 	okAt   int64      // guarded by mu: its last success there, Unix ns
 	// sh is nil unless the store shares pacing (pace_share.go).
 	sh *pairShare // guarded by mu
+}
+
+// markHeld notes that a rate holds p, for good. Caller holds p.mu (or
+// has not yet published p).
+func (tp *targetPace) markHeld(p *pairPace) {
+	if !p.held.Swap(true) {
+		tp.holding.Add(1)
+	}
 }
 
 // served reports whether the pair is served: not banned since its last
@@ -416,7 +430,7 @@ func (tp *targetPace) newPair(slot int32, ns int64) *pairPace {
 	}
 	if rate := math.Float64frombits(tp.frozen.Load()); rate > 0 {
 		p.rate, p.cut, p.guess = rate, ns, true
-		p.held.Store(true)
+		tp.markHeld(p)
 		if p.sh != nil {
 			p.sh.dirty = true
 		}
@@ -483,7 +497,7 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 		p.rate = e.cfg.PaceStart
 	}
 	p.rate = min(max(p.rate, e.cfg.PaceFloor), e.cfg.PaceMax)
-	p.held.Store(true)
+	tp.markHeld(p)
 	p.ceiling = held
 	taught := 0.0 // the rate a first 429 measured, for the site's median
 	if measured {
@@ -629,7 +643,7 @@ func (tp *targetPace) freeze(c *Config, tripped int32, site float64, ns int64) {
 			}
 			q.rate = min(max(q.rate, c.PaceFloor), c.PaceMax)
 			q.guess = true
-			q.held.Store(true)
+			tp.markHeld(q)
 			q.cut, q.tokens, q.last = ns, 1, ns
 			q.pressed, q.pressedAt = 0, 0
 			if q.sh != nil {
@@ -830,11 +844,14 @@ func (e *Engine) paceWait(t *target, slot int32, ns int64) time.Duration {
 	if tp == nil {
 		return 0
 	}
+	tol := tp.toleranceFor(&e.cfg, slot, ns)
+	if tol == 0 && !tp.shared && tp.holding.Load() == 0 {
+		return 0 // no rate holds any pair here
+	}
 	cell := tp.pairs.cell(slot)
 	if cell == nil {
 		return 0 // a pair not leased since the target was paced owes nothing
 	}
-	tol := tp.toleranceFor(&e.cfg, slot, ns)
 	if tol == 0 && ns >= cell.free.Load() {
 		return 0 // most picks of a paced target: a full bucket, or none
 	}
@@ -883,8 +900,10 @@ func (e *Engine) takePace(t *target, slot int32, ns int64) {
 	if rate := tp.rateIn(own, tol, &e.cfg); rate > 0 {
 		p.refill(rate, ns)
 		p.tokens--
-		tp.publish(p, own)
 	}
+	// Published for a pair no rate holds too: a table built by a grow
+	// starts its cell unknown, and every pick would ask the pair.
+	tp.publish(p, own)
 	p.sent.add(true, ns, int64(e.cfg.PaceWindow)/windowBuckets)
 	p.mu.Unlock()
 	if tol > 0 && ns-tp.tolAt.Load() > int64(e.cfg.PaceWindow) {
@@ -905,15 +924,20 @@ func (tp *targetPace) evict(c *Config, ns int64) {
 		tp.tolerance.Store(0)
 	}
 	idle := make(map[*pairPace]bool)
+	var released int32 // idle pairs marked held: no longer in the table
 	tp.pairs.each(func(p *pairPace) {
 		p.mu.Lock()
 		held := p.rate > 0 && p.rateAt(c, ns) < c.PaceMax && ns-max(p.pressedAt, p.cut) < int64(c.PairTTL)
 		if n, _ := p.count(c, ns); !held && n == 0 {
 			idle[p] = true
+			if p.held.Load() {
+				released++
+			}
 		}
 		p.mu.Unlock()
 	})
 	if len(idle) > 0 {
 		tp.pairs.remove(func(p *pairPace) bool { return idle[p] })
+		tp.holding.Add(-released)
 	}
 }

@@ -433,3 +433,15 @@ func BenchmarkAcquireReportWarm(b *testing.B) {
 	b.ResetTimer()
 	acquireReport(b, e, targets, &now, b.N)
 }
+
+// BenchmarkAcquireReportWatched is BenchmarkAcquireReportWarm at sites
+// that never answered 429: every target watched (its pairs counted), no
+// rate holding any pair, as at most sites a crawl reaches.
+func BenchmarkAcquireReportWatched(b *testing.B) {
+	e, targets := benchPoolOf(b, 1000, 0, false)
+	now := start
+	acquireReport(b, e, targets, &now, 1_000_000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	acquireReport(b, e, targets, &now, b.N)
+}

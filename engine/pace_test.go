@@ -781,13 +781,27 @@ func TestFreeHintNeverEarly(t *testing.T) {
 	t.Logf("%d cells checked, %d 429s", checked, tooSoon)
 }
 
-// checkFreeHints checks every known cell of target's pair table at the
-// later of now and its free, when the pair's bucket must be full, and
-// returns how many it checked.
+// checkFreeHints checks that target's count of held pairs is the table's,
+// and every known cell of its pair table at the later of now and its
+// free, when the pair's bucket must be full, and returns how many cells
+// it checked.
 func checkFreeHints(t *testing.T, e *Engine, target string, now time.Time) (checked int) {
 	t.Helper()
 	tp := e.target(target).pace.Load()
-	if tp == nil || tp.toleranceAt(&e.cfg, now.UnixNano()) > 0 {
+	if tp == nil {
+		return 0
+	}
+	held := 0
+	tp.pairs.each(func(p *pairPace) {
+		if p.held.Load() {
+			held++
+		}
+	})
+	if n := int(tp.holding.Load()); n != held {
+		// Fewer would let picks past every pair without asking any.
+		t.Fatalf("%s: %d pairs held, holding counts %d", target, held, n)
+	}
+	if tp.toleranceAt(&e.cfg, now.UnixNano()) > 0 {
 		return 0
 	}
 	tab := tp.pairs.tab.Load()
@@ -812,4 +826,71 @@ func checkFreeHints(t *testing.T, e *Engine, target string, now time.Time) (chec
 		checked++
 	}
 	return checked
+}
+
+// TestHoldingSkipsTheTable follows a target's count of held pairs, which
+// lets a pick at a watched target no 429 ever limited read no pair:
+// none at first, one after a 429, none once that pair is evicted; and a
+// pair the table lost to a grow is read from its cell again once it is
+// leased.
+func TestHoldingSkipsTheTable(t *testing.T) {
+	t.Parallel()
+	const routes = 40
+	e := newTestEngine(t, Config{}, routes)
+	now := start
+	tg := e.target("a.com")
+	tp := e.watch(tg)
+	unknown := func() (n int) {
+		tp.pairs.each(func(p *pairPace) {
+			if tp.pairs.cell(p.slot).free.Load() == freeUnknown {
+				n++
+			}
+		})
+		return n
+	}
+	for slot := range int32(routes) {
+		e.takePace(tg, slot, now.UnixNano())
+	}
+	if unknown() == 0 {
+		t.Fatal("no cell unknown after the table grew: the test drives nothing")
+	}
+	now = now.Add(time.Second)
+	for slot := range int32(routes) {
+		e.takePace(tg, slot, now.UnixNano())
+	}
+	if n := unknown(); n != 0 {
+		t.Errorf("%d cells still unknown after every pair was leased since the last grow", n)
+	}
+	if n := tp.holding.Load(); n != 0 {
+		t.Fatalf("holding %d before any 429", n)
+	}
+	for slot := range int32(routes) {
+		if w := e.paceWait(tg, slot, now.UnixNano()); w != 0 {
+			t.Fatalf("r%d waits %v with no rate held anywhere", slot, w)
+		}
+	}
+
+	l, err := e.Acquire(now, Request{Target: "a.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Report(now, l, Outcome{Class: RateLimited, RetryAfter: time.Second})
+	slot, _ := e.byID.load(l.Route)
+	if n := tp.holding.Load(); n != 1 {
+		t.Fatalf("holding %d after one pair's 429, want 1", n)
+	}
+	if w := e.paceWait(tg, slot, now.UnixNano()); w <= 0 {
+		t.Errorf("the pair that had the 429 may go at once")
+	}
+	checkFreeHints(t, e, "a.com", now)
+
+	// Idle past PairTTL: the pair is evicted, and the count with it.
+	now = now.Add(e.cfg.PairTTL + time.Minute)
+	e.Sweep(now)
+	if tp.pair(slot) != nil {
+		t.Fatal("the limited pair outlived PairTTL idle")
+	}
+	if n := tp.holding.Load(); n != 0 {
+		t.Fatalf("holding %d after the held pair was evicted", n)
+	}
 }
