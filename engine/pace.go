@@ -20,14 +20,14 @@ import (
 //     sending at, a guess from below (the 429 may have come of a burst).
 //     Once enough exits have tripped (freezeAfter, freezeShare), the
 //     others are held too, at least to the median rate the first 429s
-//     measured, and so are exits new to the site from then on; one that
-//     already sends as much as that median showed is held where its own
-//     429 would hold it. Those holds are guesses: a guessed pair's 429 is
-//     its first, and teaches what a first 429 does, and it tells the
-//     other guessed pairs that carry about as much that their guesses are
-//     over the limit too. The rate grows by PaceGrowth a minute while it
-//     holds traffic back, and only drifts toward a rate that has tripped
-//     before.
+//     measured (PaceStart when none measured one), and so are exits new
+//     to the site from then on; one that already sends as much as that
+//     median showed is held where its own 429 would hold it. Those holds
+//     are guesses: a guessed pair's 429 is its first, and teaches what a
+//     first 429 does, and it tells the other guessed pairs that carry
+//     about as much that their guesses are over the limit too. The rate
+//     grows by PaceGrowth a minute while it holds traffic back, and only
+//     drifts toward a rate that has tripped before.
 //   - A site that bans an exit for a while once it sends more than the site
 //     tolerates in a window (a 403 or captcha wave after a burst, no 429).
 //     A ban that comes to the exit that sent the most, while every exit
@@ -615,27 +615,33 @@ func median(xs []float64) float64 {
 }
 
 // freeze holds every other pair of the target not held yet, when the
-// target freezes (firstTrip): the site limits exits broadly, and the load the limited ones shed must not pile onto the
-// others until they trip in turn. Each is held to twice the rate it was
-// sending at (its busiest sixth of the window), or to site, the median
-// rate the first 429s here taught, if more: an exit the picks had kept
-// nearly idle is no more limited than the typical one that tripped, and
-// holding it near the floor would leave the site's capacity unused for
-// the many minutes growth takes. A pair that already sends as much as
-// the typical one that tripped is held where its own 429 would hold it,
-// rateMargin of that rate: twice it is over the limit the others showed,
-// and the 429 that would teach it so costs a Retry-After (the
-// simulator's limits-saturated, where every exit sends at its limit from
-// the start). Each grows from there under pressure, finding its own limit
-// without a cascade; the holds are guesses (learnRate, tell).
+// target freezes (firstTrip): the site limits exits broadly, and the load
+// the limited ones shed must not pile onto the others until they trip in
+// turn. Each is held to twice the rate it was sending at (its busiest
+// sixth of the window), or, if more, to the rate a pair new to the target
+// starts at: site, the median rate the first 429s here taught, or
+// PaceStart when none taught one. An exit the picks had kept nearly idle
+// is no more limited than the typical one that tripped, and holding it
+// near the floor would leave the site's capacity unused for the many
+// minutes growth takes (the simulator's rate-limited, whose first 429s
+// come too soon to measure: exits that take 3 requests/s held to 2 for
+// minutes, p95 1.05 s → 0.60 s over seeds 1–8). A pair that already
+// sends as much as the typical one that tripped is held where its own
+// 429 would hold it, rateMargin of that rate: twice it is over the limit
+// the others showed, and the 429 that would teach it so costs a
+// Retry-After (the simulator's limits-saturated, where every exit sends
+// at its limit from the start). Each grows from there under pressure,
+// finding its own limit without a cascade; the holds are guesses
+// (learnRate, tell).
 func (tp *targetPace) freeze(c *Config, tripped int32, site float64, ns int64) {
+	start := math.Float64frombits(tp.frozen.Load()) // where a new pair starts
 	tp.pairs.each(func(q *pairPace) {
 		if q.slot == tripped {
 			return
 		}
 		q.mu.Lock()
 		if q.rate == 0 {
-			q.rate = max(2*q.peak(c, ns), site)
+			q.rate = max(2*q.peak(c, ns), start)
 			if n, span := q.count(c, ns); site > 0 && n >= paceMinCount {
 				if own := rateMargin * q.sending(c, ns, n, span); own >= site {
 					q.rate = own

@@ -280,6 +280,27 @@ func TestFreezeHoldsIdleExitsAtTheSiteRate(t *testing.T) {
 	}
 }
 
+// TestFreezeWithoutAMeasuredRate: when every first 429 came too soon to
+// measure a rate, an exit the picks had kept nearly idle is frozen where
+// a new one starts, at PaceStart, not at twice its trickle.
+func TestFreezeWithoutAMeasuredRate(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 4)
+	e.watch(e.target("s.com"))
+	now := start
+	for i := range 3 { // r3: a request every 5 s
+		now = start.Add(time.Duration(i) * 5 * time.Second)
+		attemptAt(t, e, now, "r3", "s.com", 4, okOutcome)
+	}
+	attemptAt(t, e, now, "r0", "s.com", 4, rateLimited) // nothing counted: PaceStart
+	attemptAt(t, e, now, "r1", "s.com", 4, rateLimited)
+	for _, slot := range []int32{0, 1, 3} {
+		if got := heldRate(e, slot, "s.com", now); got != e.cfg.PaceStart {
+			t.Errorf("r%d held to %v, want PaceStart %v", slot, got, e.cfg.PaceStart)
+		}
+	}
+}
+
 // TestGuessedHolds: the freeze's holds are guesses, corrected by evidence
 // (docs/design/005-cost.md). Six exits send evenly, each at its own rate,
 // for 10 s; r0 and r1, at 4 requests/s, then have their first 429s, which

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -142,6 +143,7 @@ func TestSharedStateOutage(t *testing.T) {
 		waitReady("ready")
 
 		var sent, failed atomic.Int64
+		var firstFailure atomic.Pointer[string] // what the first failed request got
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		for range 4 {
@@ -156,8 +158,16 @@ func TestSharedStateOutage(t *testing.T) {
 					}
 					resp, err := client.Get(site.URL)
 					sent.Add(1)
-					if err != nil || resp.StatusCode != 200 {
+					switch {
+					case err != nil:
 						failed.Add(1)
+						why := err.Error()
+						firstFailure.CompareAndSwap(nil, &why)
+					case resp.StatusCode != 200:
+						failed.Add(1)
+						body, _ := io.ReadAll(resp.Body)
+						why := fmt.Sprintf("%d %s", resp.StatusCode, body)
+						firstFailure.CompareAndSwap(nil, &why)
 					}
 					if err == nil {
 						resp.Body.Close()
@@ -175,7 +185,11 @@ func TestSharedStateOutage(t *testing.T) {
 		close(stop)
 		wg.Wait()
 		if failed.Load() != 0 || sent.Load() == 0 {
-			t.Fatalf("%d of %d requests failed across the outage", failed.Load(), sent.Load())
+			why := ""
+			if f := firstFailure.Load(); f != nil {
+				why = ", the first with " + *f
+			}
+			t.Fatalf("%d of %d requests failed across the outage%s", failed.Load(), sent.Load(), why)
 		}
 		c := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 		defer c.Close()
