@@ -121,8 +121,8 @@ type targetPace struct {
 	// holding counts the pairs in the table a rate holds (held set), as
 	// markHeld and evict keep it: most watched targets never send a 429,
 	// and while none holds a pair there and no tolerance holds the
-	// target, a pick reads no pair. A target whose pacing is shared does
-	// not count (another process's limit holds its pairs).
+	// target, a pick reads no pair. A target whose pacing is shared keeps
+	// no count: another process's limit holds its pairs (adopt).
 	holding atomic.Int32
 
 	// tolerance is the requests per PaceWindow one exit may send, as
@@ -219,7 +219,7 @@ type pairPace struct {
 // markHeld notes that a rate holds p, for good. Caller holds p.mu (or
 // has not yet published p).
 func (tp *targetPace) markHeld(p *pairPace) {
-	if !p.held.Swap(true) {
+	if !p.held.Swap(true) && !tp.shared {
 		tp.holding.Add(1)
 	}
 }
@@ -625,7 +625,7 @@ func median(xs []float64) float64 {
 // near the floor would leave the site's capacity unused for the many
 // minutes growth takes (the simulator's rate-limited, whose first 429s
 // come too soon to measure: exits that take 3 requests/s held to 2 for
-// minutes, p95 1.05 s → 0.60 s over seeds 1–8). A pair that already
+// minutes, p95 1.01 → 0.83 s over seeds 1–16). A pair that already
 // sends as much as the typical one that tripped is held where its own
 // 429 would hold it, rateMargin of that rate: twice it is over the limit
 // the others showed, and the 429 that would teach it so costs a
@@ -936,7 +936,7 @@ func (tp *targetPace) evict(c *Config, ns int64) {
 		held := p.rate > 0 && p.rateAt(c, ns) < c.PaceMax && ns-max(p.pressedAt, p.cut) < int64(c.PairTTL)
 		if n, _ := p.count(c, ns); !held && n == 0 {
 			idle[p] = true
-			if p.held.Load() {
+			if p.held.Load() && !tp.shared {
 				released++
 			}
 		}
