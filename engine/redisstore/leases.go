@@ -39,6 +39,12 @@ type leases struct {
 	mu     sync.Mutex
 	byID   map[uint64]lease // guarded by mu
 	counts sync.Map         // route slot → *atomic.Int32
+	// orphans are shared leases ended while Redis was out of reach: still
+	// counted there, against every process's max_inflight, until removed
+	// when it returns (Store.recover). Guarded by mu, which the store also
+	// holds to leave degraded: a lease ended meanwhile is either among the
+	// orphans recover takes or removed at once.
+	orphans []lease
 }
 
 type lease struct {
@@ -142,11 +148,39 @@ func (s *Store) Release(id uint64) (engine.LeaseRecord, bool) {
 	return l.rec, true
 }
 
-// unshare removes leases from Redis. A failure leaves them to expire there.
+// unshare removes leases from Redis. Out of reach, they are kept as
+// orphans, removed when it returns.
 func (s *Store) unshare(ls []lease) {
-	if s.health.degraded.Load() {
+	s.leases.mu.Lock()
+	degraded := s.health.degraded.Load()
+	if degraded {
+		s.leases.orphan(ls)
+	}
+	s.leases.mu.Unlock()
+	if degraded {
 		return
 	}
+	if err := s.dropLeases(ls); err != nil {
+		// Kept before the store degrades, so the recovery that follows
+		// finds them.
+		s.leases.mu.Lock()
+		s.leases.orphan(ls)
+		s.leases.mu.Unlock()
+		s.failed(err)
+	}
+}
+
+// orphan keeps the shared leases of ls as orphans. Caller holds l.mu.
+func (l *leases) orphan(ls []lease) {
+	for _, x := range ls {
+		if x.shared {
+			l.orphans = append(l.orphans, x)
+		}
+	}
+}
+
+// dropLeases removes the shared leases of ls from Redis.
+func (s *Store) dropLeases(ls []lease) error {
 	ctx, cancel := s.call()
 	defer cancel()
 	pipe := s.rdb.Pipeline()
@@ -155,9 +189,8 @@ func (s *Store) unshare(ls []lease) {
 			pipe.ZRem(ctx, s.leaseKey(s.names.route(l.rec.Route)), s.leaseMember(l.rec.ID))
 		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		s.failed(err)
-	}
+	_, err := pipe.Exec(ctx)
+	return err
 }
 
 // Inflight implements engine.LeaseStore: this process's leases on route.

@@ -226,3 +226,51 @@ func TestSessionsBoundOffline(t *testing.T) {
 		t.Errorf("b: agreed session on %d (%v), want 1", route, ok)
 	}
 }
+
+// Leases a process took through Redis and ended while cut off leave
+// Redis when it returns: until their expiry they would count against
+// every process's max_inflight.
+func TestLeasesEndedOfflineLeaveRedis(t *testing.T) {
+	addr := redisAddr(t)
+	prefix := testPrefix(t, addr)
+	link := newCutter(t, addr)
+	a := newStore(t, link.addr, prefix, Options{Resync: time.Hour})
+	b := newStore(t, addr, prefix, Options{})
+	for _, s := range []*Store{a, b} {
+		s.AddRoute(0, "r0")
+	}
+	lease := func(s *Store) (engine.LeaseRecord, bool) {
+		now := time.Now()
+		return s.Lease(engine.LeaseRecord{Route: 0, Taken: now.UnixNano(), Expires: now.Add(time.Minute).UnixNano()}, 2)
+	}
+	var ids []uint64
+	for range 2 {
+		rec, ok := lease(a)
+		if !ok {
+			t.Fatal("a refused a lease on an idle route")
+		}
+		ids = append(ids, rec.ID)
+	}
+	if _, ok := lease(b); ok {
+		t.Fatal("b took a third lease on a route with max_inflight 2")
+	}
+
+	link.cut()
+	cfg := engine.DefaultConfig()
+	a.Update(&cfg, engine.Key{Route: 0}, engine.Op{Kind: engine.OpObserve, Obs: engine.Observation{Class: engine.OK}}, time.Now().UnixNano())
+	if !a.Stats().Degraded {
+		t.Fatal("a is not degraded after a failed call")
+	}
+	for _, id := range ids {
+		if _, ok := a.Release(id); !ok {
+			t.Fatalf("lease %d was not a's", id)
+		}
+	}
+	link.restore(t)
+	waitFor(t, "a recovers", func() bool { return a.Healthy() == nil })
+	for i := range 2 {
+		if _, ok := lease(b); !ok {
+			t.Fatalf("b's lease %d refused: the leases a ended offline still count in Redis", i+1)
+		}
+	}
+}

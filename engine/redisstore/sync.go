@@ -296,7 +296,14 @@ func (s *Store) recover(ctx context.Context) {
 	if err := s.resync(ctx); err != nil {
 		return
 	}
+	s.leases.mu.Lock()
 	s.health.degraded.Store(false)
+	orphans := s.leases.orphans
+	s.leases.orphans = nil
+	s.leases.mu.Unlock()
+	if len(orphans) > 0 {
+		s.unshare(orphans)
+	}
 	s.opts.Log.Info("redis reachable again: shared state resynced", "addr", s.Addr(),
 		"outage", time.Duration(s.opts.Now().UnixNano()-s.health.since.Load()).Round(time.Millisecond).String(), "merged", len(dirty))
 }
