@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -87,21 +88,40 @@ func (c *cutter) restore(t *testing.T) {
 	c.serve(ln)
 }
 
+// cutOffPair returns a store a that reaches Redis through link and one b
+// that reaches it directly, both with the routes r0 … r(routes-1).
+func cutOffPair(t *testing.T, routes int) (link *cutter, a, b *Store) {
+	t.Helper()
+	addr := redisAddr(t)
+	prefix := testPrefix(t, addr)
+	link = newCutter(t, addr)
+	a = newStore(t, link.addr, prefix, Options{Resync: time.Hour})
+	b = newStore(t, addr, prefix, Options{})
+	for _, s := range []*Store{a, b} {
+		for i := range routes {
+			s.AddRoute(int32(i), fmt.Sprintf("r%d", i))
+		}
+	}
+	return link, a, b
+}
+
+// cutOff cuts a off from Redis and makes a call of a's fail, which
+// degrades it.
+func cutOff(t *testing.T, link *cutter, a *Store) {
+	t.Helper()
+	link.cut()
+	cfg := engine.DefaultConfig()
+	a.Update(&cfg, engine.Key{Route: 0}, engine.Op{Kind: engine.OpObserve, Obs: engine.Observation{Class: engine.OK}}, time.Now().UnixNano())
+	waitFor(t, "a degrades", func() bool { return a.Stats().Degraded })
+}
+
 // Cut off from Redis, a process keeps serving from its local state and says
 // so; when Redis returns, what it changed meanwhile is merged, except where
 // another process changed the same record since: newer shared state wins.
 func TestOutageAndMerge(t *testing.T) {
-	addr := redisAddr(t)
-	prefix := testPrefix(t, addr)
-	link := newCutter(t, addr)
-	a := newStore(t, link.addr, prefix, Options{Resync: time.Hour})
-	b := newStore(t, addr, prefix, Options{})
+	link, a, b := cutOffPair(t, 2)
 	cfg := engine.DefaultConfig()
 	cfg.MaxRemovedShare = -1
-	for _, s := range []*Store{a, b} {
-		s.AddRoute(0, "r0")
-		s.AddRoute(1, "r1")
-	}
 	observe := func(s *Store, route int32, c engine.Class) engine.Change {
 		ch, _ := s.Update(&cfg, engine.Key{Route: route}, engine.Op{Kind: engine.OpObserve, Obs: engine.Observation{Class: c}}, time.Now().UnixNano())
 		return ch
@@ -177,20 +197,9 @@ func TestRedisRestartedEmpty(t *testing.T) {
 // it is a conflict for every process, so that neither exit carries it on
 // silently.
 func TestSessionsBoundOffline(t *testing.T) {
-	addr := redisAddr(t)
-	prefix := testPrefix(t, addr)
-	link := newCutter(t, addr)
-	a := newStore(t, link.addr, prefix, Options{Resync: time.Hour})
-	b := newStore(t, addr, prefix, Options{})
-	for _, s := range []*Store{a, b} {
-		s.AddRoute(0, "r0")
-		s.AddRoute(1, "r1")
-	}
+	link, a, b := cutOffPair(t, 2)
 	until := time.Now().Add(time.Hour).UnixNano()
-	link.cut()
-	cfg := engine.DefaultConfig()
-	a.Update(&cfg, engine.Key{Route: 0}, engine.Op{Kind: engine.OpObserve, Obs: engine.Observation{Class: engine.OK}}, time.Now().UnixNano())
-	waitFor(t, "a degrades", func() bool { return a.Stats().Degraded })
+	cutOff(t, link, a)
 	a.Bind("alone", 0, until)    // nobody else binds it
 	a.Bind("agreed", 1, until)   // b binds it alike
 	a.Bind("disputed", 0, until) // b binds it elsewhere
@@ -199,7 +208,7 @@ func TestSessionsBoundOffline(t *testing.T) {
 
 	link.restore(t)
 	waitFor(t, "a recovers", func() bool { return a.Healthy() == nil })
-	c := newStore(t, addr, prefix, Options{}) // a process that saw none of it
+	c := newStore(t, b.Addr(), b.opts.Prefix, Options{}) // a process that saw none of it
 	c.AddRoute(0, "r0")
 	c.AddRoute(1, "r1")
 	now := time.Now().UnixNano()
@@ -231,14 +240,7 @@ func TestSessionsBoundOffline(t *testing.T) {
 // Redis when it returns: until their expiry they would count against
 // every process's max_inflight.
 func TestLeasesEndedOfflineLeaveRedis(t *testing.T) {
-	addr := redisAddr(t)
-	prefix := testPrefix(t, addr)
-	link := newCutter(t, addr)
-	a := newStore(t, link.addr, prefix, Options{Resync: time.Hour})
-	b := newStore(t, addr, prefix, Options{})
-	for _, s := range []*Store{a, b} {
-		s.AddRoute(0, "r0")
-	}
+	link, a, b := cutOffPair(t, 1)
 	lease := func(s *Store) (engine.LeaseRecord, bool) {
 		now := time.Now()
 		return s.Lease(engine.LeaseRecord{Route: 0, Taken: now.UnixNano(), Expires: now.Add(time.Minute).UnixNano()}, 2)
@@ -255,12 +257,7 @@ func TestLeasesEndedOfflineLeaveRedis(t *testing.T) {
 		t.Fatal("b took a third lease on a route with max_inflight 2")
 	}
 
-	link.cut()
-	cfg := engine.DefaultConfig()
-	a.Update(&cfg, engine.Key{Route: 0}, engine.Op{Kind: engine.OpObserve, Obs: engine.Observation{Class: engine.OK}}, time.Now().UnixNano())
-	if !a.Stats().Degraded {
-		t.Fatal("a is not degraded after a failed call")
-	}
+	cutOff(t, link, a)
 	for _, id := range ids {
 		if _, ok := a.Release(id); !ok {
 			t.Fatalf("lease %d was not a's", id)
