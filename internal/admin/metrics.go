@@ -36,6 +36,8 @@ type Metrics struct {
 	localErrors    *prometheus.CounterVec
 	subExits       *prometheus.CounterVec
 	spend          *prometheus.CounterVec
+	stallChecks    *prometheus.CounterVec
+	tunnelsCut     prometheus.Counter
 	auth           *proxyAuth
 
 	perRoute sync.Map // route id → *routeCounts, for /api/routes
@@ -109,6 +111,14 @@ func NewMetrics(e *engine.Engine, log *slog.Logger) *Metrics {
 			Name: "switchyard_spend_total",
 			Help: "What attempts cost by their routes' price_per_request and price_per_gb (answers relayed and tunnels both ways), in the prices' currency, by the routes' cost tier. Divided by switchyard_requests_total{result=\"ok\"}: the cost per completed request.",
 		}, []string{"tier"}),
+		stallChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_stall_checks_total",
+			Help: "Checks of an exit under a stalled tunnel (its client waiting past the deadline, nothing heard through the exit since): a new connect through it, by class, ok when the exit answered.",
+		}, []string{"class"}),
+		tunnelsCut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_tunnels_cut_total",
+			Help: "Tunnels cut because their exit failed a stall check with a fault of its own, so that their clients retry through another exit.",
+		}),
 	}
 	// Every reason is exported, even at 0, so that alerts see a series.
 	for _, r := range []CutReason{CutIdle, CutHeader, CutSlowBody, CutOverCap} {
@@ -121,7 +131,7 @@ func NewMetrics(e *engine.Engine, log *slog.Logger) *Metrics {
 		Name: "switchyard_routes_proxy_auth_failing",
 		Help: "Routes whose proxy refused their credentials (407, or SOCKS5 authentication) at their last attempt or probe that said, until one through them succeeds: credentials in the proxy list that no longer pass, or an account that ran out. /readyz names them.",
 	}, func() float64 { return float64(m.auth.n.Load()) })
-	m.reg.MustRegister(m.requests, perRouteAttempts{m}, m.retries, m.hedges, m.attemptSeconds, m.connsCut, m.authRefused, m.localErrors, m.subExits, m.spend, authFailing,
+	m.reg.MustRegister(m.requests, perRouteAttempts{m}, m.retries, m.hedges, m.attemptSeconds, m.connsCut, m.authRefused, m.localErrors, m.subExits, m.spend, m.stallChecks, m.tunnelsCut, authFailing,
 		engineCollector{e: e, perRoute: m.perRouteSeries})
 	// The process's own health, as every Go exporter shows it: go_*
 	// (goroutines, heap, GC pauses) and process_* (CPU, memory, open
@@ -249,6 +259,13 @@ func (m *Metrics) ObserveSubExit(class engine.Class, retired, spared bool) {
 		effect = "spared"
 	}
 	m.subExits.WithLabelValues(class.String(), effect).Inc()
+}
+
+// ObserveStallCheck counts a check of an exit under a stalled tunnel and
+// the tunnels it cut.
+func (m *Metrics) ObserveStallCheck(class engine.Class, cut int) {
+	m.stallChecks.WithLabelValues(class.String()).Inc()
+	m.tunnelsCut.Add(float64(cut))
 }
 
 // ObserveSpend adds what attempts through a route of tier cost.

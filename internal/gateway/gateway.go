@@ -162,6 +162,10 @@ type Observer interface {
 	// ObserveSpend is told what attempts through a route of a cost tier
 	// cost by its prices (spend.go).
 	ObserveSpend(tier int, amount float64)
+	// ObserveStallCheck is told of each check of an exit under a stalled
+	// tunnel (stall.go): the check's class, OK when the exit answered, and
+	// how many of its tunnels were cut.
+	ObserveStallCheck(class engine.Class, cut int)
 }
 
 // DefaultConfig is what New gives zero fields, the one place these
@@ -245,6 +249,8 @@ type Gateway struct {
 	lookalike *lookalike.Detector // soft bans no signature knows (lookalike.go)
 
 	providers providers // the provider sessions of gateway routes (provider.go)
+
+	stalls stallWatch // tunnels watched for an exit dying under them (stall.go)
 }
 
 // New returns a gateway over routes, which must already have been added to

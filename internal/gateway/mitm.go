@@ -177,7 +177,7 @@ func (g *Gateway) plainTunnel(ctx context.Context, client net.Conn, fromClient i
 		return
 	}
 	g.tunnelUp(s, in.host, in.target, rec, win, attempts, hedges)
-	g.splice(client, fromClient, win)
+	g.splice(client, fromClient, win, in.connect.addr)
 }
 
 // serveIntercepted serves one request of an intercepted connection as

@@ -24,7 +24,11 @@ type recorder struct {
 	local    []string
 	subExits []string        // "class retired spared" per sub-exit failure
 	spend    map[int]float64 // by tier
-	changed  chan struct{}   // closed at the next observation, for waitFor
+	// stallChecks are the classes of the stall watch's checks; cut the
+	// tunnels they cut.
+	stallChecks []engine.Class
+	cut         int
+	changed     chan struct{} // closed at the next observation, for waitFor
 }
 
 // noteLocked wakes waitFor. Caller holds mu.
@@ -87,6 +91,14 @@ func (r *recorder) ObserveSubExit(c engine.Class, retired, spared bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.subExits = append(r.subExits, fmt.Sprint(c, " ", retired, " ", spared))
+	r.noteLocked()
+}
+
+func (r *recorder) ObserveStallCheck(c engine.Class, cut int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stallChecks = append(r.stallChecks, c)
+	r.cut += cut
 	r.noteLocked()
 }
 

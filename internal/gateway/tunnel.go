@@ -47,7 +47,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settin
 	switch {
 	case win != nil:
 		g.tunnelUp(s, host, target, rec, win, attempts, hedges)
-		g.tunnel(w, r, rec, win, attempts)
+		g.tunnel(w, r, rec, win, addr, attempts)
 	case last != nil:
 		g.respond(w, rec, last, attempts, hedges)
 	default:
@@ -104,8 +104,8 @@ func (g *Gateway) dialTunnel(ctx context.Context, l engine.Lease, x *route.Exit,
 }
 
 // tunnel answers the CONNECT and hands the client connection over to a
-// splice with the winner's stream.
-func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, rec *record, win *outcome, attempts int) {
+// splice with the winner's stream to addr.
+func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, rec *record, win *outcome, addr string, attempts int) {
 	client, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		g.dropTunnel(win)
@@ -135,7 +135,7 @@ func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, rec *record, wi
 	if brw.Reader.Buffered() > 0 { // bytes sent right behind the CONNECT
 		fromClient = brw.Reader
 	}
-	g.splice(client, fromClient, win)
+	g.splice(client, fromClient, win, addr)
 }
 
 // dropTunnel closes a tunnel built for a client that is gone: no evidence.
@@ -153,8 +153,10 @@ func (g *Gateway) dropTunnel(win *outcome) {
 // evidence of a silent exit behind a CONNECT it accepted, or of a silent
 // site); target_reset when the server ends its side without a word; and
 // Canceled when the client ended its side first and the server never
-// spoke (no evidence: the client gave up or had nothing to say).
-func (g *Gateway) splice(client net.Conn, fromClient io.Reader, win *outcome) {
+// spoke (no evidence: the client gave up or had nothing to say). The stall
+// watch looks at the tunnel to its end (stall.go); a tunnel it cuts is
+// reported Canceled, its exit's failed check being the evidence.
+func (g *Gateway) splice(client net.Conn, fromClient io.Reader, win *outcome, addr string) {
 	l, upstream := win.lease, win.conn
 	var once sync.Once
 	report := func(c engine.Class, latency time.Duration) {
@@ -162,6 +164,14 @@ func (g *Gateway) splice(client net.Conn, fromClient io.Reader, win *outcome) {
 	}
 	defer report(engine.Canceled, win.latency) // every other path, panics included
 	defer win.discard()
+	watched := g.watchTunnel(win, upstream, addr, func() {
+		report(engine.Canceled, win.latency)
+		client.Close()
+		upstream.Close()
+	})
+	if watched != nil {
+		defer g.forgetTunnel(watched)
+	}
 
 	// Which side ended first decides the outcome of a silent tunnel. One
 	// goroutine besides this one: each copy blocks (in the kernel, when
@@ -173,12 +183,23 @@ func (g *Gateway) splice(client net.Conn, fromClient io.Reader, win *outcome) {
 	var sent int64
 	go func() {
 		defer close(up)
-		var err error
-		sent, _, err = pipe(upstream, fromClient, client, func() {
+		spoke := func() {
 			if l.Deadline > 0 {
 				silence = time.AfterFunc(l.Deadline, func() { report(engine.TargetTimeout, l.Deadline) })
 			}
-		})
+		}
+		var err error
+		if watched == nil {
+			sent, _, err = pipe(upstream, fromClient, client, spoke)
+		} else {
+			sent, err = relayWatched(upstream, fromClient, func(n int) {
+				if spoke != nil {
+					spoke()
+					spoke = nil
+				}
+				watched.clientSpoke(n)
+			})
+		}
 		first.CompareAndSwap(0, clientFirst)
 		endWrite(upstream, err)
 	}()

@@ -85,6 +85,7 @@ type Proxy struct {
 
 	requests atomic.Int64
 	asked    askLog
+	hung     atomic.Bool // Hang
 }
 
 // NewProxy starts a proxy with behaviour b. It is closed by t.Cleanup,
@@ -167,6 +168,11 @@ func (p *Proxy) Close() {
 	})
 }
 
+// Hang makes the proxy hang, as a proxy process stuck or an exit's peer
+// gone does: from now on it accepts connections and never answers them,
+// and the tunnels it carries carry no more bytes either way.
+func (p *Proxy) Hang() { p.hung.Store(true) }
+
 // Requests is how many requests the proxy has received: HTTP requests
 // (CONNECT included) and SOCKS5 sessions, or for a blackhole, connections.
 func (p *Proxy) Requests() int { return int(p.requests.Load()) }
@@ -176,7 +182,7 @@ func (p *Proxy) CertPool() *x509.CertPool { return p.pool }
 
 func (p *Proxy) serve(c net.Conn) {
 	switch {
-	case p.b.Blackhole:
+	case p.b.Blackhole || p.hung.Load():
 		p.requests.Add(1)
 		io.Copy(io.Discard, c) // never answer; returns when close cuts c
 	case p.b.Kind == SOCKS5Proxy:
@@ -343,7 +349,26 @@ func (p *Proxy) tunnel(c net.Conn, br *bufio.Reader, addr string) {
 	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
-	splice(c, br, t)
+	splice(hangs{c, p}, br, hangs{t, p})
+}
+
+// hangs is one end of a tunnel that takes bytes and drops them once its
+// proxy hangs.
+type hangs struct {
+	net.Conn
+	p *Proxy
+}
+
+func (h hangs) Write(b []byte) (int, error) {
+	if h.p.hung.Load() {
+		return len(b), nil
+	}
+	return h.Conn.Write(b)
+}
+
+func (h hangs) CloseWrite() error {
+	closeWrite(h.Conn)
+	return nil
 }
 
 // hopHeaders are meaningful for one connection only (RFC 9110 §7.6.1):

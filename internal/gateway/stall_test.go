@@ -1,0 +1,132 @@
+package gateway
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/route/routetest"
+)
+
+// A kept-alive tunnel whose exit dies under it: the stall watch checks the
+// exit once the client has waited past the deadline, the check times out,
+// and the tunnel is cut, so that the client learns at once instead of at
+// its own timeout. A few bytes the client sends expecting no answer are
+// no wait. Through a live exit a slow answer is left alone: the check
+// passes, nothing is cut, the answer arrives whole. Either way the watch
+// stops once the tunnels end (NoLeaks).
+func TestStalledTunnel(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the stall watch reads TCP_INFO, Linux's")
+	}
+	routetest.NoLeaks(t, func(t *testing.T) {
+		tests := []struct {
+			desc     string
+			hang     bool          // the exit hangs after the first exchange
+			ack      bool          // then the client sends a few bytes and waits past the deadline
+			slow     time.Duration // the site's wait before its second answer
+			wantCut  bool
+			wantSeen engine.Class // the check's class
+		}{
+			{desc: "the exit hangs", hang: true, wantCut: true, wantSeen: engine.ProxyTimeout},
+			{desc: "the exit hangs, a few bytes first", hang: true, ack: true, wantCut: true, wantSeen: engine.ProxyTimeout},
+			{desc: "the site is slow", slow: 2500 * time.Millisecond, wantSeen: engine.OK},
+		}
+		for _, tc := range tests {
+			t.Run(tc.desc, func(t *testing.T) {
+				t.Parallel()
+				// The site answers each line with "got " and the line, the
+				// second after tc.slow.
+				site := routetest.ServeTCP(t, func(c net.Conn) {
+					br := bufio.NewReader(c)
+					for n := 0; ; n++ {
+						line, err := br.ReadString('\n')
+						if err != nil {
+							return
+						}
+						if n == 1 {
+							time.Sleep(tc.slow)
+						}
+						if _, err := io.WriteString(c, "got "+line); err != nil {
+							return
+						}
+					}
+				})
+				p := routetest.NewProxy(t, routetest.Behavior{})
+				rec := &recorder{}
+				// The tunnel's deadline is engine.deadline_floor's 1s: its
+				// route answered its CONNECT in a millisecond.
+				v := newEnv(t, Config{Observer: rec}, proxyLine(p, ""))
+
+				c, err := net.DialTimeout("tcp", v.url.Host, 5*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				const patience = 20 * time.Second // the client's own timeout
+				c.SetDeadline(time.Now().Add(patience))
+				io.WriteString(c, "CONNECT "+site+" HTTP/1.1\r\nHost: "+site+"\r\n\r\n")
+				br := bufio.NewReader(c)
+				resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+				if err != nil || resp.StatusCode != http.StatusOK {
+					t.Fatalf("CONNECT: %v, %v", resp, err)
+				}
+				// A request's worth: more than stallMinBytes.
+				long := func(s string) string { return s + " " + strings.Repeat("x", stallMinBytes) }
+				exchange := func(line string) (string, error) {
+					if _, err := io.WriteString(c, line+"\n"); err != nil {
+						return "", err
+					}
+					return br.ReadString('\n')
+				}
+				if got, err := exchange(long("one")); got != "got "+long("one")+"\n" {
+					t.Fatalf("first exchange: %q, %v", got, err)
+				}
+				v.waitOutcome(t, 0, engine.OK)
+				if tc.hang {
+					p.Hang()
+				}
+				if tc.ack {
+					io.WriteString(c, "ack\n")
+					time.Sleep(2500 * time.Millisecond) // past the deadline, and a check's
+					rec.mu.Lock()
+					checks := len(rec.stallChecks)
+					rec.mu.Unlock()
+					if checks != 0 {
+						t.Fatalf("%d checks after the client sent 4 bytes", checks)
+					}
+				}
+				start := time.Now()
+				got, err := exchange(long("two"))
+				took := time.Since(start)
+				rec.waitFor(t, "a stall check", func() bool { return len(rec.stallChecks) > 0 })
+				rec.mu.Lock()
+				checks, cut := slices.Clone(rec.stallChecks), rec.cut
+				rec.mu.Unlock()
+				if checks[0] != tc.wantSeen {
+					t.Errorf("checks %v, want the first %v", checks, tc.wantSeen)
+				}
+				if tc.wantCut {
+					if err == nil || took >= patience/2 || cut != 1 {
+						t.Fatalf("second exchange through the hung exit: %q, %v after %v, %d cut: want the tunnel cut long before the client's timeout", got, err, took, cut)
+					}
+					v.waitOutcome(t, 0, engine.ProxyTimeout)
+					return
+				}
+				if got != "got "+long("two")+"\n" || cut != 0 {
+					t.Errorf("second exchange through the live exit: %q, %v, %d cut: want the slow answer whole", got, err, cut)
+				}
+				if slices.Contains(checks, engine.ProxyTimeout) || strings.Contains(got, "EOF") {
+					t.Errorf("checks %v: the live exit failed one", checks)
+				}
+			})
+		}
+	})
+}
