@@ -91,10 +91,7 @@ type watchedTunnel struct {
 // upstream side upstream, which cut ends, added to the watch (started if
 // it was idle); nil when the kernel cannot say what upstream receives.
 func (g *Gateway) watchTunnel(win *outcome, upstream net.Conn, addr string, cut func()) *watchedTunnel {
-	if win.exit == nil {
-		return nil
-	}
-	if _, _, ok := route.Received(upstream); !ok {
+	if win.exit == nil || !route.Counted(upstream) {
 		return nil
 	}
 	t := &watchedTunnel{upstream: upstream, lease: win.lease, exit: win.exit, addr: addr, cut: cut}

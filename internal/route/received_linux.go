@@ -33,3 +33,7 @@ func Received(c net.Conn) (bytes uint64, ago time.Duration, ok bool) {
 	}
 	return info.Bytes_received, time.Duration(info.Last_data_recv) * time.Millisecond, true
 }
+
+// Counted reports whether Received can answer for c, without asking the
+// kernel: whether a TCP connection lies beneath it.
+func Counted(c net.Conn) bool { return beneath(c) != nil }

@@ -13,8 +13,8 @@ import (
 // puts on it, and knows nothing of a connection with no TCP beneath.
 func TestReceived(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		if _, _, ok := Received(nil); ok {
-			t.Fatal("Received answered off Linux")
+		if _, _, ok := Received(nil); ok || Counted(nil) {
+			t.Fatal("Received answers off Linux")
 		}
 		t.Skip("TCP_INFO is Linux's")
 	}
@@ -52,7 +52,10 @@ func TestReceived(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
-	if _, _, ok := Received(a); ok {
-		t.Error("a pipe has no TCP beneath, yet Received answered")
+	if _, _, ok := Received(a); ok || Counted(a) {
+		t.Error("a pipe has no TCP beneath, yet Received answers")
+	}
+	if !Counted(wrapped) {
+		t.Error("Counted is false for a TCP connection beneath wrappers")
 	}
 }
