@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/switchyard/switchyard/engine"
+	"github.com/switchyard/switchyard/internal/gateway"
 )
 
 // Metrics are the gateway's Prometheus metrics (names prefixed switchyard_).
@@ -37,7 +38,7 @@ type Metrics struct {
 	subExits       *prometheus.CounterVec
 	spend          *prometheus.CounterVec
 	stallChecks    *prometheus.CounterVec
-	tunnelsCut     prometheus.Counter
+	tunnelsCut     *prometheus.CounterVec
 	auth           *proxyAuth
 
 	perRoute sync.Map // route id → *routeCounts, for /api/routes
@@ -115,10 +116,10 @@ func NewMetrics(e *engine.Engine, log *slog.Logger) *Metrics {
 			Name: "switchyard_stall_checks_total",
 			Help: "Checks of an exit under a stalled tunnel (its client waiting past the deadline, nothing heard through the exit since): a new connect through it, by class, ok when the exit answered.",
 		}, []string{"class"}),
-		tunnelsCut: prometheus.NewCounter(prometheus.CounterOpts{
+		tunnelsCut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_tunnels_cut_total",
-			Help: "Tunnels cut because their exit failed a stall check with a fault of its own, so that their clients retry through another exit.",
-		}),
+			Help: "Tunnels the gateway cut, by reason: exit_failed (their exit failed a check after a stall, with a fault of its own: their clients retry through another exit) or drained (idle between two exchanges, through a route drained since they were built).",
+		}, []string{"reason"}),
 	}
 	// Every reason is exported, even at 0, so that alerts see a series.
 	for _, r := range []CutReason{CutIdle, CutHeader, CutSlowBody, CutOverCap} {
@@ -126,6 +127,9 @@ func NewMetrics(e *engine.Engine, log *slog.Logger) *Metrics {
 	}
 	for _, r := range []string{"emfile", "enfile", "enobufs", "enomem", "eaddrnotavail", "upstream_cap"} {
 		m.localErrors.WithLabelValues(r)
+	}
+	for _, r := range []string{gateway.TunnelCutExitFailed, gateway.TunnelCutDrained} {
+		m.tunnelsCut.WithLabelValues(r)
 	}
 	authFailing := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "switchyard_routes_proxy_auth_failing",
@@ -261,11 +265,14 @@ func (m *Metrics) ObserveSubExit(class engine.Class, retired, spared bool) {
 	m.subExits.WithLabelValues(class.String(), effect).Inc()
 }
 
-// ObserveStallCheck counts a check of an exit under a stalled tunnel and
-// the tunnels it cut.
-func (m *Metrics) ObserveStallCheck(class engine.Class, cut int) {
+// ObserveStallCheck counts a check of an exit under a stalled tunnel.
+func (m *Metrics) ObserveStallCheck(class engine.Class) {
 	m.stallChecks.WithLabelValues(class.String()).Inc()
-	m.tunnelsCut.Add(float64(cut))
+}
+
+// ObserveTunnelsCut counts n tunnels the stall watch cut for reason.
+func (m *Metrics) ObserveTunnelsCut(reason string, n int) {
+	m.tunnelsCut.WithLabelValues(reason).Add(float64(n))
 }
 
 // ObserveSpend adds what attempts through a route of tier cost.

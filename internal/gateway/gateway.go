@@ -163,9 +163,11 @@ type Observer interface {
 	// cost by its prices (spend.go).
 	ObserveSpend(tier int, amount float64)
 	// ObserveStallCheck is told of each check of an exit under a stalled
-	// tunnel (stall.go): the check's class, OK when the exit answered, and
-	// how many of its tunnels were cut.
-	ObserveStallCheck(class engine.Class, cut int)
+	// tunnel (stall.go): the check's class, OK when the exit answered.
+	ObserveStallCheck(class engine.Class)
+	// ObserveTunnelsCut is told of n tunnels the stall watch cut, and why:
+	// TunnelCutExitFailed or TunnelCutDrained (stall.go).
+	ObserveTunnelsCut(reason string, n int)
 }
 
 // DefaultConfig is what New gives zero fields, the one place these

@@ -25,9 +25,9 @@ type recorder struct {
 	subExits []string        // "class retired spared" per sub-exit failure
 	spend    map[int]float64 // by tier
 	// stallChecks are the classes of the stall watch's checks; cut the
-	// tunnels they cut.
+	// tunnels it cut, by reason.
 	stallChecks []engine.Class
-	cut         int
+	cut         map[string]int
 	changed     chan struct{} // closed at the next observation, for waitFor
 }
 
@@ -94,11 +94,20 @@ func (r *recorder) ObserveSubExit(c engine.Class, retired, spared bool) {
 	r.noteLocked()
 }
 
-func (r *recorder) ObserveStallCheck(c engine.Class, cut int) {
+func (r *recorder) ObserveStallCheck(c engine.Class) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stallChecks = append(r.stallChecks, c)
-	r.cut += cut
+	r.noteLocked()
+}
+
+func (r *recorder) ObserveTunnelsCut(reason string, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cut == nil {
+		r.cut = make(map[string]int)
+	}
+	r.cut[reason] += n
 	r.noteLocked()
 }
 

@@ -39,8 +39,14 @@ import (
 // keeps its tunnels, and the wait is no evidence: the site is slow, or
 // the exchange is a long poll's or a websocket's, which cutting, or
 // counting against the pair, would break; only a wait that began after
-// the check has the exit checked again. The watch runs on the real
-// clock, as the kernel's counts do.
+// the check has the exit checked again.
+//
+// A tunnel through a route that has been drained since it was built (by
+// an operator, or by a reload that removed the route) is closed once it
+// idles between two exchanges, neither side having spoken for stallIdle:
+// a drained route takes no new work, and the client's next request, on a
+// new connection, goes through another. The watch runs on the real clock,
+// as the kernel's counts do.
 type stallWatch struct {
 	mu    sync.Mutex
 	exits map[*route.Exit]*watchedExit // guarded by mu
@@ -56,6 +62,10 @@ const stallTick = 100 * time.Millisecond
 // stallCheckEvery spaces the checks of one exit, so that a site slow
 // through it does not have it dialled at every tick.
 const stallCheckEvery = time.Second
+
+// stallIdle is how long both sides of a tunnel through a drained route
+// must have been quiet for it to be closed between two exchanges.
+const stallIdle = time.Second
 
 // stallMinBytes is how much a client must have sent since its server last
 // spoke to be waiting for an answer: more than a TLS record of HTTP/2
@@ -85,6 +95,7 @@ type watchedTunnel struct {
 	heard uint64    // guarded by mu
 	sent  int       // guarded by mu
 	spoke time.Time // guarded by mu
+	last  time.Time // guarded by mu: the client's last burst
 }
 
 // watchTunnel returns a watched tunnel to addr through win's exit, its
@@ -117,14 +128,16 @@ func (g *Gateway) watchTunnel(win *outcome, upstream net.Conn, addr string, cut 
 // clientSpoke notes a burst of n bytes of t's client's, about to go out.
 func (t *watchedTunnel) clientSpoke(n int) {
 	heard, _, _ := route.Received(t.upstream)
+	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if heard != t.heard {
 		t.heard, t.sent, t.spoke = heard, 0, time.Time{}
 	}
 	if t.sent += n; t.sent >= stallMinBytes && t.spoke.IsZero() {
-		t.spoke = time.Now()
+		t.spoke = now
 	}
+	t.last = now
 }
 
 // waiting is since when t's client has waited for a server silent since
@@ -140,6 +153,19 @@ func (t *watchedTunnel) waiting() (since time.Time, quiet time.Duration) {
 		return time.Time{}, ago
 	}
 	return t.spoke, ago
+}
+
+// idle reports whether t is between two exchanges: neither side has
+// spoken for stallIdle, and the client is not waiting for an answer.
+func (t *watchedTunnel) idle(now time.Time) bool {
+	heard, ago, ok := route.Received(t.upstream)
+	if !ok || ago < stallIdle {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	waiting := heard == t.heard && !t.spoke.IsZero()
+	return !waiting && now.Sub(t.last) >= stallIdle
 }
 
 // forgetTunnel takes t out of the watch.
@@ -167,22 +193,29 @@ func (g *Gateway) watchStalls() {
 			return
 		}
 		for _, x := range due {
-			if t, deadline := g.stalled(x, time.Now()); t != nil {
-				g.startCheck(t, deadline)
+			now := time.Now()
+			switch {
+			case g.drained(x.tunnels[0].lease.Route):
+				g.closeIdle(x.tunnels, now)
+			case x.checkable:
+				if t, deadline := g.stalled(x, now); t != nil {
+					g.startCheck(t, deadline)
+				}
 			}
 		}
 	}
 }
 
-// dueExit is an exit that may be checked: its tunnels, and when its last
-// check that passed began.
+// dueExit is an exit the watch looks at: its tunnels, whether it may be
+// checked now, and when its last check that passed began.
 type dueExit struct {
-	tunnels []*watchedTunnel
-	passed  time.Time
+	tunnels   []*watchedTunnel
+	checkable bool
+	passed    time.Time
 }
 
-// due appends each exit that may be checked now to into, and reports
-// false, stopping the watch, when no tunnel is watched.
+// due appends each exit with tunnels to into, and reports false, stopping
+// the watch, when no tunnel is watched.
 func (w *stallWatch) due(into []dueExit, now time.Time) ([]dueExit, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -191,17 +224,52 @@ func (w *stallWatch) due(into []dueExit, now time.Time) ([]dueExit, bool) {
 		return into, false
 	}
 	for _, x := range w.exits {
-		if x.checking || now.Sub(x.checked) < stallCheckEvery || len(x.tunnels) == 0 {
+		if len(x.tunnels) == 0 {
 			continue
 		}
 		tunnels := make([]*watchedTunnel, 0, len(x.tunnels))
 		for t := range x.tunnels {
 			tunnels = append(tunnels, t)
 		}
-		into = append(into, dueExit{tunnels, x.passed})
+		checkable := !x.checking && now.Sub(x.checked) >= stallCheckEvery
+		into = append(into, dueExit{tunnels, checkable, x.passed})
 	}
 	return into, true
 }
+
+// drained reports whether route id takes no new work: drained, or gone.
+func (g *Gateway) drained(id string) bool {
+	st, ok := g.engine.RouteGlobal(id)
+	return !ok || st.Health.State == engine.Draining
+}
+
+// closeIdle closes the tunnels, all through one drained route, that are
+// between two exchanges.
+func (g *Gateway) closeIdle(tunnels []*watchedTunnel, now time.Time) {
+	closed := 0
+	for _, t := range tunnels {
+		if t.idle(now) {
+			t.cut()
+			closed++
+		}
+	}
+	if closed == 0 {
+		return
+	}
+	if g.cfg.Observer != nil {
+		g.cfg.Observer.ObserveTunnelsCut(TunnelCutDrained, closed)
+	}
+	if log := g.cfg.Log; log != nil {
+		log.LogAttrs(context.Background(), slog.LevelInfo, "idle tunnels closed: route drained",
+			slog.String("route", tunnels[0].lease.Route), slog.Int("tunnels", closed))
+	}
+}
+
+// Why the watch cut tunnels: the reasons of Observer.ObserveTunnelsCut.
+const (
+	TunnelCutExitFailed = "exit_failed" // their exit failed a check after a stall
+	TunnelCutDrained    = "drained"     // idle, through a route drained since
+)
 
 // stalled returns a tunnel of exit x whose client has waited past its
 // deadline, since x's last check passed, for a server silent since, when
@@ -290,7 +358,10 @@ func (g *Gateway) checkExit(t *watchedTunnel, deadline time.Duration, began time
 	}
 	w.mu.Unlock()
 	if g.cfg.Observer != nil {
-		g.cfg.Observer.ObserveStallCheck(o.class, cut)
+		g.cfg.Observer.ObserveStallCheck(o.class)
+		if cut > 0 {
+			g.cfg.Observer.ObserveTunnelsCut(TunnelCutExitFailed, cut)
+		}
 	}
 	if log := g.cfg.Log; log != nil && o.class != engine.OK {
 		log.LogAttrs(context.Background(), slog.LevelWarn, "tunnel stalled: exit checked",

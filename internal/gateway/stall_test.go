@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -108,7 +109,7 @@ func TestStalledTunnel(t *testing.T) {
 				took := time.Since(start)
 				rec.waitFor(t, "a stall check", func() bool { return len(rec.stallChecks) > 0 })
 				rec.mu.Lock()
-				checks, cut := slices.Clone(rec.stallChecks), rec.cut
+				checks, cut := slices.Clone(rec.stallChecks), rec.cut[TunnelCutExitFailed]
 				rec.mu.Unlock()
 				if checks[0] != tc.wantSeen {
 					t.Errorf("checks %v, want the first %v", checks, tc.wantSeen)
@@ -196,5 +197,74 @@ func TestStallWatchSparesAnExitThatCarries(t *testing.T) {
 		if len(rec.stallChecks) != 0 {
 			t.Errorf("checks %v while the exit carried another tunnel's bytes", rec.stallChecks)
 		}
+	})
+}
+
+// A tunnel through a route drained since it was built is closed once it
+// idles between two exchanges, and not while its client waits for an
+// answer: the route takes no new work.
+func TestDrainedRouteClosesIdleTunnels(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the stall watch reads TCP_INFO, Linux's")
+	}
+	routetest.NoLeaks(t, func(t *testing.T) {
+		const slow = 1500 * time.Millisecond // the site's wait before its second answer: past stallIdle
+		site := routetest.ServeTCP(t, func(c net.Conn) {
+			br := bufio.NewReader(c)
+			for n := 0; ; n++ {
+				line, err := br.ReadString('\n')
+				if err != nil {
+					return
+				}
+				if n == 1 {
+					time.Sleep(slow)
+				}
+				if _, err := io.WriteString(c, "got "+line); err != nil {
+					return
+				}
+			}
+		})
+		p := routetest.NewProxy(t, routetest.Behavior{})
+		rec := &recorder{}
+		v := newEnv(t, Config{Observer: rec}, proxyLine(p, ""))
+		c, err := net.DialTimeout("tcp", v.url.Host, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		io.WriteString(c, "CONNECT "+site+" HTTP/1.1\r\nHost: "+site+"\r\n\r\n")
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("CONNECT: %v, %v", resp, err)
+		}
+		// Requests' worths: more than stallMinBytes.
+		one, two := "one "+strings.Repeat("x", stallMinBytes), "two "+strings.Repeat("x", stallMinBytes)
+		exchange := func(line string) (string, error) {
+			if _, err := io.WriteString(c, line+"\n"); err != nil {
+				return "", err
+			}
+			return br.ReadString('\n')
+		}
+		if got, err := exchange(one); got != "got "+one+"\n" {
+			t.Fatalf("first exchange: %q, %v", got, err)
+		}
+		if err := v.e.Drain(time.Now(), v.id(0)); err != nil {
+			t.Fatal(err)
+		}
+		// Waiting on the slow site past stallIdle: not idle, not closed.
+		if got, err := exchange(two); got != "got "+two+"\n" {
+			t.Fatalf("the exchange under way when the route was drained: %q, %v", got, err)
+		}
+		start := time.Now()
+		if n, err := br.ReadByte(); err == nil || os.IsTimeout(err) {
+			t.Fatalf("read %q, %v from the idle tunnel of a drained route: want it closed", n, err)
+		}
+		// The kernel counts to the jiffy: a few ms early is stallIdle.
+		if took := time.Since(start); took < stallIdle/2 {
+			t.Errorf("closed after %v idle, long before stallIdle", took)
+		}
+		rec.waitFor(t, "a tunnel closed, drained", func() bool { return rec.cut[TunnelCutDrained] == 1 })
 	})
 }
