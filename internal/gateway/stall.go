@@ -194,13 +194,14 @@ func (g *Gateway) watchStalls() {
 		}
 		for _, x := range due {
 			now := time.Now()
-			switch {
-			case g.drained(x.tunnels[0].lease.Route):
+			if g.drained(x.tunnels[0].lease.Route) {
 				g.closeIdle(x.tunnels, now)
-			case x.checkable:
-				if t, deadline := g.stalled(x, now); t != nil {
-					g.startCheck(t, deadline)
-				}
+			}
+			if !x.checkable {
+				continue
+			}
+			if t, deadline := g.stalled(x, now); t != nil {
+				g.startCheck(t, deadline)
 			}
 		}
 	}
