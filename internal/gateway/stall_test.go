@@ -43,50 +43,15 @@ func TestStalledTunnel(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(tc.desc, func(t *testing.T) {
 				t.Parallel()
-				// The site answers each line with "got " and the line, the
-				// second after tc.slow.
-				site := routetest.ServeTCP(t, func(c net.Conn) {
-					br := bufio.NewReader(c)
-					for n := 0; ; n++ {
-						line, err := br.ReadString('\n')
-						if err != nil {
-							return
-						}
-						if n == 1 {
-							time.Sleep(tc.slow)
-						}
-						if _, err := io.WriteString(c, "got "+line); err != nil {
-							return
-						}
-					}
-				})
+				site := echoSite(t, tc.slow)
 				p := routetest.NewProxy(t, routetest.Behavior{})
 				rec := &recorder{}
 				// The tunnel's deadline is engine.deadline_floor's 1s: its
 				// route answered its CONNECT in a millisecond.
 				v := newEnv(t, Config{Observer: rec}, proxyLine(p, ""))
-
-				c, err := net.DialTimeout("tcp", v.url.Host, 5*time.Second)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
 				const patience = 20 * time.Second // the client's own timeout
-				c.SetDeadline(time.Now().Add(patience))
-				io.WriteString(c, "CONNECT "+site+" HTTP/1.1\r\nHost: "+site+"\r\n\r\n")
-				br := bufio.NewReader(c)
-				resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-				if err != nil || resp.StatusCode != http.StatusOK {
-					t.Fatalf("CONNECT: %v, %v", resp, err)
-				}
-				// A request's worth: more than stallMinBytes.
-				long := func(s string) string { return s + " " + strings.Repeat("x", stallMinBytes) }
-				exchange := func(line string) (string, error) {
-					if _, err := io.WriteString(c, line+"\n"); err != nil {
-						return "", err
-					}
-					return br.ReadString('\n')
-				}
+				c, br := openTunnel(t, v, site, patience)
+				exchange := func(line string) (string, error) { return exchangeLine(c, br, line) }
 				if got, err := exchange(long("one")); got != "got "+long("one")+"\n" {
 					t.Fatalf("first exchange: %q, %v", got, err)
 				}
@@ -164,32 +129,15 @@ func TestStallWatchSparesAnExitThatCarries(t *testing.T) {
 		p := routetest.NewProxy(t, routetest.Behavior{})
 		rec := &recorder{}
 		v := newEnv(t, Config{Observer: rec}, proxyLine(p, ""))
-		open := func(site string) (net.Conn, *bufio.Reader) {
-			c, err := net.DialTimeout("tcp", v.url.Host, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close() })
-			c.SetDeadline(time.Now().Add(4 * wait))
-			io.WriteString(c, "CONNECT "+site+" HTTP/1.1\r\nHost: "+site+"\r\n\r\n")
-			br := bufio.NewReader(c)
-			resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-			if err != nil || resp.StatusCode != http.StatusOK {
-				t.Fatalf("CONNECT %s: %v, %v", site, resp, err)
-			}
-			return c, br
-		}
-		request := "GET " + strings.Repeat("x", stallMinBytes) + "\n"
-		sc, sbr := open(stream)
-		io.WriteString(sc, request)
+		request := long("GET")
+		sc, sbr := openTunnel(t, v, stream, 4*wait)
+		io.WriteString(sc, request+"\n")
 		if _, err := sbr.ReadByte(); err != nil {
 			t.Fatal(err)
 		}
 		go io.Copy(io.Discard, sbr)
-		c, br := open(slow)
-		io.WriteString(c, request)
-		got, err := br.ReadString('\n')
-		if got != "got "+request || err != nil {
+		c, br := openTunnel(t, v, slow, 4*wait)
+		if got, err := exchangeLine(c, br, request); got != "got "+request+"\n" || err != nil {
 			t.Fatalf("the slow site's answer: %q, %v", got, err)
 		}
 		rec.mu.Lock()
@@ -208,45 +156,14 @@ func TestDrainedRouteClosesIdleTunnels(t *testing.T) {
 		t.Skip("the stall watch reads TCP_INFO, Linux's")
 	}
 	routetest.NoLeaks(t, func(t *testing.T) {
-		const slow = 1500 * time.Millisecond // the site's wait before its second answer: past stallIdle
-		site := routetest.ServeTCP(t, func(c net.Conn) {
-			br := bufio.NewReader(c)
-			for n := 0; ; n++ {
-				line, err := br.ReadString('\n')
-				if err != nil {
-					return
-				}
-				if n == 1 {
-					time.Sleep(slow)
-				}
-				if _, err := io.WriteString(c, "got "+line); err != nil {
-					return
-				}
-			}
-		})
+		// The site's wait before its second answer is past stallIdle.
+		site := echoSite(t, 1500*time.Millisecond)
 		p := routetest.NewProxy(t, routetest.Behavior{})
 		rec := &recorder{}
 		v := newEnv(t, Config{Observer: rec}, proxyLine(p, ""))
-		c, err := net.DialTimeout("tcp", v.url.Host, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(20 * time.Second))
-		io.WriteString(c, "CONNECT "+site+" HTTP/1.1\r\nHost: "+site+"\r\n\r\n")
-		br := bufio.NewReader(c)
-		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("CONNECT: %v, %v", resp, err)
-		}
-		// Requests' worths: more than stallMinBytes.
-		one, two := "one "+strings.Repeat("x", stallMinBytes), "two "+strings.Repeat("x", stallMinBytes)
-		exchange := func(line string) (string, error) {
-			if _, err := io.WriteString(c, line+"\n"); err != nil {
-				return "", err
-			}
-			return br.ReadString('\n')
-		}
+		c, br := openTunnel(t, v, site, 20*time.Second)
+		exchange := func(line string) (string, error) { return exchangeLine(c, br, line) }
+		one, two := long("one"), long("two")
 		if got, err := exchange(one); got != "got "+one+"\n" {
 			t.Fatalf("first exchange: %q, %v", got, err)
 		}
@@ -268,3 +185,52 @@ func TestDrainedRouteClosesIdleTunnels(t *testing.T) {
 		rec.waitFor(t, "a tunnel closed, drained", func() bool { return rec.cut[TunnelCutDrained] == 1 })
 	})
 }
+
+// echoSite serves lines, answering each with "got " and the line, the
+// second after slow.
+func echoSite(t *testing.T, slow time.Duration) string {
+	return routetest.ServeTCP(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for n := 0; ; n++ {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if n == 1 {
+				time.Sleep(slow)
+			}
+			if _, err := io.WriteString(c, "got "+line); err != nil {
+				return
+			}
+		}
+	})
+}
+
+// openTunnel opens a tunnel to site through v's gateway, for patience.
+func openTunnel(t *testing.T, v *env, site string, patience time.Duration) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", v.url.Host, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(patience))
+	io.WriteString(c, "CONNECT "+site+" HTTP/1.1\r\nHost: "+site+"\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT %s: %v, %v", site, resp, err)
+	}
+	return c, br
+}
+
+// exchangeLine sends line through a tunnel and reads the answer's line.
+func exchangeLine(c net.Conn, br *bufio.Reader, line string) (string, error) {
+	if _, err := io.WriteString(c, line+"\n"); err != nil {
+		return "", err
+	}
+	return br.ReadString('\n')
+}
+
+// long is s made a request's worth: more than stallMinBytes.
+func long(s string) string { return s + " " + strings.Repeat("x", stallMinBytes) }
