@@ -98,14 +98,14 @@ type watchedTunnel struct {
 	last  time.Time // guarded by mu: the client's last burst
 }
 
-// watchTunnel returns a watched tunnel to addr through win's exit, its
-// upstream side upstream, which cut ends, added to the watch (started if
-// it was idle); nil when the kernel cannot say what upstream receives.
-func (g *Gateway) watchTunnel(win *outcome, upstream net.Conn, addr string, cut func()) *watchedTunnel {
-	if win.exit == nil || !route.Counted(upstream) {
+// watchTunnel returns win's tunnel to addr, which cut ends, added to the
+// watch (started if it was idle); nil when the kernel cannot say what its
+// connection to the exit receives.
+func (g *Gateway) watchTunnel(win *outcome, addr string, cut func()) *watchedTunnel {
+	if win.exit == nil || !route.Counted(win.conn) {
 		return nil
 	}
-	t := &watchedTunnel{upstream: upstream, lease: win.lease, exit: win.exit, addr: addr, cut: cut}
+	t := &watchedTunnel{upstream: win.conn, lease: win.lease, exit: win.exit, addr: addr, cut: cut}
 	w := &g.stalls
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -44,7 +44,7 @@ func TestStalledTunnel(t *testing.T) {
 			t.Run(tc.desc, func(t *testing.T) {
 				t.Parallel()
 				site := echoSite(t, tc.slow)
-				p := routetest.NewProxy(t, routetest.Behavior{})
+				p := routetest.NewProxy(t, routetest.Behavior{Hangable: true})
 				rec := &recorder{}
 				// The tunnel's deadline is engine.deadline_floor's 1s: its
 				// route answered its CONNECT in a millisecond.

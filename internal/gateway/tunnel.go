@@ -164,7 +164,7 @@ func (g *Gateway) splice(client net.Conn, fromClient io.Reader, win *outcome, ad
 	}
 	defer report(engine.Canceled, win.latency) // every other path, panics included
 	defer win.discard()
-	watched := g.watchTunnel(win, upstream, addr, func() {
+	watched := g.watchTunnel(win, addr, func() {
 		report(engine.Canceled, win.latency)
 		client.Close()
 		upstream.Close()

@@ -235,9 +235,8 @@ func (p *connPool) closeIdle(match func(connKey) bool) {
 }
 
 // beneath is the TCP connection under c, through the layers an Exit puts
-// on it (the count, a tunnel's first bytes, TLS) or that a wrapper hands
-// over (the server's client connections); nil when there is none (a
-// test's pipe).
+// on it (the count, a tunnel's first bytes, TLS); nil when there is none
+// (a test's pipe).
 func beneath(c net.Conn) *net.TCPConn {
 	for {
 		switch in := c.(type) {
@@ -249,8 +248,6 @@ func beneath(c net.Conn) *net.TCPConn {
 			c = in.Conn
 		case *prefixConn:
 			c = in.Conn
-		case interface{ TCPConn() *net.TCPConn }:
-			return in.TCPConn()
 		default:
 			return nil
 		}

@@ -61,6 +61,7 @@ type Behavior struct {
 	Silent         bool            // read each request (SOCKS5: the CONNECT request, after the greeting) and never answer it
 	SSLPortsOnly   bool            // HTTPProxy: answer CONNECT to any port but 443 with 403, before looking at credentials (Squid's default rules)
 	KeepAlive      bool            // HTTPProxy: serve further absolute-form requests on a connection whose request was forwarded, as real proxies do (benchmarks)
+	Hangable       bool            // HTTPProxy: copy tunnels through user space, so that Hang stops the ones under way too (else they splice in the kernel, as benchmarks want)
 	// Received, when set, is called with each HTTP request once it is
 	// read, before it is answered (or, Silent, not): a test that must act
 	// while an attempt is surely under way.
@@ -170,7 +171,8 @@ func (p *Proxy) Close() {
 
 // Hang makes the proxy hang, as a proxy process stuck or an exit's peer
 // gone does: from now on it accepts connections and never answers them,
-// and the tunnels it carries carry no more bytes either way.
+// and, with Behavior.Hangable, the tunnels it carries carry no more bytes
+// either way.
 func (p *Proxy) Hang() { p.hung.Store(true) }
 
 // Requests is how many requests the proxy has received: HTTP requests
@@ -349,7 +351,11 @@ func (p *Proxy) tunnel(c net.Conn, br *bufio.Reader, addr string) {
 	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
-	splice(hangs{c, p}, br, hangs{t, p})
+	if p.b.Hangable {
+		splice(hangs{c, p}, br, hangs{t, p})
+		return
+	}
+	splice(c, br, t)
 }
 
 // hangs is one end of a tunnel that takes bytes and drops them once its
