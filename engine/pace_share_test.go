@@ -333,8 +333,8 @@ func TestPaceGuessesAcrossProcesses(t *testing.T) {
 	e.watch(tg)
 	cut := start.UnixNano()
 	s.hear(PaceNews{Pairs: []PairLimit{
-		{Route: 1, Target: tg.n, Rate: 3.6, Cut: cut},
-		{Route: 2, Target: tg.n, Rate: 3.6, Cut: cut},
+		{Route: 1, Target: tg.n, Rate: 3.6, Cut: cut, Since: cut},
+		{Route: 2, Target: tg.n, Rate: 3.6, Cut: cut, Since: cut},
 	}})
 	e.Sweep(start)
 	end := start.Add(20 * time.Second)

@@ -311,8 +311,9 @@ func TestFreezeWithoutAMeasuredRate(t *testing.T) {
 //   - r2's 429, its first but while held by the freeze's guess, holds it
 //     to rateMargin of what it sent, not rateBackoff of the guess;
 //   - it holds the guessed pairs that carried between what r2 carried and
-//     tellBand times that to r2's new rate; those that carried less or
-//     far more keep their guesses.
+//     tellBand times that to r2's new rate, or to the most they carry if
+//     less (r2's 429 came at a burst); those that carried less or far
+//     more keep their guesses.
 //
 // A rate read from a sixth of the window may be a tenth over the even
 // rate sent, as the window's buckets do not start with the count.
@@ -322,6 +323,7 @@ func TestGuessedHolds(t *testing.T) {
 	tests := []struct {
 		desc          string
 		first, second [6]float64 // requests/s of r0..r5 before the freeze, and after it
+		burst         int        // requests r2 sends at once a second before the end
 		trip          bool       // r2 has a 429 at the end
 		want          [6]float64 // rates r0..r5 are held to at the end
 	}{
@@ -351,6 +353,18 @@ func TestGuessedHolds(t *testing.T) {
 			// far more; r5 0.67, less.
 			want: [6]float64{site, site, rateMargin * 1.5, rateMargin * 1.5, site, site},
 		},
+		{
+			desc:   "tells no more than the told pairs carry",
+			first:  [6]float64{4, 4, 0.1, 1, 1, 1},
+			second: [6]float64{0, 0, 0.1, 1.5, 3, 0.5},
+			burst:  30,
+			trip:   true,
+			// r2 carried 32 requests in 30 s, 1.07 a second, 31 of them in
+			// its last sixth of the window: its 429 holds it to
+			// rateBackoff of its guess (2.7), but r3, which carried 1.33,
+			// to tellBand × 1.07.
+			want: [6]float64{site, site, rateBackoff * site, tellBand * 32 / 30, site, site},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
@@ -370,6 +384,9 @@ func TestGuessedHolds(t *testing.T) {
 			e.learnRate(tg, 0, frozen.UnixNano(), frozen.UnixNano(), time.Millisecond)
 			e.learnRate(tg, 1, frozen.UnixNano(), frozen.UnixNano(), time.Millisecond)
 			send(tt.second, frozen, end)
+			for range tt.burst {
+				e.takePace(tg, 2, end.Add(-time.Second).UnixNano())
+			}
 			if tt.trip {
 				e.learnRate(tg, 2, end.UnixNano(), end.UnixNano(), time.Millisecond)
 			}

@@ -24,7 +24,7 @@ type Load struct {
 
 	AttemptTimeout time.Duration
 	MaxAttempts    int
-	ProbeURL       bool // neutral probes fetch a page; false: a TCP check of the exit
+	ProbeURL       bool // neutral probes fetch a page; false: they ask the exit for a tunnel (runner.probe)
 
 	ClientTimeout  time.Duration
 	ClientAttempts int
@@ -163,6 +163,9 @@ type runner struct {
 	probes   []pendingProbe // by slot: probes whose result is on its way
 	freeProb []int32        // probe slots not in use
 	parked   parkedTasks    // tasks set aside until their due time
+	// siteKnown is set once a site has answered an attempt: the gateway
+	// then has a host for neutral probes to name (probe).
+	siteKnown bool
 
 	completed, failed    int
 	sent, hedges, wasted int
@@ -267,19 +270,23 @@ func (r *runner) list() {
 // listed is the number of routes in the list now.
 func (r *runner) listed() int { return r.w.Routes() - len(r.unlisted) }
 
-// probe is a Prober: a probe at now as the gateway's prober makes it. A
-// neutral probe without a probe URL is a TCP check of the exit; anything
-// else fetches a page, and a probe without an answer fails at the
-// prober's timeout, as proxy_timeout.
+// probe is a Prober: a probe at now as the gateway's prober makes it
+// (internal/probe). Without a probe URL, a neutral probe asks the exit for
+// a tunnel to a site users' traffic reached, which the exit's own
+// behaviour alone decides, as it decides its answer for the neutral target
+// (a blackholed proxy never answers, one that refuses the credentials says
+// 407); before any site has answered (siteKnown) there is none to name,
+// and it is a TCP check of the exit. Anything else fetches a page. A probe
+// without an answer fails at the prober's timeout, as proxy_timeout.
 func (r *runner) probe(route, target int, done func(time.Time, Result)) {
 	if slices.Contains(r.unlisted, route) {
 		return // no gateway knows of it yet
 	}
 	var res Result
 	switch {
-	case target == tcpCheck, target == NeutralTarget && !r.load.ProbeURL:
+	case target == tcpCheck, target == NeutralTarget && !r.load.ProbeURL && !r.siteKnown:
 		res = r.w.Check(route, r.now)
-	case target == checkPage:
+	case target == checkPage, target == NeutralTarget:
 		res = r.w.Attempt(route, NeutralTarget, r.now, r.world)
 	default:
 		res = r.page(r.w.Attempt(route, target, r.now, r.world), route, target, probePage, r.lookalike.Recheck)
@@ -325,10 +332,16 @@ func (r *runner) loop(progress func(int)) {
 				busy--
 			}
 		case evAnswer:
-			if a := r.live(ev); a != nil && a.orphan {
-				r.end(ev.slot, r.judge(a))
-			} else if a != nil {
-				ended = r.answer(ev.slot, r.judge(a))
+			a := r.live(ev)
+			if a == nil {
+				break
+			}
+			res := r.judge(a)
+			r.siteKnown = r.siteKnown || siteAnswered(res.Class)
+			if a.orphan {
+				r.end(ev.slot, res)
+			} else {
+				ended = r.answer(ev.slot, res)
 			}
 		case evDeadline:
 			if a := r.live(ev); a != nil && a.orphan {
@@ -642,6 +655,17 @@ func (r *runner) answer(slot int32, res Result) bool {
 		return r.send(i)
 	}
 	return r.fail(i)
+}
+
+// siteAnswered reports whether an attempt that ended in class c had the
+// site's answer: the gateway notes where the site answered, and neutral
+// probes name it from then on (internal/target.Directory.NoteOrigin).
+func siteAnswered(c engine.Class) bool {
+	switch c {
+	case engine.OK, engine.RateLimited, engine.Blocked, engine.Target5xx, engine.ContentInvalid, engine.ClientError:
+		return true
+	}
+	return false
 }
 
 // pageSizes are the bytes the gateway digests of each page: a page is

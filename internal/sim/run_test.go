@@ -264,3 +264,89 @@ joins = "20s"
 		})
 	}
 }
+
+// probeLog records when each route was picked, and its neutral probes.
+type probeLog struct {
+	Policy
+	picks  map[int][]time.Duration
+	probes map[int][]loggedProbe
+}
+
+type loggedProbe struct {
+	at  time.Duration // when it was sent
+	res Result
+}
+
+func (l *probeLog) Pick(now time.Time, target int, session string, avoid []int) (Attempt, bool) {
+	a, ok := l.Policy.Pick(now, target, session, avoid)
+	if ok {
+		l.picks[a.Route] = append(l.picks[a.Route], now.Sub(Epoch))
+	}
+	return a, ok
+}
+
+func (l *probeLog) Tick(now time.Time, probe Prober) {
+	l.Policy.Tick(now, func(route, target int, done func(time.Time, Result)) {
+		probe(route, target, func(at time.Time, res Result) {
+			if target == NeutralTarget {
+				l.probes[route] = append(l.probes[route], loggedProbe{now.Sub(Epoch), res})
+			}
+			done(at, res)
+		})
+	})
+}
+
+// The engine's neutral probes without a probe URL are what the gateway's
+// are (internal/probe): a TCP check of the exit on a fresh start, then a
+// tunnel asked of the exit, which a blackholed proxy never answers and one
+// refusing the credentials answers 407. A silent or 407 exit, once its
+// probe has failed, takes no more of users' traffic.
+func TestNeutralProbesAskForATunnel(t *testing.T) {
+	t.Parallel()
+	sc, err := ParseScenario("probes.toml", []byte(`
+duration = "10m"
+workers = 16
+client_timeout = "3s"
+[[targets]]
+name = "site.example"
+[[routes]]
+name = "fast"
+count = 2
+latency = "100ms"
+[[routes]]
+name = "silent"
+[[routes.behaviours]]
+kind = "blackhole"
+[[routes]]
+name = "auth"
+[[routes.behaviours]]
+kind = "auth"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := sc.World()
+	p, err := NewEnginePolicy(w, EngineSettings{Engine: engine.Config{Seed: 7}, Budget: engine.DefaultBudget(), AttemptTimeout: sc.AttemptTimeout}, Epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &probeLog{Policy: p, picks: map[int][]time.Duration{}, probes: map[int][]loggedProbe{}}
+	Run(w, log, sc.load(), nil)
+	for route, want := range map[int]engine.Class{2: engine.ProxyTimeout, 3: engine.ProxyAuth} {
+		id, probes := w.RouteID(route), log.probes[route]
+		if len(probes) < 2 {
+			t.Fatalf("%s: %d neutral probes, want its candidate check and later ones", id, len(probes))
+		}
+		if probes[0].res.Class != engine.OK {
+			t.Errorf("%s: candidate check %v, want a TCP check's ok (no site known yet)", id, probes[0].res.Class)
+		}
+		for _, pr := range probes[1:] {
+			if pr.res.Class != want {
+				t.Errorf("%s: neutral probe at %v: %v, want %v", id, pr.at, pr.res.Class, want)
+			}
+		}
+		if picks := log.picks[route]; len(picks) > 0 && picks[len(picks)-1] > probes[1].at {
+			t.Errorf("%s picked at %v, after its probe at %v failed", id, picks[len(picks)-1], probes[1].at)
+		}
+	}
+}

@@ -34,8 +34,9 @@ type Scenario struct {
 	AttemptTimeout time.Duration // default 30s
 	MaxAttempts    int           // default 3
 	// ProbeURL says neutral probes fetch a page through the route (the
-	// gateway's probe.url); false, the default, makes them a TCP check of
-	// the exit, as a gateway without one does.
+	// gateway's probe.url); false, the default, makes them ask the exit
+	// for a tunnel, as a gateway without one does (a TCP check until a
+	// site has answered).
 	ProbeURL bool
 
 	// The client: a task is up to ClientAttempts requests, each given up

@@ -51,8 +51,9 @@ const Never = time.Duration(math.MaxInt64)
 
 // NeutralTarget is the target number of a route-global probe: only the
 // route's own behaviour (dead, blackhole, auth, flapping…) applies. The
-// gateway's prober makes it a TCP check of the exit, or a page fetched
-// through it with a probe URL (Load.ProbeURL).
+// gateway's prober makes it a tunnel asked of the exit to a site users'
+// traffic reached (a TCP check of the exit before any did), or a page
+// fetched through it with a probe URL (Load.ProbeURL).
 const NeutralTarget = -1
 
 // Targets of the health checks other products make, whatever the
@@ -75,9 +76,10 @@ type World interface {
 	// (NeutralTarget for a route-global page, as a neutral probe with a
 	// probe URL fetches) at now.
 	Attempt(route, target int, now time.Duration, rng *rand.Rand) Result
-	// Check is a TCP connect to route's exit at now, the neutral probe of
-	// a gateway without a probe URL: refused while the exit refuses
-	// connections, OK otherwise, whatever it would do with a request.
+	// Check is a TCP connect to route's exit at now (HAProxy's check, and
+	// the neutral probe of a gateway that knows no site yet): refused
+	// while the exit refuses connections, OK otherwise, whatever it would
+	// do with a request.
 	Check(route int, now time.Duration) Result
 	// Bad reports whether route, tried against target at now, would fail
 	// by ground truth (a fault is active, or its rate limit is tripped).
