@@ -44,8 +44,9 @@ func (l *clientListener) Accept() (net.Conn, error) {
 		}
 		if n := l.open.Add(1); l.max > 0 && n > l.max {
 			l.open.Add(-1)
-			c.Close()
+			// Counted before the close, which the client may see first.
 			l.metrics.ObserveConnCut(admin.CutOverCap)
+			c.Close()
 			continue
 		}
 		return &clientConn{Conn: c, l: l}, nil
