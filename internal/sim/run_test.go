@@ -184,16 +184,28 @@ func TestSeries(t *testing.T) {
 	}
 }
 
-// recorder records when a policy picked and probed which routes.
+// recorder records a policy's picks and probes, by route.
 type recorder struct {
 	Policy
-	picked, probed map[int]time.Time // route → first time
+	picks  map[int][]time.Duration // when the route was picked
+	probes map[int][]probed
+}
+
+// probed is a probe a recorder saw go to the world.
+type probed struct {
+	at     time.Duration // when it was sent
+	target int
+	res    Result
+}
+
+func newRecorder(p Policy) *recorder {
+	return &recorder{Policy: p, picks: map[int][]time.Duration{}, probes: map[int][]probed{}}
 }
 
 func (r *recorder) Pick(now time.Time, target int, session string, avoid []int) (Attempt, bool) {
 	a, ok := r.Policy.Pick(now, target, session, avoid)
-	if _, seen := r.picked[a.Route]; ok && !seen {
-		r.picked[a.Route] = now
+	if ok {
+		r.picks[a.Route] = append(r.picks[a.Route], now.Sub(Epoch))
 	}
 	return a, ok
 }
@@ -201,9 +213,7 @@ func (r *recorder) Pick(now time.Time, target int, session string, avoid []int) 
 func (r *recorder) Tick(now time.Time, probe Prober) {
 	r.Policy.Tick(now, func(route, target int, done func(time.Time, Result)) {
 		probe(route, target, func(at time.Time, res Result) {
-			if _, seen := r.probed[route]; !seen {
-				r.probed[route] = now // the probe reached the world
-			}
+			r.probes[route] = append(r.probes[route], probed{now.Sub(Epoch), target, res})
 			done(at, res)
 		})
 	})
@@ -244,17 +254,18 @@ joins = "20s"
 			if err != nil {
 				t.Fatal(err)
 			}
-			rec := &recorder{Policy: p, picked: map[int]time.Time{}, probed: map[int]time.Time{}}
+			rec := newRecorder(p)
 			Run(w, rec, sc.load(), nil)
 			used := 0
 			for route := 4; route < 8; route++ {
-				for what, first := range map[string]map[int]time.Time{"picked": rec.picked, "probed": rec.probed} {
-					if at, ok := first[route]; ok && at.Sub(Epoch) < joins {
-						t.Errorf("%s %s at %v, before it joined at %v", what, w.RouteID(route), at.Sub(Epoch), joins)
+				if picks := rec.picks[route]; len(picks) > 0 {
+					used++
+					if picks[0] < joins {
+						t.Errorf("picked %s at %v, before it joined at %v", w.RouteID(route), picks[0], joins)
 					}
 				}
-				if _, ok := rec.picked[route]; ok {
-					used++
+				if probes := rec.probes[route]; len(probes) > 0 && probes[0].at < joins {
+					t.Errorf("probed %s at %v, before it joined at %v", w.RouteID(route), probes[0].at, joins)
 				}
 			}
 			// glider's fastest keeps to the one exit that checked fastest.
@@ -263,37 +274,6 @@ joins = "20s"
 			}
 		})
 	}
-}
-
-// probeLog records when each route was picked, and its neutral probes.
-type probeLog struct {
-	Policy
-	picks  map[int][]time.Duration
-	probes map[int][]loggedProbe
-}
-
-type loggedProbe struct {
-	at  time.Duration // when it was sent
-	res Result
-}
-
-func (l *probeLog) Pick(now time.Time, target int, session string, avoid []int) (Attempt, bool) {
-	a, ok := l.Policy.Pick(now, target, session, avoid)
-	if ok {
-		l.picks[a.Route] = append(l.picks[a.Route], now.Sub(Epoch))
-	}
-	return a, ok
-}
-
-func (l *probeLog) Tick(now time.Time, probe Prober) {
-	l.Policy.Tick(now, func(route, target int, done func(time.Time, Result)) {
-		probe(route, target, func(at time.Time, res Result) {
-			if target == NeutralTarget {
-				l.probes[route] = append(l.probes[route], loggedProbe{now.Sub(Epoch), res})
-			}
-			done(at, res)
-		})
-	})
 }
 
 // The engine's neutral probes without a probe URL are what the gateway's
@@ -330,10 +310,16 @@ kind = "auth"
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := &probeLog{Policy: p, picks: map[int][]time.Duration{}, probes: map[int][]loggedProbe{}}
-	Run(w, log, sc.load(), nil)
+	rec := newRecorder(p)
+	Run(w, rec, sc.load(), nil)
 	for route, want := range map[int]engine.Class{2: engine.ProxyTimeout, 3: engine.ProxyAuth} {
-		id, probes := w.RouteID(route), log.probes[route]
+		id := w.RouteID(route)
+		var probes []probed // neutral ones
+		for _, pr := range rec.probes[route] {
+			if pr.target == NeutralTarget {
+				probes = append(probes, pr)
+			}
+		}
 		if len(probes) < 2 {
 			t.Fatalf("%s: %d neutral probes, want its candidate check and later ones", id, len(probes))
 		}
@@ -345,7 +331,7 @@ kind = "auth"
 				t.Errorf("%s: neutral probe at %v: %v, want %v", id, pr.at, pr.res.Class, want)
 			}
 		}
-		if picks := log.picks[route]; len(picks) > 0 && picks[len(picks)-1] > probes[1].at {
+		if picks := rec.picks[route]; len(picks) > 0 && picks[len(picks)-1] > probes[1].at {
 			t.Errorf("%s picked at %v, after its probe at %v failed", id, picks[len(picks)-1], probes[1].at)
 		}
 	}
