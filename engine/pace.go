@@ -14,10 +14,11 @@ import (
 // trip in turn.
 //
 //   - A site that answers 429 when an exit goes over its rate. The pair is
-//     held to a rate: after a 429 while it was held, rateBackoff of the
-//     rate it was held to, which its own pacing kept it under, so the limit
-//     is under it; after its first 429, rateMargin of the rate it was
-//     sending at, a guess from below (the 429 may have come of a burst).
+//     held to a rate: after its first 429, rateMargin of the rate it was
+//     sending at, a guess from below (the 429 may have come of a burst);
+//     after a 429 while it was held, the same, but between rateBackoff of
+//     the rate it was held to and that rate: the limit is under what it
+//     sent, and a pair is seldom sent all its rate allows.
 //     Once enough exits have tripped (freezeAfter, freezeShare), the
 //     others are held too, at least to the median rate the first 429s
 //     measured (PaceStart when none measured one), and so are exits new
@@ -66,12 +67,13 @@ import (
 const (
 	// paceMinCount requests make a count worth reading.
 	paceMinCount = 3
-	// A pair is held to rateMargin of the rate its first 429 showed, and
-	// every pair to toleranceMargin of a site's tolerance. A pair that
-	// trips again while held backs off to rateBackoff of its rate: every
-	// trip costs the pair a Retry-After, so closing in on the limit from
-	// above by a tenth at a time cost more than the capacity it kept (the
-	// simulator's rate-limited: 91.1% → 95.8% of tasks completed).
+	// A pair is held to rateMargin of the rate a 429 showed it sending
+	// at, and every pair to toleranceMargin of a site's tolerance. A pair
+	// that trips again while held backs off to at least rateBackoff of its
+	// rate: every trip costs the pair a Retry-After, so closing in on the
+	// limit from above by a tenth at a time cost more than the capacity it
+	// kept (the simulator's rate-limited: 91.1% → 95.8% of tasks
+	// completed).
 	rateMargin      = 0.9
 	rateBackoff     = 0.75
 	toleranceMargin = 0.8
@@ -456,13 +458,16 @@ func (e *Engine) watch(t *target) *targetPace {
 
 // learnRate holds route slot toward t after a 429 at ns, which came with
 // the site's Retry-After, to an attempt leased at taken. A pair held to a
-// rate is held to rateBackoff of it, or to half of it when it tripped
-// before it had sent much since its last 429, far over the limit. A pair
-// not held is held to rateMargin of the rate it was sending at, or
-// PaceStart without a count; so is a pair the freeze guessed at, when
-// that is less. Never under PaceFloor. A 429 to an attempt leased before
-// the last one came is the same penalty, not news. The count starts again
-// when the Retry-After has passed.
+// rate is held to rateMargin of the rate it was sending at, no more than
+// the rate it was held to, and no less than rateBackoff of that rate; or
+// to half of it when it tripped before it had sent much since its last
+// 429, far over the limit. A pair not held is held to rateMargin of the
+// rate it was sending at, or PaceStart without a count; so is a pair the
+// freeze guessed at, when that is less. Never under PaceFloor. The rate a
+// 429 came at, or what the pair sent if less, becomes its ceiling, which
+// the rate grows toward only by a slow drift. A 429 to an attempt leased
+// before the last one came is the same penalty, not news. The count starts
+// again when the Retry-After has passed.
 func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter time.Duration) {
 	tp := e.watch(t)
 	if tp == nil {
@@ -476,29 +481,36 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	}
 	n, span := p.count(&e.cfg, ns)
 	n-- // the request that tripped
+	// The 429 came at a burst, not at the average: the busiest sixth of
+	// the window is nearer the rate that tripped.
+	sent := p.sending(&e.cfg, ns, n, span)
 	held := p.rateAt(&e.cfg, ns)
 	measured := held == 0 && n >= paceMinCount
 	switch {
 	case held > 0 && n < paceMinCount:
 		p.rate = held / 2
+	case held > 0 && p.guess:
+		// Held by the freeze's guess, often twice what it carried, not by
+		// a 429: this is its first, and what it sent says more of the
+		// limit than the guess (docs/design/005-cost.md).
+		p.rate = min(rateBackoff*held, rateMargin*sent)
 	case held > 0:
-		p.rate = rateBackoff * held
-		if p.guess {
-			// Held by the freeze's guess, often twice what it carried, not
-			// by a 429: this is its first, and what it sent says more of
-			// the limit than the guess (docs/design/005-cost.md).
-			p.rate = min(p.rate, rateMargin*p.sending(&e.cfg, ns, n, span))
-		}
+		// A pair is seldom sent all its rate allows: the limit is under
+		// what it sent, which may be far under its rate, and backing off
+		// from the rate alone left it over the limit, to trip again, or
+		// far under it for the minutes growth takes (docs/design/005-cost.md).
+		p.rate = max(rateBackoff*held, rateMargin*min(held, sent))
 	case n >= paceMinCount:
-		// The 429 came at a burst, not at the average: the busiest sixth
-		// of the window is nearer the rate that tripped.
-		p.rate = rateMargin * p.sending(&e.cfg, ns, n, span)
+		p.rate = rateMargin * sent
 	default:
 		p.rate = e.cfg.PaceStart
 	}
 	p.rate = min(max(p.rate, e.cfg.PaceFloor), e.cfg.PaceMax)
 	tp.markHeld(p)
 	p.ceiling = held
+	if held > 0 {
+		p.ceiling = max(p.rate/rateMargin, min(held, sent))
+	}
 	taught := 0.0 // the rate a first 429 measured, for the site's median
 	if measured {
 		taught = p.rate

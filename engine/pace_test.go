@@ -52,14 +52,16 @@ func TestPaceLearnedFrom429s(t *testing.T) {
 	t.Parallel()
 	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
 	tests := []struct {
-		desc string
-		sent int     // successes r0 sends, evenly over the first 20 s, before its first 429 at 20 s
-		then float64 // when its second 429 comes, 0 for none
-		want float64 // the rate it is held to after the last 429
+		desc  string
+		sent  int     // successes r0 sends, evenly over the first 20 s, before its first 429 at 20 s
+		then  float64 // when its second 429 comes, 0 for none
+		share float64 // the share of its held rate it sends until then (0: all of it)
+		want  float64 // the rate it is held to after the last 429
 	}{
 		{desc: "first 429 without a count: PaceStart", sent: 0, want: 4},
 		{desc: "first 429: rateMargin of what it was sending", sent: 40, want: rateMargin * 2},
-		{desc: "a 429 while held: rateBackoff of the held rate", sent: 40, then: 40, want: rateBackoff * rateMargin * 2},
+		{desc: "a 429 while held, having sent its rate: rateMargin of what it sent", sent: 40, then: 40, want: rateMargin * rateMargin * 2},
+		{desc: "a 429 while held, having sent far less: rateBackoff of the held rate", sent: 40, then: 40, share: 0.5, want: rateBackoff * rateMargin * 2},
 		{desc: "a 429 right after the last: half the held rate", sent: 40, then: 20.5, want: rateMargin * 2 / 2},
 	}
 	for _, tt := range tests {
@@ -72,8 +74,13 @@ func TestPaceLearnedFrom429s(t *testing.T) {
 			}
 			attemptAt(t, e, at(20), "r0", "s.com", 2, rateLimited)
 			if tt.then > 0 {
-				// Sent at its held rate until then, none of it tripping.
-				for s := 21.0; s < tt.then; s += 1 / heldRate(e, 0, "s.com", at(s)) {
+				// Sent at its share of its held rate until then, none of it
+				// tripping.
+				share := tt.share
+				if share == 0 {
+					share = 1
+				}
+				for s := 21.0; s < tt.then; s += 1 / (share * heldRate(e, 0, "s.com", at(s))) {
 					e.Feedback(at(s), "r0", "s.com", okOutcome)
 					e.takePace(e.target("s.com"), 0, at(s).UnixNano())
 				}
@@ -111,15 +118,23 @@ func TestPaceGrowsUnderPressureOnly(t *testing.T) {
 	if got := heldRate(e, 0, "s.com", pressed); math.Abs(got-1.1) > 0.02 {
 		t.Errorf("held to %v after a minute of pressure, want about PaceGrowth, 1.1", got)
 	}
-	// A 429 while held at 1.1: the limit is under it, and the rate never
-	// grows back past rateMargin of it but by a slow drift.
+	// A 429 while held at 1.1, having sent about 1 a second: the limit is
+	// under what it sent, and the rate never grows back past rateMargin of
+	// that but by a slow drift.
 	e.learnRate(tg, 0, pressed.UnixNano(), pressed.UnixNano(), 0)
 	p := tg.pace.Load().pair(0)
 	p.mu.Lock()
 	p.pressed = 100 // as if pressed for a long while
+	ceiling := p.ceiling
 	p.mu.Unlock()
-	if got, want := heldRate(e, 0, "s.com", pressed), rateMargin*1.1; math.Abs(got-want) > 0.01 {
+	if ceiling < 0.95 || ceiling > 1.05 {
+		t.Fatalf("ceiling %v, want what it sent, about 1, not the 1.1 it was held to", ceiling)
+	}
+	if got, want := heldRate(e, 0, "s.com", pressed), rateMargin*ceiling; math.Abs(got-want) > 0.01 {
 		t.Errorf("held to %v under long pressure, want the ceiling's %v", got, want)
+	}
+	if got, want := heldRate(e, 0, "s.com", pressed.Add(ceilingDrift)), rateMargin*ceiling*1.1; math.Abs(got-want) > 0.01 {
+		t.Errorf("held to %v a drift later, want %v", got, want)
 	}
 }
 
