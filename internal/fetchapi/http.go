@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/gateway"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
@@ -139,7 +139,7 @@ func (s *Server) httpAuth(w http.ResponseWriter, r *http.Request) (caller, bool)
 	errors.As(err, &ae)
 	switch {
 	case ae != nil && ae.Reason == "throttled":
-		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(ae.RetryAfter.Seconds())))))
+		w.Header().Set("Retry-After", strconv.Itoa(engine.RetryAfterSeconds(ae.RetryAfter)))
 		fail(w, http.StatusTooManyRequests, "auth_throttled", ae.Error())
 	case ae != nil && ae.Reason == "busy":
 		w.Header().Set("Retry-After", "1")

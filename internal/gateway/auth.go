@@ -9,7 +9,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"net/netip"
 	"runtime"
@@ -178,7 +177,7 @@ func (a *accounts) authenticate(w http.ResponseWriter, r *http.Request) (name st
 		challenge(w)
 		return "", nil, authDenied
 	case errors.As(err, &th):
-		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(th.retryAfter.Seconds())))))
+		w.Header().Set("Retry-After", strconv.Itoa(engine.RetryAfterSeconds(th.retryAfter)))
 		fail(w, http.StatusTooManyRequests, "auth_throttled", "switchyard: "+th.Error()+"; retry later")
 		return "", nil, authThrottled
 	}

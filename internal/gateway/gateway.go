@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -734,7 +733,7 @@ func acquireError(w http.ResponseWriter, rec *record, err error) {
 	if u, ok := errors.AsType[*unavailableError](err); ok {
 		// Refused work should come back later, not be dropped: in whole
 		// seconds rounded up (RFC 9110 §10.2.3), at least one.
-		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(u.retryAfter.Seconds())))))
+		w.Header().Set("Retry-After", strconv.Itoa(engine.RetryAfterSeconds(u.retryAfter)))
 	}
 	fail(w, http.StatusServiceUnavailable, code, "switchyard: "+code)
 }

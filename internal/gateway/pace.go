@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -145,7 +144,7 @@ func tooSoon(w http.ResponseWriter, rec *record, e *pacing.Error) {
 	if rec != nil {
 		rec.paced = e
 	}
-	secs := max(1, int(math.Ceil(e.RetryAfter.Seconds())))
+	secs := engine.RetryAfterSeconds(e.RetryAfter)
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
 	what := "the target"
 	if e.Target != "" {
