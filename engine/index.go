@@ -261,11 +261,14 @@ func pickShard(totals *[numShards]float64, target float64) (shard int, frac floa
 }
 
 func sanitizeWeight(w float64) float64 {
-	if !(w > 0) || math.IsInf(w, 1) {
+	if !finitePositive(w) {
 		return 0
 	}
 	return w
 }
+
+// finitePositive reports whether v is a positive finite number.
+func finitePositive(v float64) bool { return v > 0 && !math.IsInf(v, 1) }
 
 func (s *indexShard) tree(all bool) *shardTree {
 	if all {

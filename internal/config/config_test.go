@@ -107,6 +107,8 @@ func TestLoadErrors(t *testing.T) {
 		{"state timeout", "[state]\ntimeout = \"0s\"\n", nil, nil, "state.timeout: must be positive"},
 		{"pacing bound", "[pacing]\nmax_targets = 0\n", nil, nil, "pacing.max_targets: must be positive"},
 		{"negative learned wait", "[pacing]\nlearned_max_wait = \"-1s\"\n", nil, nil, "pacing.learned_max_wait: must not be negative"},
+		{"learned file with shared state", "[pacing]\nlearned_file = \"learned.json\"\n[state]\nurl = \"redis://127.0.0.1:6379\"\n", nil, nil,
+			":4: pacing.learned_file: not with shared state"},
 		{"target without hosts", "[[targets]]\nkey = \"x\"\n", nil, nil, "targets[1].hosts: names no host"},
 		{"target pattern", "[[targets]]\nhosts = [\"ex*mple.com\"]\n", nil, nil, ":4: targets[1].hosts: \"ex*mple.com\""},
 		{"target key", "[[targets]]\nhosts = [\"*\"]\nkey = \"a/b\"\n", nil, nil, ":5: targets[1].key: \"a/b\": only letters"},
@@ -291,6 +293,22 @@ func TestRoutesFileIsRelativeToTheConfigFile(t *testing.T) {
 	}
 	if want := filepath.Join(filepath.Dir(path), "proxies.txt"); c.Routes.File != want || len(c.RouteList) != 1 {
 		t.Errorf("routes file %q (%d routes), want %q", c.Routes.File, len(c.RouteList), want)
+	}
+}
+
+// TestLearnedFileRelative: [pacing] learned_file is relative to the config
+// file, as the other files it names.
+func TestLearnedFileRelative(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "switchyard.toml")
+	os.WriteFile(path, []byte("[routes]\ninline = [\"direct\"]\n[pacing]\nlearned_file = \"state/learned.json\"\n"), 0o644)
+	c, err := Load(Source{Path: path, Env: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "state", "learned.json"); c.Pacing.LearnedFile != want {
+		t.Errorf("learned_file %q, want %q", c.Pacing.LearnedFile, want)
 	}
 }
 

@@ -179,7 +179,7 @@ func (l *loader) decode(path string, data []byte) error {
 	}
 	l.warnLiteralSecrets()
 	// Files named in the config file are relative to it.
-	for _, f := range []*string{&l.c.Routes.File, &l.c.MITM.CACert, &l.c.MITM.CAKey, &l.c.MITM.UpstreamCA} {
+	for _, f := range []*string{&l.c.Routes.File, &l.c.MITM.CACert, &l.c.MITM.CAKey, &l.c.MITM.UpstreamCA, &l.c.Pacing.LearnedFile} {
 		if *f != "" && !filepath.IsAbs(*f) {
 			*f = filepath.Join(filepath.Dir(path), *f)
 		}

@@ -239,6 +239,9 @@ func (l *loader) checkPacing() error {
 	if l.c.Pacing.LearnedMaxWait < 0 {
 		return l.errAt("pacing.learned_max_wait", "must not be negative")
 	}
+	if l.c.Pacing.LearnedFile != "" && l.c.State.Shared() {
+		return l.errAt("pacing.learned_file", "not with shared state: the store keeps what the sites taught for every gateway")
+	}
 	return nil
 }
 

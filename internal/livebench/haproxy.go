@@ -65,7 +65,7 @@ backend exits
     balance ` + balance + `
 `)
 	for i, u := range exits {
-		fmt.Fprintf(&b, "    server exit%02d %s check\n", i, u.Host)
+		fmt.Fprintf(&b, "    server %s %s check\n", exitName(i), u.Host)
 	}
 	return b.String()
 }

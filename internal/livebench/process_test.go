@@ -111,7 +111,7 @@ func TestGatewayConfigs(t *testing.T) {
 	if want := "-listen http://127.0.0.1:9000 -strategy lha -check http://shop.test/ -forward http://127.0.0.1:1001 -forward http://127.0.0.1:1002"; args != want {
 		t.Errorf("glider args %q, want %q", args, want)
 	}
-	if list := proxyList(exits); !strings.HasSuffix(list, "http://127.0.0.1:1001\nhttp://127.0.0.1:1002\n") {
+	if list := proxyList(exits); !strings.HasSuffix(list, "http://127.0.0.1:1001 id=exit00\nhttp://127.0.0.1:1002 id=exit01\n") {
 		t.Errorf("proxy list %q", list)
 	}
 }

@@ -206,15 +206,21 @@ func events(ctx context.Context, adminURL string) string {
 	return fmt.Sprintf("%d kept: %s", len(evs), formatCounts(counts))
 }
 
-// proxyList is the proxy list file of exits, one line each.
+// proxyList is the proxy list file of exits, one line each, each route
+// named by its exit's place in the fleet, as HAProxy's servers are: the
+// same from run to run, as what a gateway keeps across them
+// (pacing.learned_file) is by route id.
 func proxyList(exits []*url.URL) string {
 	var b strings.Builder
 	b.WriteString("# livebench fleet\n")
-	for _, u := range exits {
-		b.WriteString(u.String() + "\n")
+	for i, u := range exits {
+		fmt.Fprintf(&b, "%s id=%s\n", u, exitName(i))
 	}
 	return b.String()
 }
+
+// exitName names the fleet's i-th exit.
+func exitName(i int) string { return fmt.Sprintf("exit%02d", i) }
 
 // adminClient talks to admin endpoints directly, whatever the
 // environment's proxy settings.
@@ -256,8 +262,8 @@ func switchyardNotes(ctx context.Context, adminURL string, f *fleet) []string {
 	}
 	samples := parseMetrics(text)
 	kinds := make(map[string]string) // route id → kind of exit
-	for i, u := range f.urls() {
-		kinds[u.String()] = f.world.shapes[i].kind(f.world.sites)
+	for i := range f.exits {
+		kinds[exitName(i)] = f.world.shapes[i].kind(f.world.sites)
 	}
 	byClass := make(map[string]float64)
 	byKind := make(map[string]map[string]float64)

@@ -109,6 +109,7 @@ func New(cfg *config.Config, ln Listeners, log *slog.Logger) (*Server, error) {
 		}
 		routes[i] = r
 	}
+	s.restoreLearned(now)
 	metrics := admin.NewMetrics(e, log)
 	metrics.SetPerRoute(cfg.Metrics.PerRoute)
 	metrics.WatchRestart(s.restartRequired)
@@ -520,7 +521,8 @@ func (s *Server) Run(ctx context.Context, grace time.Duration) error {
 }
 
 // background does the engine's timed work until ctx ends: a sweep a second,
-// the prober answering probe jobs, and the shared store's notifications.
+// the prober answering probe jobs, the shared store's notifications, and
+// the saves of [pacing] learned_file, the last as it ends.
 func (s *Server) background(ctx context.Context) {
 	if s.shared != nil {
 		defer s.shared.Close()
@@ -538,13 +540,18 @@ func (s *Server) background(ctx context.Context) {
 	go func() { s.prober.Run(ctx, time.Second); close(done) }()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	save := time.NewTicker(learnedSaveEvery)
+	defer save.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			<-done
+			s.saveLearned(time.Now())
 			return
 		case now := <-tick.C:
 			s.engine.Sweep(now)
+		case now := <-save.C:
+			s.saveLearned(now)
 		}
 	}
 }
