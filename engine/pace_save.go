@@ -7,11 +7,12 @@ import (
 	"time"
 )
 
-// SavedPace is what the sites' 429s taught an engine's pacing, by route id
-// and target name, for an engine to start from (RestorePace): a gateway
-// restarted from it does not learn each limited site's limits again, at a
-// Retry-After for every exit's first trip and minutes of growth back from
-// the back-off (docs/design/005-cost.md).
+// SavedPace is what the sites' 429s and bans taught an engine's pacing, by
+// route id and target name, for an engine to start from (RestorePace): a
+// gateway restarted from it does not learn each limited site's limits
+// again, at a Retry-After for every exit's first trip and minutes of
+// growth back from the back-off, nor each banning site's tolerance, at a
+// wave of bans (docs/design/005-cost.md).
 type SavedPace struct {
 	Pairs   []SavedPair   `json:"pairs,omitempty"`
 	Targets []SavedTarget `json:"targets,omitempty"`
@@ -36,19 +37,35 @@ type SavedPair struct {
 	Guess bool `json:"guess,omitempty"`
 }
 
-// SavedTarget is what a target keeps beyond its pairs: Frozen is the rate
-// an exit new to it starts held to, once enough of its exits tripped
-// (0: it has not frozen).
+// SavedTarget is what a target keeps beside its pairs.
 type SavedTarget struct {
-	Target string  `json:"target"`
-	Frozen float64 `json:"frozen"`
+	Target string `json:"target"`
+	// Frozen is the rate an exit new to the target starts held to, once
+	// enough of its exits tripped (0: it has not frozen).
+	Frozen float64 `json:"frozen,omitempty"`
+	// Tolerance is the requests one exit may send a PaceWindow, as learned
+	// At from a wave of bans that came after Ceiling (0: none learned),
+	// before growth. A young wave's (its bans came before their exits'
+	// counts spanned a PaceWindow) is read Wide times wider, by the scouts
+	// from WideAt and by every exit from WideAll; WideSpan is the wave's
+	// span, which a ban of what went out wide waits again.
+	Tolerance float64       `json:"tolerance,omitempty"`
+	Ceiling   int64         `json:"ceiling,omitempty"`
+	At        time.Time     `json:"at,omitzero"`
+	Wide      float64       `json:"wide,omitempty"`
+	WideAt    time.Time     `json:"wide_at,omitzero"`
+	WideAll   time.Time     `json:"wide_all,omitzero"`
+	WideSpan  time.Duration `json:"wide_span,omitempty"`
+	// HoldOff is when a tolerance may be learned again after one was
+	// lifted, its bans not being about the count.
+	HoldOff time.Time `json:"hold_off,omitzero"`
 }
 
-// SavePace returns the pacing the sites' 429s taught, as RestorePace takes
-// it: every pair held to a rate that would still be held at now, and every
-// frozen target, sorted by target and route. Tolerances learned from bans
-// are not in it: they are learned again from the sites' next wave. It
-// allocates: for a periodic save, not the hot path.
+// SavePace returns the pacing the sites' 429s and bans taught, as
+// RestorePace takes it: every pair held to a rate that would still be held
+// at now, and every target frozen, holding a tolerance or holding off
+// learning one, sorted by target and route. It allocates: for a periodic
+// save, not the hot path.
 func (e *Engine) SavePace(now time.Time) SavedPace {
 	ns := now.UnixNano()
 	var s SavedPace
@@ -58,8 +75,8 @@ func (e *Engine) SavePace(now time.Time) SavedPace {
 		if tp == nil {
 			continue
 		}
-		if frozen := math.Float64frombits(tp.frozen.Load()); frozen > 0 {
-			s.Targets = append(s.Targets, SavedTarget{Target: t.name, Frozen: frozen})
+		if st, ok := tp.saved(&e.cfg, t.name, ns); ok {
+			s.Targets = append(s.Targets, st)
 		}
 		tp.pairs.each(func(p *pairPace) {
 			p.mu.Lock()
@@ -82,12 +99,12 @@ func (e *Engine) SavePace(now time.Time) SavedPace {
 }
 
 // RestorePace holds the pairs of s to their saved rates, as if the engine
-// had learned them itself, then holds exits new to a frozen target of s to
-// its frozen rate. It skips a pair whose route the engine does not have,
-// one that has a rate of its own already, one whose limit would have been
-// forgotten by now (Active PairTTL or more ago), and one with a rate that
-// is not a positive finite number or times before 1970; it returns how many
-// pairs it held. With learned pacing off (PaceStart < 0) it does nothing.
+// had learned them itself, then the targets of s to what they kept: exits
+// new to a frozen one at its frozen rate, every exit under a tolerance. It
+// skips a pair whose route the engine does not have, one that has a rate
+// of its own already, one whose limit would have been forgotten by now
+// (Active PairTTL or more ago), and one with a rate that is not a positive
+// finite number or times before 1970; it returns how many pairs it held. With learned pacing off (PaceStart < 0) it does nothing.
 // A store that shares pacing hands the restored limits to the other
 // processes, which merge them as their own (PairLimit.Supersedes).
 func (e *Engine) RestorePace(now time.Time, s SavedPace) (restored int) {
@@ -120,19 +137,69 @@ func (e *Engine) RestorePace(now time.Time, s SavedPace) (restored int) {
 		p.mu.Unlock()
 	}
 	for _, st := range s.Targets {
-		if !finitePositive(st.Frozen) {
-			continue
-		}
-		tp := e.watch(e.target(st.Target))
-		tp.mu.Lock() // newPair reads frozen under it
-		tp.frozen.CompareAndSwap(0, math.Float64bits(min(max(st.Frozen, e.cfg.PaceFloor), e.cfg.PaceMax)))
-		tp.mu.Unlock()
+		e.watch(e.target(st.Target)).restore(&e.cfg, st, ns)
 	}
 	return restored
 }
 
+// saved is the target's state as SavedTarget keeps it; false when it has
+// nothing to keep: it never froze, and it holds no tolerance that a
+// running engine would still hold, nor a hold-off still running.
+func (tp *targetPace) saved(c *Config, name string, ns int64) (SavedTarget, bool) {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	st := SavedTarget{Target: name, Frozen: math.Float64frombits(tp.frozen.Load())}
+	if tol := math.Float64frombits(tp.tolerance.Load()); tol > 0 && tp.toleranceAt(c, ns) < c.PaceMax*c.PaceWindow.Seconds() {
+		st.Tolerance, st.Ceiling, st.At = tol, tp.tolCeiling.Load(), time.Unix(0, tp.tolAt.Load())
+		if wide := math.Float64frombits(tp.wide.Load()); wide > 0 {
+			st.Wide, st.WideAt, st.WideAll, st.WideSpan = wide, time.Unix(0, tp.wideAt.Load()), time.Unix(0, tp.wideAll.Load()), tp.wideSpan
+		}
+	}
+	if tp.holdOff > ns {
+		st.HoldOff = time.Unix(0, tp.holdOff)
+	}
+	return st, st.Frozen > 0 || st.Tolerance > 0 || !st.HoldOff.IsZero()
+}
+
+// restore takes st, what another engine kept of the target, where this
+// one has learned nothing of its own: the frozen start rate, and the
+// tolerance unless it has grown past PaceMax since (evict would have
+// forgotten it). A hold-off still running holds off here too.
+func (tp *targetPace) restore(c *Config, st SavedTarget, ns int64) {
+	tp.mu.Lock() // newPair reads frozen under it
+	defer tp.mu.Unlock()
+	if finitePositive(st.Frozen) {
+		tp.frozen.CompareAndSwap(0, math.Float64bits(min(max(st.Frozen, c.PaceFloor), c.PaceMax)))
+	}
+	if known(st.HoldOff) {
+		tp.holdOff = max(tp.holdOff, st.HoldOff.UnixNano())
+	}
+	at := st.At.UnixNano()
+	if tp.tolerance.Load() != 0 || !finitePositive(st.Tolerance) || st.Ceiling < 0 || !known(st.At) ||
+		tolerance(c, st.Tolerance, at, st.Ceiling, ns) >= c.PaceMax*c.PaceWindow.Seconds() {
+		return
+	}
+	at = min(at, ns)
+	if finitePositive(st.Wide) && known(st.WideAt) && known(st.WideAll) && st.WideSpan >= 0 {
+		// The scouts' head start, where it has not run out, runs on here.
+		tp.wide.Store(math.Float64bits(st.Wide))
+		tp.wideAt.Store(st.WideAt.UnixNano())
+		tp.wideAll.Store(st.WideAll.UnixNano())
+		tp.wideSpan = st.WideSpan
+	}
+	tp.tolAt.Store(at)
+	tp.tolCeiling.Store(st.Ceiling)
+	tp.tolerance.Store(math.Float64bits(st.Tolerance))
+	tp.sent, tp.bans = 0, 0
+	if tp.shared {
+		tp.sh.base, tp.sh.at, tp.sh.dirty = 0, at, true
+	}
+}
+
 // valid reports whether sp's numbers and times can be restored.
 func (sp *SavedPair) valid() bool {
-	return finitePositive(sp.Rate) && (sp.Ceiling == 0 || finitePositive(sp.Ceiling)) &&
-		sp.Cut.Unix() > 0 && sp.Active.Unix() > 0 && sp.Cut.Year() < 2262 && sp.Active.Year() < 2262
+	return finitePositive(sp.Rate) && (sp.Ceiling == 0 || finitePositive(sp.Ceiling)) && known(sp.Cut) && known(sp.Active)
 }
+
+// known reports whether t is a time an engine keeps, Unix ns after 1970.
+func known(t time.Time) bool { return t.Unix() > 0 && t.Year() < 2262 }

@@ -145,3 +145,52 @@ func TestSavePaceLeavesForgottenLimits(t *testing.T) {
 		t.Errorf("%d pairs saved 10 idle minutes on, want none", n)
 	}
 }
+
+// TestRestorePaceTolerance: a site's tolerance, learned from a young wave
+// of bans, reads the same in an engine restored from the saved pacing, the
+// scouts' head start included, and a hold-off after a lift holds off there
+// too.
+func TestRestorePaceTolerance(t *testing.T) {
+	t.Parallel()
+	a := newTestEngine(t, Config{}, 8)
+	tp := a.watch(a.target("s.com"))
+	span := youngWave(a, tp)
+	saved := a.SavePace(start.Add(span / 2))
+	if len(saved.Targets) != 1 || saved.Targets[0].Tolerance == 0 || saved.Targets[0].Wide == 0 {
+		t.Fatalf("saved %+v, want s.com's young tolerance", saved.Targets)
+	}
+	b := newTestEngine(t, Config{}, 8)
+	b.RestorePace(start.Add(span/2), saved)
+	tb := b.target("s.com").pace.Load()
+	for _, when := range []time.Duration{span / 2, span, 2 * span, time.Minute} {
+		for _, slot := range []int32{0, 1} { // a scout and another
+			at := start.Add(when).UnixNano()
+			want := tp.toleranceFor(&a.cfg, slot, at)
+			if got := tb.toleranceFor(&b.cfg, slot, at); math.Abs(got-want) > 1e-9*want {
+				t.Errorf("r%d at %v: tolerance %.3f after the restore, want %.3f as before it", slot, when, got, want)
+			}
+		}
+	}
+
+	tp.mu.Lock()
+	tp.holdOff = start.Add(time.Hour).UnixNano()
+	tp.mu.Unlock()
+	c := newTestEngine(t, Config{}, 8)
+	c.RestorePace(start, a.SavePace(start))
+	if got := c.target("s.com").pace.Load().holdOff; got != tp.holdOff {
+		t.Errorf("hold-off %v after the restore, want %v", got, tp.holdOff)
+	}
+
+	for _, st := range []SavedTarget{
+		{Target: "s.com", Tolerance: 20, Ceiling: 30, At: start.Add(-24 * time.Hour)}, // grown past PaceMax since
+		{Target: "s.com", Tolerance: math.NaN(), Ceiling: 30, At: start},
+		{Target: "s.com", Tolerance: 20, Ceiling: -1, At: start},
+		{Target: "s.com", Tolerance: 20, Ceiling: 30},
+	} {
+		d := newTestEngine(t, Config{}, 2)
+		d.RestorePace(start, SavedPace{Targets: []SavedTarget{st}})
+		if tol := d.target("s.com").pace.Load().toleranceAt(&d.cfg, start.UnixNano()); tol != 0 {
+			t.Errorf("%+v restored as a tolerance of %v, want none", st, tol)
+		}
+	}
+}

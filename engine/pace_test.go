@@ -684,6 +684,20 @@ func TestScoutsAreAQuarter(t *testing.T) {
 	}
 }
 
+// youngWave has tp, e's, learn a tolerance at start from a young wave:
+// toleranceBans exits banned having sent 40 requests in the span it
+// returns, 10 s, while one that sent 30 was served.
+func youngWave(e *Engine, tp *targetPace) (span time.Duration) {
+	span = 10 * time.Second
+	ns := start.UnixNano()
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	for i := range toleranceBans {
+		tp.addBan(&e.cfg, waveBan{at: ns, slot: int32(100 + i), sent: 40, most: 30, span: span}, ns)
+	}
+	return span
+}
+
 // A young wave's rate is tried by the scouts a span after the wave, by
 // every exit a span later; a ban of what a scout sent wide halves it for
 // all, and near the count the count holds again.
@@ -696,13 +710,7 @@ func TestYoungWaveScoutsFirst(t *testing.T) {
 	if !scout(scoutSlot) || scout(other) {
 		t.Fatal("r0 must be a scout, r1 not")
 	}
-	span := 10 * time.Second
-	ns := start.UnixNano()
-	tp.mu.Lock()
-	for i := range toleranceBans { // 40 requests in 10 s banned, 30 served
-		tp.addBan(&e.cfg, waveBan{at: ns, slot: int32(100 + i), sent: 40, most: 30, span: span}, ns)
-	}
-	tp.mu.Unlock()
+	span := youngWave(e, tp)
 	count := toleranceMargin * 30
 	wide := min(float64(e.cfg.PaceWindow)/float64(span), maxWide) * count
 	at := func(d time.Duration) int64 { return start.Add(d).UnixNano() }

@@ -240,8 +240,8 @@ type Pacing struct {
 	// that the client's worker moves on to other work (measured in
 	// docs/design/005-cost.md).
 	LearnedMaxWait time.Duration `toml:"learned_max_wait"`
-	// LearnedFile keeps what the sites' 429s taught (each exit's rate at
-	// each site) across restarts: read at start, written every half
+	// LearnedFile keeps what the sites' 429s and bans taught (each exit's
+	// rate at each site, a site's tolerance) across restarts: read at start, written every half
 	// minute and at shutdown. Default "": a restart learns it again.
 	// Relative to the config file; not with shared state, which keeps it
 	// for every gateway.

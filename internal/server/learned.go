@@ -32,7 +32,7 @@ func (s *Server) restoreLearned(now time.Time) {
 		return
 	}
 	n := s.engine.RestorePace(now, saved)
-	s.log.Info("learned pacing restored", "file", path, "pairs", n, "saved_pairs", len(saved.Pairs), "frozen_targets", len(saved.Targets))
+	s.log.Info("learned pacing restored", "file", path, "pairs", n, "saved_pairs", len(saved.Pairs), "targets", len(saved.Targets))
 }
 
 // saveLearned writes the pacing the sites taught to [pacing] learned_file.
