@@ -107,6 +107,8 @@ func TestLoadErrors(t *testing.T) {
 		{"state timeout", "[state]\ntimeout = \"0s\"\n", nil, nil, "state.timeout: must be positive"},
 		{"pacing bound", "[pacing]\nmax_targets = 0\n", nil, nil, "pacing.max_targets: must be positive"},
 		{"negative learned wait", "[pacing]\nlearned_max_wait = \"-1s\"\n", nil, nil, "pacing.learned_max_wait: must not be negative"},
+		{"learned file in no directory", "[pacing]\nlearned_file = \"/nonexistent/learned.json\"\n", nil, nil,
+			":4: pacing.learned_file: /nonexistent/learned.json: its directory /nonexistent is not there"},
 		{"learned file with shared state", "[pacing]\nlearned_file = \"learned.json\"\n[state]\nurl = \"redis://127.0.0.1:6379\"\n", nil, nil,
 			":4: pacing.learned_file: not with shared state"},
 		{"target without hosts", "[[targets]]\nkey = \"x\"\n", nil, nil, "targets[1].hosts: names no host"},
@@ -301,6 +303,7 @@ func TestRoutesFileIsRelativeToTheConfigFile(t *testing.T) {
 func TestLearnedFileRelative(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "state"), 0o700)
 	path := filepath.Join(dir, "switchyard.toml")
 	os.WriteFile(path, []byte("[routes]\ninline = [\"direct\"]\n[pacing]\nlearned_file = \"state/learned.json\"\n"), 0o644)
 	c, err := Load(Source{Path: path, Env: []string{}})

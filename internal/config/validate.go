@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -239,8 +240,14 @@ func (l *loader) checkPacing() error {
 	if l.c.Pacing.LearnedMaxWait < 0 {
 		return l.errAt("pacing.learned_max_wait", "must not be negative")
 	}
-	if l.c.Pacing.LearnedFile != "" && l.c.State.Shared() {
-		return l.errAt("pacing.learned_file", "not with shared state: the store keeps what the sites taught for every gateway")
+	if f := l.c.Pacing.LearnedFile; f != "" {
+		if l.c.State.Shared() {
+			return l.errAt("pacing.learned_file", "not with shared state: the store keeps what the sites taught for every gateway")
+		}
+		// Saved beside itself and renamed over it: its directory must be there.
+		if fi, err := os.Stat(filepath.Dir(f)); err != nil || !fi.IsDir() {
+			return l.errAt("pacing.learned_file", fmt.Sprintf("%s: its directory %s is not there", f, filepath.Dir(f)))
+		}
 	}
 	return nil
 }
