@@ -36,6 +36,12 @@ var enginePolicies = map[string]struct {
 	"always_costly":       {engine.Config{}, false, CostliestTier},
 }
 
+// restartedName is the engine with its defaults, restarted: it starts from
+// what a first run of the same scenario and seed taught it of the sites'
+// limits (EngineSettings.Learned), as a gateway restarted on
+// pacing.learned_file. Asked for by name; not a default.
+const restartedName = "switchyard_restarted"
+
 // tierPolicies join DefaultPolicies, before the oracle, on a scenario
 // whose routes are of several cost tiers.
 var tierPolicies = []string{"always_cheap", "always_costly"}
@@ -188,6 +194,22 @@ func (sc *Scenario) jobs(opts Options) ([]job, error) {
 				es.Engine.Picker = &engine.RoundRobin{} // a fresh counter per run
 			}
 			jobs = append(jobs, engineJob(name, es, seed))
+		case name == restartedName:
+			es := EngineSettings{Budget: engine.DefaultBudget(), AttemptTimeout: timeout}
+			es.Engine.Seed = seed
+			load := sc.load()
+			jobs = append(jobs, job{name, func(w World) (Policy, error) {
+				first := sc.World()
+				p, err := NewEnginePolicy(first, es, Epoch)
+				if err != nil {
+					return nil, err
+				}
+				Run(first, p, load, nil)
+				learned := p.(*enginePolicy).learned()
+				restarted := es
+				restarted.Learned = &learned
+				return NewEnginePolicy(w, restarted, Epoch)
+			}})
 		case name == "least_loaded":
 			jobs = append(jobs, job{name, func(w World) (Policy, error) { return NewLeastLoaded(w, timeout), nil }})
 		case name == "fastest":
@@ -220,7 +242,7 @@ func engineJob(name string, s EngineSettings, seed uint64) job {
 
 // PolicyNames lists every policy Bench knows.
 func PolicyNames() []string {
-	names := []string{"weighted", "least_loaded", "fastest", "proxyops", "oracle"}
+	names := []string{"weighted", "least_loaded", "fastest", "proxyops", "oracle", restartedName}
 	for n := range enginePolicies {
 		names = append(names, n)
 	}

@@ -207,3 +207,26 @@ func TestTiersScenario(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartedKeepsWhatItLearned: on the live d_rate_limited pool's
+// scenario over the 15 s the live bench runs, an engine restarted on what
+// a first run taught it of the sites' limits (as a gateway on
+// pacing.learned_file) does not trip every exit again to learn them: more
+// tasks a second, fewer wasted attempts.
+func TestRestartedKeepsWhatItLearned(t *testing.T) {
+	t.Parallel()
+	sc, err := Builtin("limits-saturated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Duration = 15 * time.Second
+	out, err := Bench(sc, Options{Policies: []string{"switchyard", restartedName}, Parallel: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cold, restarted := out[0], out[1]
+	if restarted.Throughput < 1.1*cold.Throughput || restarted.WastedAttempts >= cold.WastedAttempts {
+		t.Errorf("restarted: %.1f tasks/s, %d wasted attempts; cold: %.1f, %d: want ≥ 1.1× the tasks, fewer wasted",
+			restarted.Throughput, restarted.WastedAttempts, cold.Throughput, cold.WastedAttempts)
+	}
+}

@@ -31,6 +31,10 @@ type EngineSettings struct {
 	// rate its target taught (engine.PacedError) before the client is
 	// refused (pacedHolder).
 	LearnedMaxWait time.Duration
+	// Learned, when not nil, is what an earlier run's engine learned of
+	// the sites' limits, for this one to start from, as a gateway
+	// restarted on pacing.learned_file does (engine.RestorePace).
+	Learned *engine.SavedPace
 }
 
 // TierChoice says which of a world's cost tiers an engine policy uses.
@@ -69,6 +73,7 @@ type enginePolicy struct {
 	events *engine.Subscription
 	buf    []engine.Event
 
+	ticked          time.Time     // the last Tick's time: where the run is
 	retryIn         time.Duration // after a Pick that offered nothing: when a route will be ready, if the engine knows
 	falseEjections  int
 	restarts        map[string]int // client session → restarts so far
@@ -114,6 +119,9 @@ func NewEnginePolicy(w World, s EngineSettings, start time.Time) (Policy, error)
 		if err := p.add(start, i); err != nil {
 			return nil, err
 		}
+	}
+	if s.Learned != nil {
+		e.RestorePace(start, *s.Learned)
 	}
 	p.joining = slices.DeleteFunc(joining(w), func(r int) bool { return !p.uses(r) })
 	for j := range w.Targets() {
@@ -246,6 +254,7 @@ func (p *enginePolicy) Hedge(now time.Time) bool { return p.budget.Hedge(now) }
 // Tick implements Policy: the engine's Sweep, and its probe jobs answered
 // by the world when their results arrive.
 func (p *enginePolicy) Tick(now time.Time, probe Prober) {
+	p.ticked = now
 	for len(p.joining) > 0 && !now.Before(p.start.Add(joinsAt(p.w, p.joining[0]))) {
 		if err := p.add(now, p.joining[0]); err != nil {
 			panic(err) // the ids are unique and the engine open: a bug
@@ -265,6 +274,10 @@ func (p *enginePolicy) Tick(now time.Time, probe Prober) {
 	}
 	p.countEjections()
 }
+
+// learned is what the engine learned of the sites' limits by the last
+// Tick, as a gateway saves it to pacing.learned_file.
+func (p *enginePolicy) learned() engine.SavedPace { return p.e.SavePace(p.ticked) }
 
 // countEjections counts routes ejected while they were good on every
 // target: the detector's false positives.
