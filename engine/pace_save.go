@@ -104,9 +104,10 @@ func (e *Engine) SavePace(now time.Time) SavedPace {
 // skips a pair whose route the engine does not have, one that has a rate
 // of its own already, one whose limit would have been forgotten by now
 // (Active PairTTL or more ago), and one with a rate that is not a positive
-// finite number or times before 1970; it returns how many pairs it held. With learned pacing off (PaceStart < 0) it does nothing.
-// A store that shares pacing hands the restored limits to the other
-// processes, which merge them as their own (PairLimit.Supersedes).
+// finite number or times before 1970; it returns how many pairs it held.
+// With learned pacing off (PaceStart < 0) it does nothing. A store that
+// shares pacing hands the restored limits to the other processes, which
+// merge them as their own (PairLimit.Supersedes).
 func (e *Engine) RestorePace(now time.Time, s SavedPace) (restored int) {
 	if e.cfg.PaceStart < 0 {
 		return 0
