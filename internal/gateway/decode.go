@@ -8,6 +8,7 @@ import (
 	"compress/zlib"
 	"io"
 	"strings"
+	"sync"
 
 	"github.com/andybalholm/brotli"
 	"github.com/klauspost/compress/zstd"
@@ -20,11 +21,11 @@ import (
 // fetch API's validators. Crawlers, browsers and HTTP libraries all ask for
 // compressed answers, and a captcha page sent gzipped would otherwise pass
 // as a page. raw is the body's start as sent; a start cut short decodes as
-// far as it goes. A coding it does not know, or a body that does not
-// decode, is judged as sent.
+// far as it goes. A coding it does not know, a body that does not decode
+// or more than maxCodings codings: judged as sent.
 func decodedPrefix(encoding string, raw []byte, limit int) []byte {
 	asSent := raw[:min(len(raw), limit)]
-	if encoding == "" {
+	if encoding == "" || strings.Count(encoding, ",") >= maxCodings {
 		return asSent
 	}
 	codings := strings.Split(encoding, ",")
@@ -35,7 +36,7 @@ func decodedPrefix(encoding string, raw []byte, limit int) []byte {
 			return asSent
 		}
 		if c, ok := next.(io.Closer); ok {
-			defer c.Close() // zstd's releases its decoder
+			defer c.Close() // zstd's returns its decoder to the pool
 		}
 		r = next
 	}
@@ -45,6 +46,13 @@ func decodedPrefix(encoding string, raw []byte, limit int) []byte {
 	}
 	return out
 }
+
+// maxCodings bounds the codings decodedPrefix undoes. Sites send one, now
+// and then two; each decoder holds its own window (tens of kilobytes for
+// deflate and br), and a Content-Encoding that lists thousands, which an
+// answer's head of up to a megabyte can (internal/route), would take
+// gigabytes.
+const maxCodings = 4
 
 // decoder reads r decoded from coding; ok is false for a coding it does not
 // know or a stream whose header is not that coding's.
@@ -67,12 +75,33 @@ func decoder(coding string, r io.Reader) (io.Reader, bool) {
 	case "br":
 		return brotli.NewReader(r), true
 	case "zstd":
-		// A window cap bounds the memory a hostile stream can ask for.
-		zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(8<<20))
-		if err != nil {
+		zr, _ := zstdDecoders.Get().(*zstd.Decoder)
+		if zr == nil {
+			var err error
+			// A window cap bounds the memory a hostile stream can ask
+			// for: RFC 9659's, what an HTTP encoder may use.
+			if zr, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(8<<20)); err != nil {
+				return nil, false
+			}
+		}
+		if zr.Reset(r) != nil {
 			return nil, false
 		}
-		return zr.IOReadCloser(), true
+		return pooledZstd{zr}, true
 	}
 	return nil, false
+}
+
+// zstdDecoders keeps zstd decoders for the next answer: a decoder holds a
+// ring of the frame's whole window (8 MiB for a page streamed at zstd's
+// higher levels), allocated anew by each new decoder to read a kilobyte.
+var zstdDecoders sync.Pool
+
+// pooledZstd is a decoder from zstdDecoders, returned there on Close.
+type pooledZstd struct{ *zstd.Decoder }
+
+func (z pooledZstd) Close() error {
+	z.Reset(nil) // lets go of the body
+	zstdDecoders.Put(z.Decoder)
+	return nil
 }

@@ -68,6 +68,8 @@ func TestDecodedPrefix(t *testing.T) {
 		{desc: "a start cut short decodes as far as it goes", encoding: "gzip", raw: gz[:len(gz)/2], limit: len(page), want: nil},
 		{desc: "an unknown coding is judged as sent", encoding: "compress", raw: gz, limit: 10, want: gz[:10]},
 		{desc: "a body that is not what it says is judged as sent", encoding: "gzip", raw: page, limit: 10, want: page[:10]},
+		{desc: "as many codings as a site would send", encoding: "identity, identity, gzip, br", raw: encode(t, "br", gz), limit: 100, want: page[:100]},
+		{desc: "more codings than a site would send are judged as sent", encoding: "identity, identity, identity, gzip, br", raw: gz, limit: 10, want: gz[:10]},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -85,6 +87,85 @@ func TestDecodedPrefix(t *testing.T) {
 	}
 }
 
+// streamedZstd is b compressed as a server streaming a page of unknown
+// length at zstd's higher levels sends it: the frame names an 8 MiB window.
+func streamedZstd(t testing.TB, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw, err := zstd.NewWriter(&buf, zstd.WithWindowSize(8<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := len(b) / 2
+	if _, err := zw.Write(b[:half]); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Flush(); err != nil { // what was written so far goes out: no single segment
+		t.Fatal(err)
+	}
+	if _, err := zw.Write(b[half:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if buf.Bytes()[4]&0x20 != 0 {
+		t.Fatal("the frame is a single segment, with no window")
+	}
+	return buf.Bytes()
+}
+
+// Decoders are reused (zstdDecoders): each answer reads its own page,
+// whatever the one before left.
+func TestDecodedPrefixZstdReused(t *testing.T) {
+	t.Parallel()
+	a := []byte("<html><title>Just a moment...</title>" + strings.Repeat("a", 5000) + "</html>")
+	b := []byte("<html><title>Shop</title>" + strings.Repeat("b", 5000) + "</html>")
+	za, zb := streamedZstd(t, a), streamedZstd(t, b)
+	for i, tc := range []struct {
+		raw, want []byte
+	}{
+		{za, a[:100]},
+		{za[:len(za)/2], nil}, // cut short
+		{[]byte("not zstd at all"), []byte("not zstd at all")},
+		{zb, b[:100]},
+		{encode(t, "zstd", a), a[:100]},
+		{zb, b[:100]},
+	} {
+		got := decodedPrefix("zstd", tc.raw, 100)
+		if tc.want != nil && !bytes.Equal(got, tc.want) {
+			t.Errorf("answer %d: got %.40q…, want %.40q…", i, got, tc.want)
+		}
+	}
+}
+
+// BenchmarkDecodedPrefixZstd reads the start of a streamed zstd page, as
+// the judges do for every HTML answer sent so: B/op is what each costs.
+func BenchmarkDecodedPrefixZstd(b *testing.B) {
+	raw := streamedZstd(b, []byte("<html><title>Just a moment...</title>"+strings.Repeat("x", 40_000)+"</html>"))
+	b.ReportAllocs()
+	for b.Loop() {
+		if got := decodedPrefix("zstd", raw, signatureWindow); len(got) != signatureWindow {
+			b.Fatalf("%d bytes decoded", len(got))
+		}
+	}
+}
+
+// A Content-Encoding listing a coding a hundred thousand times, which fits
+// in an answer's head, is judged as sent without a decoder made for each
+// (br's and deflate's windows: gigabytes).
+func TestDecodedPrefixManyCodings(t *testing.T) {
+	raw := []byte("<title>Just a moment...</title>")
+	for _, coding := range []string{"br", "deflate", "zstd", "gzip"} {
+		encoding := strings.TrimSuffix(strings.Repeat(coding+",", 100_000), ",")
+		var got []byte
+		allocs := testing.AllocsPerRun(1, func() { got = decodedPrefix(encoding, raw, 1024) })
+		if !bytes.Equal(got, raw) || allocs > 0 {
+			t.Errorf("%s × 100,000: got %.20q… in %v allocations, want the body as sent in none", coding, got, allocs)
+		}
+	}
+}
+
 // FuzzDecodedPrefix: any body under any Content-Encoding decodes without
 // a panic to at most the limit.
 func FuzzDecodedPrefix(f *testing.F) {
@@ -97,6 +178,7 @@ func FuzzDecodedPrefix(f *testing.F) {
 		f.Add(name, encode(f, c, page))
 	}
 	f.Add("gzip, zstd", []byte{0x28, 0xb5, 0x2f, 0xfd})
+	f.Add("br, br, br, br, br, br", encode(f, "br", page))
 	f.Fuzz(func(t *testing.T, encoding string, raw []byte) {
 		if got := decodedPrefix(encoding, raw, 1024); len(got) > 1024 {
 			t.Fatalf("%d bytes decoded, over the limit", len(got))
