@@ -181,6 +181,9 @@ func TestDashboard(t *testing.T) {
 		b.until(t, 10*time.Second, `document.getElementById('ov-routes').textContent === '7' &&
 			document.querySelector('#ov-pool [data-state="healthy"]') !== null &&
 			document.getElementById('ov-rps').textContent !== '–'`)
+		// Each budget meter says what its percentage is of.
+		b.until(t, 10*time.Second, `/^[\d,]+ % of budget \([\d,]+ retr(y|ies), [\d,]+ hedges? \/ [\d,]+ requests?\)$/.test(document.getElementById('ov-retry-text').textContent) &&
+			/^[\d,]+ % of budget$/.test(document.getElementById('ov-hedge-text').textContent)`)
 		// Open the events page once, so that what it shows later came
 		// through the stream and not from its first load.
 		b.run(t, 5*time.Second, js(`location.hash = '#events'`))

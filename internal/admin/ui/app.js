@@ -244,10 +244,13 @@ pages.overview = {
     chart($('ch-latency'), [pts.map((p) => p[4] > 0 ? p[7] : NaN), pts.map((p) => p[4] > 0 ? p[8] : NaN)], [accent, warn]);
     const b = o.budget;
     $('ov-retry').value = Math.min(1, b.retry_use);
-    $('ov-retry-text').textContent = fmt(100 * b.retry_use, 0) + ' % (' + (b.retries === 1 ? '1 retry' : fmt(b.retries, 0) + ' retries') +
+    // Each meter is the share of its budget spent (retry.budget_ratio for
+    // retries and hedges together, retry.hedge_ratio for hedges).
+    $('ov-retry-text').textContent = fmt(100 * b.retry_use, 0) + ' % of budget (' +
+      (b.retries === 1 ? '1 retry' : fmt(b.retries, 0) + ' retries') +
       ', ' + plural(b.hedges, 'hedge') + ' / ' + plural(b.requests, 'request') + ')';
     $('ov-hedge').value = Math.min(1, b.hedge_use);
-    $('ov-hedge-text').textContent = b.hedge_ratio > 0 ? fmt(100 * b.hedge_use, 0) + ' %' : 'hedging off';
+    $('ov-hedge-text').textContent = b.hedge_ratio > 0 ? fmt(100 * b.hedge_use, 0) + ' % of budget' : 'hedging off';
     const st = o.state;
     $('ov-state').textContent = st.degraded ? 'degraded' : st.kind === 'redis' ? 'Redis' : 'memory';
     $('ov-state-detail').textContent = st.degraded ? 'serving from local state: ' + st.degraded
