@@ -36,7 +36,7 @@ func decodedPrefix(encoding string, raw []byte, limit int) []byte {
 			return asSent
 		}
 		if c, ok := next.(io.Closer); ok {
-			defer c.Close() // zstd's returns its decoder to the pool
+			defer c.Close() // br's and zstd's return their decoders to their pools
 		}
 		r = next
 	}
@@ -73,7 +73,14 @@ func decoder(coding string, r io.Reader) (io.Reader, bool) {
 		}
 		return flate.NewReader(br), true
 	case "br":
-		return brotli.NewReader(r), true
+		br, _ := brotliReaders.Get().(*brotli.Reader)
+		if br == nil {
+			return pooledBrotli{brotli.NewReader(r)}, true
+		}
+		if br.Reset(r) != nil {
+			return nil, false
+		}
+		return pooledBrotli{br}, true
 	case "zstd":
 		zr, _ := zstdDecoders.Get().(*zstd.Decoder)
 		if zr == nil {
@@ -92,16 +99,27 @@ func decoder(coding string, r io.Reader) (io.Reader, bool) {
 	return nil, false
 }
 
-// zstdDecoders keeps zstd decoders for the next answer: a decoder holds a
-// ring of the frame's whole window (8 MiB for a page streamed at zstd's
-// higher levels), allocated anew by each new decoder to read a kilobyte.
-var zstdDecoders sync.Pool
+// brotliReaders and zstdDecoders keep decoders for the next answer: a
+// decoder of a streamed page holds a ring the size of the stream's window
+// (4 MiB for br's default, 8 MiB for zstd's higher levels), which a new
+// decoder would allocate again to read a few kilobytes.
+var brotliReaders, zstdDecoders sync.Pool
 
-// pooledZstd is a decoder from zstdDecoders, returned there on Close.
-type pooledZstd struct{ *zstd.Decoder }
+// pooledBrotli and pooledZstd are decoders from those pools, returned
+// there on Close, letting go of the body.
+type (
+	pooledBrotli struct{ *brotli.Reader }
+	pooledZstd   struct{ *zstd.Decoder }
+)
+
+func (b pooledBrotli) Close() error {
+	b.Reset(nil)
+	brotliReaders.Put(b.Reader)
+	return nil
+}
 
 func (z pooledZstd) Close() error {
-	z.Reset(nil) // lets go of the body
+	z.Reset(nil)
 	zstdDecoders.Put(z.Decoder)
 	return nil
 }
