@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"runtime"
 	"slices"
@@ -80,7 +81,10 @@ var sweepParams = map[string]func(*EngineSettings, float64){
 	"slow_start_floor":   func(s *EngineSettings, v float64) { s.Engine.SlowStartFloor = v },
 	"pace_start": func(s *EngineSettings, v float64) {
 		s.Engine.PaceStart = v
-		s.Engine.PaceMax = max(s.Engine.PaceMax, v)
+		// PaceMax must stay at least PaceStart; a zero one is its default.
+		if v > cmp.Or(s.Engine.PaceMax, engine.DefaultConfig().PaceMax) {
+			s.Engine.PaceMax = v
+		}
 	},
 	"pace_growth":        func(s *EngineSettings, v float64) { s.Engine.PaceGrowth = v },
 	"budget_ratio":       func(s *EngineSettings, v float64) { s.Budget.BudgetRatio = v },

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/engine"
 )
 
 // boundMargin is how far a policy's throughput may exceed the oracle's
@@ -138,6 +140,30 @@ func TestParseSweep(t *testing.T) {
 				t.Fatalf("got %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestSweepPaceStart: sweeping pace_start moves pace_max only where it
+// must, past its default; below, it keeps the default (a sweep that capped
+// it at the start rate measured another engine).
+func TestSweepPaceStart(t *testing.T) {
+	t.Parallel()
+	def := engine.DefaultConfig().PaceMax
+	for _, tt := range []struct{ start, wantMax float64 }{
+		{3, def},
+		{def, def},
+		{2 * def, 2 * def},
+	} {
+		var es EngineSettings
+		sweepParams["pace_start"](&es, tt.start)
+		es.Engine.UncheckedCandidates = true
+		e, err := engine.New(es.Engine, nil)
+		if err != nil {
+			t.Fatalf("pace_start=%v: %v", tt.start, err)
+		}
+		if got := e.Config(); got.PaceStart != tt.start || got.PaceMax != tt.wantMax {
+			t.Errorf("pace_start=%v: pace_start %v, pace_max %v; want %v, %v", tt.start, got.PaceStart, got.PaceMax, tt.start, tt.wantMax)
+		}
 	}
 }
 
