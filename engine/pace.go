@@ -636,18 +636,23 @@ func median(xs []float64) float64 {
 // freeze holds every other pair of the target not held yet, when the
 // target freezes (firstTrip): the site limits exits broadly, and the load
 // the limited ones shed must not pile onto the others until they trip in
-// turn. Each is held to twice the rate it was sending at (its busiest
-// sixth of the window), or, if more, to the rate a pair new to the target
-// starts at: site, the median rate the first 429s here taught, or
-// PaceStart when none taught one. An exit the picks had kept nearly idle
-// is no more limited than the typical one that tripped, and holding it
-// near the floor would leave the site's capacity unused for the many
-// minutes growth takes (the simulator's rate-limited, whose first 429s
-// come too soon to measure: exits that take 3 requests/s held to 2 for
-// minutes, p95 1.01 → 0.83 s over seeds 1–16). A pair that already
-// sends as much as the typical one that tripped is held where its own
-// 429 would hold it, rateMargin of that rate: twice it is over the limit
-// the others showed, and the 429 that would teach it so costs a
+// turn. Each is held to the rate a pair new to the target starts at:
+// site, the median rate the first 429s here taught, or PaceStart when
+// none taught one; or, if more and its count spans tellSpan, to twice the
+// rate it was sending at (its busiest sixth of the window). A younger
+// count shows a burst, not a rate: a site that limits every exit freezes
+// in the first second, and twice what a pair sent in it is over the limit
+// (the simulator's rate-limited, seed 10: exits that take 3 requests/s
+// held at 6 and 8, a dozen tripping within 10 s, each out for its 30 s
+// Retry-After; p95 0.93 → 0.59 s over seeds 9–16). An exit the picks had
+// kept nearly idle is no more limited than the typical one that tripped,
+// and holding it near the floor would leave the site's capacity unused
+// for the many minutes growth takes (the simulator's rate-limited, whose
+// first 429s come too soon to measure: exits that take 3 requests/s held
+// to 2 for minutes, p95 1.01 → 0.83 s over seeds 1–16). A pair that
+// already sends as much as the typical one that tripped is held where its
+// own 429 would hold it, rateMargin of that rate: twice it is over the
+// limit the others showed, and the 429 that would teach it so costs a
 // Retry-After (the simulator's limits-saturated, where every exit sends
 // at its limit from the start). Each grows from there under pressure,
 // finding its own limit without a cascade; the holds are guesses
@@ -660,8 +665,12 @@ func (tp *targetPace) freeze(c *Config, tripped int32, site float64, ns int64) {
 		}
 		q.mu.Lock()
 		if q.rate == 0 {
-			q.rate = max(2*q.peak(c, ns), start)
-			if n, span := q.count(c, ns); site > 0 && n >= paceMinCount {
+			q.rate = start
+			n, span := q.count(c, ns)
+			if span >= tellSpan {
+				q.rate = max(2*q.peak(c, ns), start)
+			}
+			if site > 0 && n >= paceMinCount {
 				if own := rateMargin * q.sending(c, ns, n, span); own >= site {
 					q.rate = own
 				}

@@ -316,6 +316,27 @@ func TestFreezeWithoutAMeasuredRate(t *testing.T) {
 	}
 }
 
+// TestFreezeReadsNoRateFromABurst: a site that limits every exit freezes
+// in its first second, and what an exit sent by then is a burst, not a
+// rate: it is held where a new exit starts, not at twice the burst.
+func TestFreezeReadsNoRateFromABurst(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 4)
+	e.watch(e.target("s.com"))
+	now := start
+	for i := range 6 { // r2 and r3: 3 requests each in the first 600 ms
+		now = start.Add(time.Duration(i) * 100 * time.Millisecond)
+		attemptAt(t, e, now, fmt.Sprintf("r%d", 2+i%2), "s.com", 4, okOutcome)
+	}
+	attemptAt(t, e, now, "r0", "s.com", 4, rateLimited) // nothing counted: PaceStart
+	attemptAt(t, e, now, "r1", "s.com", 4, rateLimited)
+	for _, slot := range []int32{2, 3} {
+		if got := heldRate(e, slot, "s.com", now); got != e.cfg.PaceStart {
+			t.Errorf("r%d held to %v after a burst of 3 in its first second, want PaceStart %v", slot, got, e.cfg.PaceStart)
+		}
+	}
+}
+
 // TestGuessedHolds: the freeze's holds are guesses, corrected by evidence
 // (docs/design/005-cost.md). Six exits send evenly, each at its own rate,
 // for 10 s; r0 and r1, at 4 requests/s, then have their first 429s, which
