@@ -36,7 +36,7 @@ func decodedPrefix(encoding string, raw []byte, limit int) []byte {
 			return asSent
 		}
 		if c, ok := next.(io.Closer); ok {
-			defer c.Close() // br's and zstd's return their decoders to their pools
+			defer c.Close() // returns a pooled decoder
 		}
 		r = next
 	}
@@ -61,8 +61,15 @@ func decoder(coding string, r io.Reader) (io.Reader, bool) {
 	case "", "identity":
 		return r, true
 	case "gzip", "x-gzip":
-		zr, err := gzip.NewReader(r)
-		return zr, err == nil
+		zr, _ := gzipReaders.Get().(*gzip.Reader)
+		if zr == nil {
+			zr = new(gzip.Reader)
+		}
+		if zr.Reset(r) != nil {
+			gzipReaders.Put(zr)
+			return nil, false
+		}
+		return pooledGzip{zr}, true
 	case "deflate":
 		// RFC 9110's deflate is zlib-wrapped (RFC 1950: a header whose
 		// first two bytes are a multiple of 31); some servers send it raw.
@@ -99,22 +106,29 @@ func decoder(coding string, r io.Reader) (io.Reader, bool) {
 	return nil, false
 }
 
-// brotliReaders and zstdDecoders keep decoders for the next answer: a
-// decoder of a streamed page holds a ring the size of the stream's window
-// (4 MiB for br's default, 8 MiB for zstd's higher levels), which a new
-// decoder would allocate again to read a few kilobytes.
-var brotliReaders, zstdDecoders sync.Pool
+// brotliReaders, gzipReaders and zstdDecoders keep decoders for the next
+// answer: a decoder of a streamed page holds a ring the size of the
+// stream's window (4 MiB for br's default, 8 MiB for zstd's higher levels,
+// gzip's 32 KiB), which a new decoder would allocate again to read a few
+// kilobytes.
+var brotliReaders, gzipReaders, zstdDecoders sync.Pool
 
-// pooledBrotli and pooledZstd are decoders from those pools, returned
-// there on Close, letting go of the body.
+// pooledBrotli, pooledGzip and pooledZstd are decoders from those pools,
+// returned there on Close (br's and zstd's letting go of the body).
 type (
 	pooledBrotli struct{ *brotli.Reader }
+	pooledGzip   struct{ *gzip.Reader }
 	pooledZstd   struct{ *zstd.Decoder }
 )
 
 func (b pooledBrotli) Close() error {
 	b.Reset(nil)
 	brotliReaders.Put(b.Reader)
+	return nil
+}
+
+func (g pooledGzip) Close() error {
+	gzipReaders.Put(g.Reader)
 	return nil
 }
 

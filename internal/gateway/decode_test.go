@@ -89,7 +89,8 @@ func TestDecodedPrefix(t *testing.T) {
 
 // streamed is b compressed as a server streaming a page of unknown length
 // sends it, flushed halfway: a br stream at its default window (4 MiB), a
-// zstd frame naming an 8 MiB window (zstd's higher levels).
+// gzip stream (its window is always 32 KiB), a zstd frame naming an 8 MiB
+// window (zstd's higher levels).
 func streamed(t testing.TB, coding string, b []byte) []byte {
 	t.Helper()
 	var buf bytes.Buffer
@@ -100,6 +101,8 @@ func streamed(t testing.TB, coding string, b []byte) []byte {
 	switch coding {
 	case "br":
 		w = brotli.NewWriterOptions(&buf, brotli.WriterOptions{Quality: 5, LGWin: 22})
+	case "gzip":
+		w = gzip.NewWriter(&buf)
 	case "zstd":
 		zw, err := zstd.NewWriter(&buf, zstd.WithWindowSize(8<<20))
 		if err != nil {
@@ -124,13 +127,13 @@ func streamed(t testing.TB, coding string, b []byte) []byte {
 	return buf.Bytes()
 }
 
-// Decoders are reused (brotliReaders, zstdDecoders): each answer reads its
-// own page, whatever the one before left.
+// Decoders are reused (brotliReaders, gzipReaders, zstdDecoders): each
+// answer reads its own page, whatever the one before left.
 func TestDecodedPrefixReused(t *testing.T) {
 	t.Parallel()
 	a := []byte("<html><title>Just a moment...</title>" + strings.Repeat("a", 5000) + "</html>")
 	b := []byte("<html><title>Shop</title>" + strings.Repeat("b", 5000) + "</html>")
-	for _, coding := range []string{"br", "zstd"} {
+	for _, coding := range []string{"br", "gzip", "zstd"} {
 		za, zb := streamed(t, coding, a), streamed(t, coding, b)
 		for i, tc := range []struct {
 			raw, want []byte
@@ -154,7 +157,7 @@ func TestDecodedPrefixReused(t *testing.T) {
 // do for every HTML answer sent so: B/op is what each costs.
 func BenchmarkDecodedPrefix(b *testing.B) {
 	page := []byte("<html><title>Just a moment...</title>" + strings.Repeat("xyz", 400_000) + "</html>")
-	for _, coding := range []string{"br", "zstd"} {
+	for _, coding := range []string{"br", "gzip", "zstd"} {
 		raw := streamed(b, coding, page)
 		b.Run(coding, func(b *testing.B) {
 			b.ReportAllocs()
