@@ -493,6 +493,51 @@ func TestToleranceFromBurstBans(t *testing.T) {
 	}
 }
 
+// TestStraysBeforeTheWave: three bans of the busiest exits within seconds
+// make a wave unless the window before it had strays far under the
+// busiest count (bans of exits that sent under farStray of what the most
+// served one did), which a site that counts does not send and one that
+// bans at random does (the simulator's flaky-403). Strays near the top of
+// the counts are a count's too (burst-bans), and strays a window old say
+// nothing of now.
+func TestStraysBeforeTheWave(t *testing.T) {
+	t.Parallel()
+	inWindow := []time.Duration{40 * time.Second, 30 * time.Second, 20 * time.Second, 10 * time.Second}
+	for _, tt := range []struct {
+		desc   string
+		strays []time.Duration // before the wave's first ban
+		sent   int             // what each stray's exit had sent, the most served having sent 25
+		want   bool            // a tolerance is learned
+	}{
+		{desc: "no strays", want: true},
+		{desc: "far strays a window before", strays: []time.Duration{90 * time.Second, 80 * time.Second, 75 * time.Second, 70 * time.Second}, sent: 10, want: true},
+		{desc: "far strays in the window before", strays: inWindow, sent: 10},
+		{desc: "near strays in the window before", strays: inWindow, sent: 24, want: true},
+	} {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			e := newTestEngine(t, Config{}, 4)
+			tp := e.watch(e.target("s.com"))
+			at := start.Add(2 * time.Minute).UnixNano()
+			tp.mu.Lock()
+			for _, d := range tt.strays {
+				tp.strays = keepLatest(tp.strays, at-int64(d))
+				if float64(tt.sent) < farStray*25 {
+					tp.far = keepLatest(tp.far, at-int64(d))
+				}
+			}
+			for i := range toleranceBans {
+				ns := at + int64(i)*int64(time.Second)
+				tp.addBan(&e.cfg, waveBan{at: ns, slot: int32(i), sent: 30, most: 25, span: e.cfg.PaceWindow}, ns)
+			}
+			tp.mu.Unlock()
+			if got := tp.toleranceAt(&e.cfg, at+int64(toleranceBans)*int64(time.Second)) > 0; got != tt.want {
+				t.Errorf("tolerance learned: %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 // A 429 from many routes is every exit being told to slow down, not the
 // site down: no incident, and every pair honours its Retry-After.
 func TestRateLimitsAreNoIncident(t *testing.T) {
