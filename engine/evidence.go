@@ -43,7 +43,7 @@ type failWindow struct {
 // observe records one outcome at now. timed says latency is a sample of
 // the scope's time to an answer: a success of users' traffic, or a
 // timeout, whose elapsed time is a lower bound. Other failures, and probes
-// (a TCP check takes nothing like a request), never feed latency.
+// (a tunnel set up takes nothing like a request), never feed latency.
 func (e *Evidence) observe(success, timed bool, latency time.Duration, c *Config, now int64) {
 	x := 0.0
 	if success {

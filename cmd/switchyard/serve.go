@@ -76,7 +76,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, hangups <-chan 
 	fs.String("proxies", "", "proxy list file (see proxies.example.txt); required without a config file")
 	fs.String("admin", "127.0.0.1:9090", `address of the admin listener ("" to disable)`)
 	fs.String("api", "127.0.0.1:9091", `address of the fetch API, gRPC and HTTP JSON ("" to disable)`)
-	fs.String("probe-url", "", "http:// page that neutral probes fetch through each route (default: a TCP check of the proxy)")
+	fs.String("probe-url", "", "http:// page that neutral probes fetch through each route (default: a CONNECT through the proxy, which checks its credentials)")
 	fs.Bool("block-private-networks", false, "refuse loopback, private, link-local, metadata and multicast destinations (default: on unless --listen is a loopback address)")
 	fs.String("allow-cidr", "", "destination ranges exempt from --block-private-networks (comma-separated)")
 	fs.String("log-format", "text", "format of the log on stderr, request lines included: text or json")

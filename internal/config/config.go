@@ -190,7 +190,8 @@ type Retry struct {
 type Probe struct {
 	// URL is an http:// page neutral probes fetch through each route; ""
 	// makes them a tunnel through the route's proxy to port 443 of a host
-	// users' traffic reached (a TCP check of the proxy until one is known).
+	// users' traffic reached (of a name reserved never to resolve until one
+	// is known: the proxy answers for the credentials all the same).
 	URL string `toml:"url"`
 }
 

@@ -42,8 +42,7 @@ type Config struct {
 	// "" while none is known: a site users' traffic reached, at 443, the
 	// port every proxy tunnels to (Squid's default refuses others before
 	// it looks at credentials). It meets Admit. Nil, or "", or refused by
-	// Admit: the neutral probe is the Exit's check, a TCP connection to
-	// the proxy, which cannot tell a wrong password.
+	// Admit: the CONNECT names reservedAuthority.
 	NeutralAuthority func() string
 	// Observer is told of every probe's outcome but Canceled; nil means
 	// none.
@@ -132,12 +131,9 @@ func (p *Prober) Drain(ctx context.Context, dst []engine.ProbeJob) []engine.Prob
 		p.wg.Add(1)
 		go func() {
 			defer func() { <-p.sem; p.wg.Done() }()
-			o, tcpOnly := p.probe(ctx, job)
+			o := p.probe(ctx, job)
 			p.e.ReportProbe(p.cfg.Now(), job, o)
-			// A TCP check proves nothing of the route's credentials: told to
-			// the Observer, its OK would clear a 407 alarm users' traffic
-			// had just raised.
-			if p.cfg.Observer != nil && o.Class != engine.Canceled && !tcpOnly {
+			if p.cfg.Observer != nil && o.Class != engine.Canceled {
 				p.cfg.Observer.ObserveProbe(job.Route, o.Class)
 			}
 		}()
@@ -150,12 +146,11 @@ func (p *Prober) Wait() { p.wg.Wait() }
 
 // probe runs one job: a route alone (a neutral check of the exit) or the
 // route against its target (the target's page through the route). A job
-// for a route no longer carried ends without evidence. tcpOnly says the
-// probe was the Exit's TCP check, which does not pass the credentials.
-func (p *Prober) probe(ctx context.Context, job engine.ProbeJob) (o engine.Outcome, tcpOnly bool) {
+// for a route no longer carried ends without evidence.
+func (p *Prober) probe(ctx context.Context, job engine.ProbeJob) engine.Outcome {
 	x := p.exits.Exit(job.Route)
 	if x == nil {
-		return engine.Outcome{Class: engine.Canceled}, false
+		return engine.Outcome{Class: engine.Canceled}
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
@@ -166,23 +161,35 @@ func (p *Prober) probe(ctx context.Context, job engine.ProbeJob) (o engine.Outco
 	case job.Target == "" && p.cfg.NeutralURL != "":
 		class, wait = p.fetch(ctx, x, p.cfg.NeutralURL, job.Route, "")
 	case job.Target == "":
-		class, tcpOnly = p.neutral(ctx, x)
+		class = p.neutral(ctx, x)
 	default:
 		class, wait = p.fetch(ctx, x, p.cfg.TargetURL(job.Target), job.Route, job.Target)
 	}
-	return engine.Outcome{Class: class, Latency: p.cfg.Now().Sub(start), RetryAfter: wait}, tcpOnly
+	return engine.Outcome{Class: class, Latency: p.cfg.Now().Sub(start), RetryAfter: wait}
 }
 
+// reservedAuthority is what a neutral probe's CONNECT names when no site
+// is known or admitted (a fresh start): a name reserved never to resolve
+// (RFC 6761, .invalid), so that no proxy reaches anything, yet each must
+// answer for the credentials first: 407 when it refuses them, a refusal
+// of the tunnel when it took them. A TCP connection to the proxy, the
+// check before, passed a proxy that refuses every password and one that
+// takes connections and never answers, which then took users' first
+// requests.
+const reservedAuthority = "switchyard.invalid:443"
+
 // neutral checks the exit alone: a proxy route by a CONNECT through it to
-// NeutralAuthority, which its credentials must pass; with no authority
-// known or admitted, and for Direct, the Exit's check (a TCP connection to
-// the proxy), which tells a dead or hanging exit from a live one but not a
-// bad password. A tunnel the proxy refuses or cannot build (PhaseTunnel)
-// is the route passing: the proxy took the credentials, and the site
-// named is not what a neutral probe judges.
-func (p *Prober) neutral(ctx context.Context, x *route.Exit) (class engine.Class, tcpOnly bool) {
+// NeutralAuthority, or to reservedAuthority with none known or admitted,
+// which its credentials must pass. Direct, the gateway's own connection,
+// has nothing to check. A tunnel the proxy refuses or cannot build
+// (PhaseTunnel) is the route passing: the proxy took the credentials, and
+// the site named is not what a neutral probe judges.
+func (p *Prober) neutral(ctx context.Context, x *route.Exit) engine.Class {
+	if x.Route().Scheme == route.Direct {
+		return engine.OK
+	}
 	authority := ""
-	if p.cfg.NeutralAuthority != nil && x.Route().Scheme != route.Direct {
+	if p.cfg.NeutralAuthority != nil {
 		authority = p.cfg.NeutralAuthority()
 	}
 	if authority != "" && p.cfg.Admit != nil {
@@ -192,23 +199,22 @@ func (p *Prober) neutral(ctx context.Context, x *route.Exit) (class engine.Class
 		}
 	}
 	if authority == "" {
-		class, _ = route.Classify(x.Check(ctx), new(route.Progress))
-		return class, true
+		authority = reservedAuthority
 	}
 	var progress route.Progress
 	conn, err := x.DialTarget(ctx, authority, &progress)
 	if err == nil {
 		conn.Close()
-		return engine.OK, false
+		return engine.OK
 	}
 	if e, ok := errors.AsType[*route.Error](err); ok && e.Phase == route.PhaseTunnel {
-		return engine.OK, false
+		return engine.OK
 	}
 	if errors.As(err, new(*admit.Error)) {
-		return engine.Canceled, false
+		return engine.Canceled
 	}
-	class, _ = route.Classify(err, &progress)
-	return class, false
+	class, _ := route.Classify(err, &progress)
+	return class
 }
 
 // fetch GETs page through x, routeID's exit, as users' traffic goes (an

@@ -146,8 +146,10 @@ func TestNeutralProbes(t *testing.T) {
 }
 
 // TestCandidatesAreChecked: a new route is checked before users' traffic.
-// Without a probe URL the check is a TCP connect to the proxy: it keeps a
-// dead exit out, and lets one that accepts connections in to ramp up.
+// Without a probe URL, and before any site is known, the check is a
+// CONNECT to the reserved authority: it lets a live exit in to ramp up
+// (it refuses the tunnel), and keeps out a dead one and one that takes
+// connections and never answers, which a TCP check let in.
 func TestCandidatesAreChecked(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
 		live := routetest.NewProxy(t, routetest.Behavior{})
@@ -168,9 +170,9 @@ func TestCandidatesAreChecked(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		p := New(e, exitsOf(t, routes, route.Dialer{Timeouts: route.Timeouts{Dial: time.Second}}), Config{Now: func() time.Time { return t0 }})
+		p := New(e, exitsOf(t, routes, route.Dialer{Timeouts: route.Timeouts{Dial: time.Second}}), Config{Now: func() time.Time { return t0 }, Timeout: time.Second})
 		answer(t, p)
-		for i, want := range []engine.State{engine.Healthy, engine.Healthy, engine.Cooling} {
+		for i, want := range []engine.State{engine.Healthy, engine.Cooling, engine.Cooling} {
 			if got := state(e, routes[i].ID, ""); got != want {
 				t.Errorf("%s: %v after its check, want %v", routes[i].Redacted(), got, want)
 			}
@@ -427,7 +429,9 @@ func (l *probeLog) class(route string) (engine.Class, bool) {
 // route's credentials keeps it cooling after its cooldown, where a TCP
 // check let it back to fail users again. A tunnel the proxy refuses or
 // cannot build still shows the credentials pass; the authority meets
-// admission, and without one known or admitted the probe is a TCP check.
+// admission, and without one known or admitted the CONNECT names the
+// reserved one, which admission never sees: a fresh start's candidate
+// check catches a wrong password and a silent proxy too.
 func TestNeutralProbeConnects(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
 		echo := routetest.ServeTCP(t, func(c net.Conn) { io.Copy(c, c); c.Close() })
@@ -439,6 +443,8 @@ func TestNeutralProbeConnects(t *testing.T) {
 		refuse := func(context.Context, string) (string, error) {
 			return "", &admit.Error{Host: "x", Reason: "test"}
 		}
+		auth := routetest.Behavior{User: "u", Password: "right"}
+		socks := routetest.Behavior{Kind: routetest.SOCKS5Proxy, User: "u", Password: "right"}
 		tests := []struct {
 			desc      string
 			proxy     routetest.Behavior
@@ -447,18 +453,23 @@ func TestNeutralProbeConnects(t *testing.T) {
 			admit     func(context.Context, string) (string, error)
 			want      engine.State
 			class     engine.Class
-			asked     bool
-			tcpOnly   bool // a TCP check: the Observer is not told (it proves nothing of credentials)
+			asked     string // the authority each probe asked the proxy for; "" none
+			checked   bool   // whether it asked for the reserved one instead
 		}{
-			{desc: "http, right password", proxy: routetest.Behavior{User: "u", Password: "right"}, want: engine.Healthy, class: engine.OK, asked: true},
-			{desc: "http, wrong password", proxy: routetest.Behavior{User: "u", Password: "right"}, line: wrong, want: engine.Cooling, class: engine.ProxyAuth, asked: true},
-			{desc: "http, every answer 407", proxy: routetest.Behavior{Answer407: true}, want: engine.Cooling, class: engine.ProxyAuth, asked: true},
-			{desc: "https, wrong password", proxy: routetest.Behavior{TLS: true, User: "u", Password: "right"}, line: wrong, want: engine.Cooling, class: engine.ProxyAuth, asked: true},
-			{desc: "socks5, wrong password", proxy: routetest.Behavior{Kind: routetest.SOCKS5Proxy, User: "u", Password: "right"}, line: wrong, want: engine.Cooling, class: engine.ProxyAuth},
-			{desc: "socks5, right password", proxy: routetest.Behavior{Kind: routetest.SOCKS5Proxy, User: "u", Password: "right"}, want: engine.Healthy, class: engine.OK, asked: true},
-			{desc: "tunnel refused: the credentials passed", proxy: routetest.Behavior{HostStatus: map[string]int{"127.0.0.1": http.StatusBadGateway}}, want: engine.Healthy, class: engine.OK, asked: true},
-			{desc: "no authority known: a TCP check", proxy: routetest.Behavior{Answer407: true}, authority: "-", want: engine.Healthy, tcpOnly: true},
-			{desc: "authority refused by admission: a TCP check", proxy: routetest.Behavior{Answer407: true}, admit: refuse, want: engine.Healthy, tcpOnly: true},
+			{desc: "http, right password", proxy: auth, want: engine.Healthy, class: engine.OK, asked: echo},
+			{desc: "http, wrong password", proxy: auth, line: wrong, want: engine.Cooling, class: engine.ProxyAuth, asked: echo},
+			{desc: "http, every answer 407", proxy: routetest.Behavior{Answer407: true}, want: engine.Cooling, class: engine.ProxyAuth, asked: echo},
+			{desc: "https, wrong password", proxy: routetest.Behavior{TLS: true, User: "u", Password: "right"}, line: wrong, want: engine.Cooling, class: engine.ProxyAuth, asked: echo},
+			{desc: "socks5, wrong password", proxy: socks, line: wrong, want: engine.Cooling, class: engine.ProxyAuth},
+			{desc: "socks5, right password", proxy: socks, want: engine.Healthy, class: engine.OK, asked: echo},
+			{desc: "tunnel refused: the credentials passed", proxy: routetest.Behavior{HostStatus: map[string]int{"127.0.0.1": http.StatusBadGateway}}, want: engine.Healthy, class: engine.OK, asked: echo},
+			{desc: "no authority known, right password", proxy: auth, authority: "-", want: engine.Healthy, class: engine.OK, checked: true},
+			{desc: "no authority known, wrong password", proxy: auth, line: wrong, authority: "-", want: engine.Cooling, class: engine.ProxyAuth, checked: true},
+			{desc: "no authority known, Squid's rules", proxy: routetest.Behavior{SSLPortsOnly: true, Answer407: true}, authority: "-", want: engine.Cooling, class: engine.ProxyAuth, checked: true},
+			{desc: "no authority known, socks5, right password", proxy: socks, authority: "-", want: engine.Healthy, class: engine.OK, checked: true},
+			{desc: "no authority known, socks5, wrong password", proxy: socks, line: wrong, authority: "-", want: engine.Cooling, class: engine.ProxyAuth},
+			{desc: "no authority known, silent proxy", proxy: routetest.Behavior{Silent: true}, authority: "-", want: engine.Cooling, class: engine.ProxyTimeout, checked: true},
+			{desc: "authority refused by admission", proxy: routetest.Behavior{Answer407: true}, admit: refuse, want: engine.Cooling, class: engine.ProxyAuth, checked: true},
 		}
 		for _, tc := range tests {
 			t.Run(tc.desc, func(t *testing.T) {
@@ -489,22 +500,29 @@ func TestNeutralProbeConnects(t *testing.T) {
 				d := route.Dialer{Timeouts: route.Timeouts{Dial: time.Second}, TLS: &tls.Config{RootCAs: proxy.CertPool()}}
 				p := New(e, exitsOf(t, routes, d), Config{
 					Now: func() time.Time { return now }, NeutralAuthority: func() string { return authority },
-					Admit: admitFn, Observer: obs,
+					Admit: admitFn, Observer: obs, Timeout: time.Second,
 				})
 				answer(t, p)
 				if s := state(e, routes[0].ID, ""); s != tc.want {
 					t.Errorf("%v after the neutral probe, want %v", s, tc.want)
 				}
-				if c, ok := obs.class(routes[0].ID); ok == tc.tcpOnly || !tc.tcpOnly && c != tc.class {
-					t.Errorf("observer told %v (%v), want %v (told: %v)", c, ok, tc.class, !tc.tcpOnly)
+				if c, ok := obs.class(routes[0].ID); !ok || c != tc.class {
+					t.Errorf("observer told %v (%v), want %v", c, ok, tc.class)
 				}
-				if asked := slices.Contains(proxy.Asked(), echo); asked != tc.asked {
-					t.Errorf("proxy asked for %v (%v), want the CONNECT to %s: %v", proxy.Asked(), asked, echo, tc.asked)
+				if checked := proxy.Checks() > 0; checked != tc.checked {
+					t.Errorf("proxy asked for the reserved authority: %v, want %v", checked, tc.checked)
+				}
+				asked := proxy.Asked()
+				if tc.asked == "" && len(asked) > 0 || tc.asked != "" && (len(asked) == 0 || slices.ContainsFunc(asked, func(a string) bool { return a != tc.asked })) {
+					t.Errorf("proxy asked for %v, want %q for each probe", asked, tc.asked)
 				}
 				mu.Lock()
 				defer mu.Unlock()
 				if authority != "" && (len(admitted) == 0 || slices.ContainsFunc(admitted, func(a string) bool { return a != echo })) {
 					t.Errorf("admission saw %v, want %s for each probe", admitted, echo)
+				}
+				if authority == "" && len(admitted) > 0 {
+					t.Errorf("admission saw %v, want nothing: the reserved authority reaches nothing", admitted)
 				}
 			})
 		}

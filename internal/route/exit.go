@@ -300,22 +300,6 @@ func (x *Exit) DialTarget(ctx context.Context, addr string, p *Progress) (net.Co
 	return c, err
 }
 
-// Check is the neutral check of the exit: a TCP connection to its proxy,
-// which tells a dead or hanging exit from a live one, not a bad password.
-// The gateway's own connection (Direct) has nothing to check. A failure
-// is an *Error.
-func (x *Exit) Check(ctx context.Context) error {
-	if x.route.Scheme == Direct {
-		return nil
-	}
-	c, err := x.dialProxy(ctx)
-	if err != nil {
-		return err
-	}
-	c.Close()
-	return nil
-}
-
 // Route is the route the exit was built for.
 func (x *Exit) Route() *Route { return x.route }
 

@@ -20,7 +20,7 @@ func (l *askLog) note(hostport string) {
 // its port, if it had one), or the SOCKS5 request's address and port
 // (IPv6 in brackets). A target is recorded whether or not the proxy went
 // on to refuse it, so a test sees what a real proxy would have been asked
-// to connect to.
+// to connect to; a check's name is not (Checks).
 func (p *Proxy) Asked() []string {
 	p.asked.mu.Lock()
 	defer p.asked.mu.Unlock()

@@ -85,6 +85,7 @@ type Proxy struct {
 	closeOnce sync.Once
 
 	requests atomic.Int64
+	checks   atomic.Int64
 	asked    askLog
 	hung     atomic.Bool // Hang
 }
@@ -176,8 +177,21 @@ func (p *Proxy) Close() {
 func (p *Proxy) Hang() { p.hung.Store(true) }
 
 // Requests is how many requests the proxy has received: HTTP requests
-// (CONNECT included) and SOCKS5 sessions, or for a blackhole, connections.
+// (CONNECT included) and SOCKS5 sessions, or for a blackhole, connections;
+// not the gateway's checks (Checks).
 func (p *Proxy) Requests() int { return int(p.requests.Load()) }
+
+// Checks is how many tunnels the proxy was asked for to a name under
+// .invalid, which never resolves (RFC 6761): the gateway's neutral check
+// of a route before it knows a site. They reach nothing, so neither
+// Requests nor Asked counts them (a SOCKS5 session counts as a request
+// until its CONNECT names one).
+func (p *Proxy) Checks() int { return int(p.checks.Load()) }
+
+// isCheck reports whether a client's target host is one a check names.
+func isCheck(host string) bool {
+	return strings.HasSuffix(strings.ToLower(strings.TrimSuffix(host, ".")), ".invalid")
+}
 
 // CertPool trusts the proxy's certificate; nil unless Behavior.TLS.
 func (p *Proxy) CertPool() *x509.CertPool { return p.pool }
@@ -285,9 +299,13 @@ func (p *Proxy) serveRequest(c net.Conn, br *bufio.Reader) (again bool) {
 	if err != nil {
 		return false
 	}
-	p.requests.Add(1)
-	if req.URL.Host != "" {
-		p.asked.note(req.URL.Host)
+	if isCheck(req.URL.Hostname()) {
+		p.checks.Add(1)
+	} else {
+		p.requests.Add(1)
+		if req.URL.Host != "" {
+			p.asked.note(req.URL.Host)
+		}
 	}
 	if p.b.Received != nil {
 		p.b.Received()
@@ -511,7 +529,12 @@ func (p *Proxy) serveSOCKS5(c net.Conn) {
 		return
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(int(port[0])<<8|int(port[1])))
-	p.asked.note(addr)
+	if isCheck(host) {
+		p.requests.Add(-1)
+		p.checks.Add(1)
+	} else {
+		p.asked.note(addr)
+	}
 	if p.b.Silent {
 		io.Copy(io.Discard, c)
 		return
