@@ -266,7 +266,7 @@ func (sc *Scenario) load() Load {
 	}
 	return Load{
 		Seed: sc.Seed, Duration: sc.Duration, Tasks: sc.Tasks, Workers: sc.Workers,
-		AttemptTimeout: sc.AttemptTimeout, MaxAttempts: sc.MaxAttempts, ProbeURL: sc.ProbeURL,
+		AttemptTimeout: sc.AttemptTimeout, MaxAttempts: sc.MaxAttempts,
 		ClientTimeout: sc.ClientTimeout, ClientAttempts: sc.ClientAttempts, TaskDeadline: sc.TaskDeadline,
 		Think: sc.Think, TargetWeights: weights, SessionTasks: sc.SessionTasks, RetryRefusals: sc.RetryRefusals,
 	}

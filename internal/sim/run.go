@@ -24,7 +24,6 @@ type Load struct {
 
 	AttemptTimeout time.Duration
 	MaxAttempts    int
-	ProbeURL       bool // neutral probes fetch a page; false: they ask the exit for a tunnel (runner.probe)
 
 	ClientTimeout  time.Duration
 	ClientAttempts int
@@ -116,8 +115,9 @@ type pacedHolder interface {
 func Run(w World, p Policy, load Load, progress func(int)) Summary {
 	r := runner{
 		w: w, p: p, load: load,
-		tasks: rand.New(rand.NewPCG(load.Seed, 1)),
-		world: rand.New(rand.NewPCG(load.Seed, 2)),
+		tasks:  rand.New(rand.NewPCG(load.Seed, 1)),
+		world:  rand.New(rand.NewPCG(load.Seed, 2)),
+		probed: rand.New(rand.NewPCG(load.Seed, 3)),
 	}
 	r.retrier, _ = p.(retrier)
 	r.hedger, _ = p.(hedger)
@@ -144,7 +144,11 @@ type runner struct {
 	costs   costs   // nil: no prices
 	load    Load
 	tasks   *rand.Rand // draws task targets
-	world   *rand.Rand // draws the world's randomness
+	world   *rand.Rand // draws the world's randomness for users' attempts
+	// probed draws it for probes, so that how a policy probes leaves the
+	// world's answers to users' attempts alone: two policies, or two
+	// builds, are compared on the same draws.
+	probed *rand.Rand
 	// lookalike is the gateway's detector, judging the pages the world
 	// answers as the gateway judges them (judge).
 	lookalike *lookalike.Detector
@@ -163,9 +167,6 @@ type runner struct {
 	probes   []pendingProbe // by slot: probes whose result is on its way
 	freeProb []int32        // probe slots not in use
 	parked   parkedTasks    // tasks set aside until their due time
-	// siteKnown is set once a site has answered an attempt: the gateway
-	// then has a host for neutral probes to name (probe).
-	siteKnown bool
 
 	completed, failed    int
 	sent, hedges, wasted int
@@ -271,25 +272,26 @@ func (r *runner) list() {
 func (r *runner) listed() int { return r.w.Routes() - len(r.unlisted) }
 
 // probe is a Prober: a probe at now as the gateway's prober makes it
-// (internal/probe). Without a probe URL, a neutral probe asks the exit for
-// a tunnel to a site users' traffic reached, which the exit's own
-// behaviour alone decides, as it decides its answer for the neutral target
-// (a blackholed proxy never answers, one that refuses the credentials says
-// 407); before any site has answered (siteKnown) there is none to name,
-// and it is a TCP check of the exit. Anything else fetches a page. A probe
-// without an answer fails at the prober's timeout, as proxy_timeout.
+// (internal/probe). A neutral probe asks the exit for a tunnel (to a site
+// users' traffic reached, or to a name reserved never to resolve before
+// any did) or fetches the probe URL's page through it: the exit's own
+// behaviour alone decides either, as it decides its answer for the
+// neutral target (a blackholed proxy never answers, one that refuses the
+// credentials says 407). A route×target probe fetches the site's page.
+// A probe without an answer fails at the prober's timeout, as
+// proxy_timeout.
 func (r *runner) probe(route, target int, done func(time.Time, Result)) {
 	if slices.Contains(r.unlisted, route) {
 		return // no gateway knows of it yet
 	}
 	var res Result
 	switch {
-	case target == tcpCheck, target == NeutralTarget && !r.load.ProbeURL && !r.siteKnown:
+	case target == tcpCheck:
 		res = r.w.Check(route, r.now)
 	case target == checkPage, target == NeutralTarget:
-		res = r.w.Attempt(route, NeutralTarget, r.now, r.world)
+		res = r.w.Attempt(route, NeutralTarget, r.now, r.probed)
 	default:
-		res = r.page(r.w.Attempt(route, target, r.now, r.world), route, target, probePage, r.lookalike.Recheck)
+		res = r.page(r.w.Attempt(route, target, r.now, r.probed), route, target, probePage, r.lookalike.Recheck)
 	}
 	if res.Latency > probeTimeout {
 		res = Result{Class: engine.ProxyTimeout, Latency: probeTimeout}
@@ -337,7 +339,6 @@ func (r *runner) loop(progress func(int)) {
 				break
 			}
 			res := r.judge(a)
-			r.siteKnown = r.siteKnown || siteAnswered(res.Class)
 			if a.orphan {
 				r.end(ev.slot, res)
 			} else {
@@ -655,17 +656,6 @@ func (r *runner) answer(slot int32, res Result) bool {
 		return r.send(i)
 	}
 	return r.fail(i)
-}
-
-// siteAnswered reports whether an attempt that ended in class c had the
-// site's answer: the gateway notes where the site answered, and neutral
-// probes name it from then on (internal/target.Directory.NoteOrigin).
-func siteAnswered(c engine.Class) bool {
-	switch c {
-	case engine.OK, engine.RateLimited, engine.Blocked, engine.Target5xx, engine.ContentInvalid, engine.ClientError:
-		return true
-	}
-	return false
 }
 
 // pageSizes are the bytes the gateway digests of each page: a page is

@@ -33,11 +33,6 @@ type Scenario struct {
 	// most AttemptTimeout.
 	AttemptTimeout time.Duration // default 30s
 	MaxAttempts    int           // default 3
-	// ProbeURL says neutral probes fetch a page through the route (the
-	// gateway's probe.url); false, the default, makes them ask the exit
-	// for a tunnel, as a gateway without one does (a TCP check until a
-	// site has answered).
-	ProbeURL bool
 
 	// The client: a task is up to ClientAttempts requests, each given up
 	// after ClientTimeout, all within TaskDeadline.
@@ -397,7 +392,6 @@ type scenarioFile struct {
 	Workers        any          `toml:"workers,omitempty"`
 	AttemptTimeout any          `toml:"attempt_timeout,omitempty"`
 	MaxAttempts    any          `toml:"max_attempts,omitempty"`
-	ProbeURL       any          `toml:"probe_url,omitempty"`
 	ClientTimeout  any          `toml:"client_timeout,omitempty"`
 	ClientAttempts any          `toml:"client_attempts,omitempty"`
 	TaskDeadline   any          `toml:"task_deadline,omitempty"`
@@ -471,7 +465,6 @@ func (f *scenarioFile) scenario(name string) (*Scenario, error) {
 		Workers:        d.integer(f.Workers, "workers", defaultWorkers),
 		AttemptTimeout: d.duration(f.AttemptTimeout, "attempt_timeout", defaultAttemptTimeout),
 		MaxAttempts:    d.integer(f.MaxAttempts, "max_attempts", defaultMaxAttempts),
-		ProbeURL:       d.boolean(f.ProbeURL, "probe_url", false),
 		ClientAttempts: d.integer(f.ClientAttempts, "client_attempts", defaultClientAttempts),
 		TaskDeadline:   d.duration(f.TaskDeadline, "task_deadline", defaultTaskDeadline),
 		Think:          d.duration(f.Think, "think", 0),
@@ -697,9 +690,6 @@ func (s *Scenario) Encode() ([]byte, error) {
 		TaskDeadline:   formatDuration(s.TaskDeadline),
 		Think:          optionalDuration(s.Think),
 		SessionTasks:   optionalInt(s.SessionTasks),
-	}
-	if s.ProbeURL {
-		f.ProbeURL = true
 	}
 	if s.RetryRefusals {
 		f.RetryRefusals = true

@@ -49,7 +49,6 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"negative duration", "duration = '-1s'\n[[targets]]\nname = 'x'\n[[routes]]\nname = 'a'\n", "bad.toml:1: duration: must not be negative"},
 		{"zero client attempts", "tasks = 1\nclient_attempts = 0\n[[targets]]\nname = 'x'\n[[routes]]\nname = 'a'\n", "bad.toml:2: client_attempts: must be positive"},
 		{"retry_refusals not a boolean", "tasks = 1\nretry_refusals = 1\n[[targets]]\nname = 'x'\n[[routes]]\nname = 'a'\n", "bad.toml:2: retry_refusals: want a boolean, not an integer"},
-		{"probe_url not a boolean", "tasks = 1\nprobe_url = 'yes'\n[[targets]]\nname = 'x'\n[[routes]]\nname = 'a'\n", "bad.toml:2: probe_url: want a boolean, not a string"},
 		{"ban without target", scnHead + "[[routes.behaviours]]\nkind = 'ban'\n", "routes[0].behaviours[0].target: ban needs a target"},
 		{"errors without p", scnHead + "[[routes.behaviours]]\nkind = 'errors'\n", "bad.toml:7: routes[0].behaviours[0]: errors needs p"},
 		{"tier above the costliest", "tasks = 1\n[[targets]]\nname = 'x'\n[[routes]]\nname = 'a'\ntier = 8\n", "routes[0].tier: must be in [0, 7]"},
@@ -153,7 +152,6 @@ tasks = 100
 workers = 3
 attempt_timeout = "2s"
 max_attempts = 2
-probe_url = true
 client_timeout = "5s"
 client_attempts = 2
 task_deadline = "1h30m"

@@ -51,9 +51,8 @@ const Never = time.Duration(math.MaxInt64)
 
 // NeutralTarget is the target number of a route-global probe: only the
 // route's own behaviour (dead, blackhole, auth, flapping…) applies. The
-// gateway's prober makes it a tunnel asked of the exit to a site users'
-// traffic reached (a TCP check of the exit before any did), or a page
-// fetched through it with a probe URL (Load.ProbeURL).
+// gateway's prober makes it a tunnel asked of the exit, or a page fetched
+// through it with a probe URL: the exit answers both alike.
 const NeutralTarget = -1
 
 // Targets of the health checks other products make, whatever the
