@@ -264,9 +264,15 @@ func (p *enginePolicy) Tick(now time.Time, probe Prober) {
 	p.e.Sweep(now)
 	p.jobs = p.e.ProbeJobs(p.jobs[:0])
 	for _, job := range p.jobs {
+		// A blind baseline's check of an exit is a plain rotator's, a TCP
+		// connect, not the gateway's tunnel: it keeps out the exits that
+		// refuse connections, not the silent or 407 ones.
 		target := NeutralTarget
-		if job.Target != "" {
+		switch {
+		case job.Target != "":
 			target = p.targets[job.Target]
+		case p.blind:
+			target = tcpCheck
 		}
 		probe(p.routes[job.Route], target, func(at time.Time, r Result) {
 			p.e.ReportProbe(at, job, engine.Outcome{Class: r.Class, Latency: r.Latency, RetryAfter: r.RetryAfter})

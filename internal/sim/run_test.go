@@ -276,6 +276,41 @@ joins = "20s"
 	}
 }
 
+// A blind baseline (round_robin, random) checks an exit as a plain
+// rotator would, by a TCP connect, not the gateway's tunnel: the engine
+// it runs on would otherwise keep the silent and 407 exits out for it.
+func TestBlindBaselinesCheckByTCP(t *testing.T) {
+	t.Parallel()
+	sc, err := Builtin("mixed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Duration = 30 * time.Second
+	for _, blind := range []bool{true, false} {
+		w := sc.World()
+		p, err := NewEnginePolicy(w, EngineSettings{Engine: engine.Config{Seed: 1, Picker: &engine.RoundRobin{}}, Budget: engine.DefaultBudget(), AttemptTimeout: sc.AttemptTimeout, Blind: blind}, Epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := newRecorder(p)
+		Run(w, rec, sc.load(), nil)
+		tcp, neutral := 0, 0
+		for _, probes := range rec.probes {
+			for _, pr := range probes {
+				switch pr.target {
+				case tcpCheck:
+					tcp++
+				case NeutralTarget:
+					neutral++
+				}
+			}
+		}
+		if blind && (tcp == 0 || neutral != 0) || !blind && (tcp != 0 || neutral == 0) {
+			t.Errorf("blind %v: %d TCP checks and %d neutral probes of exits", blind, tcp, neutral)
+		}
+	}
+}
+
 // The engine's neutral probes without a probe URL are what the gateway's
 // are (internal/probe): a tunnel asked of the exit, from the candidate
 // check on, which a blackholed proxy never answers and one refusing the
