@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -254,5 +255,44 @@ func TestRestartedKeepsWhatItLearned(t *testing.T) {
 	if restarted.Throughput < 1.1*cold.Throughput || restarted.WastedAttempts >= cold.WastedAttempts {
 		t.Errorf("restarted: %.1f tasks/s, %d wasted attempts; cold: %.1f, %d: want ≥ 1.1× the tasks, fewer wasted",
 			restarted.Throughput, restarted.WastedAttempts, cold.Throughput, cold.WastedAttempts)
+	}
+}
+
+// clockWorld is a scenario's world that notes when the runner asked it
+// for an answer at a time before one it had already asked at.
+type clockWorld struct {
+	*scenarioWorld
+	last time.Duration
+	back []string
+}
+
+func (w *clockWorld) Attempt(route, target int, now time.Duration, rng *rand.Rand) Result {
+	if now < w.last {
+		w.back = append(w.back, fmt.Sprintf("%v after %v", now, w.last))
+	}
+	w.last = now
+	return w.scenarioWorld.Attempt(route, target, now, rng)
+}
+
+// TestClockOnlyMovesOn: the runner's clock never goes back, here on the
+// scenario whose paced requests fill the pile of tasks set aside and
+// keep it full (a worker back from an attempt once took a task set aside
+// back when it came due, and the world and the engine saw time run
+// backwards: sites' rate limits and Retry-After read out of order).
+func TestClockOnlyMovesOn(t *testing.T) {
+	t.Parallel()
+	sc, err := Builtin("limits-saturated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Duration = 20 * time.Second
+	w := &clockWorld{scenarioWorld: sc.World().(*scenarioWorld)}
+	p, err := NewEnginePolicy(w, EngineSettings{Engine: enginePolicies["switchyard"].cfg, Budget: engine.DefaultBudget(), AttemptTimeout: sc.AttemptTimeout}, Epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Run(w, p, sc.load(), nil)
+	if s.Completed == 0 || len(w.back) > 0 {
+		t.Errorf("%d tasks completed; the clock went back %d times, first %v", s.Completed, len(w.back), w.back[:min(len(w.back), 1)])
 	}
 }

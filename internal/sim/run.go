@@ -80,8 +80,9 @@ const refusalRoundTrip = time.Millisecond
 // waits for the first to come due. A crawler's frontier is finite, and a
 // refusal costs no simulated time: without a bound, a pool that refuses
 // everything would have the workers draw tasks without end at one instant.
-// The built-in scenarios stay under it (burst-bans sets aside about 170
-// per worker at most).
+// Of the built-in scenarios only limits-saturated reaches it, within its
+// first seconds, and stays there (burst-bans sets aside about 170 per
+// worker at most).
 const maxParkedPerWorker = 256
 
 // retimer is a Policy that gives a Provisional attempt its deadline once
@@ -519,7 +520,11 @@ func (r *runner) send(i int) bool {
 	r.parked.push(t)
 	next := r.now
 	if len(r.parked.items) > maxParkedPerWorker*len(r.workers) {
-		next, _ = r.parked.next()
+		// The first may have come due while every worker was busy: then
+		// it is taken now, not when it came due (the clock never goes
+		// back).
+		due, _ := r.parked.next()
+		next = max(next, due)
 	}
 	r.queue.push(event{at: next, worker: i, kind: evStart})
 	return false
