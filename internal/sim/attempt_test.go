@@ -877,3 +877,29 @@ func TestRefusingEverything(t *testing.T) {
 		t.Errorf("%d picks, the last at %v; want at most %d to the end", len(p.picks), last, bound)
 	}
 }
+
+// TestExpiredTaskSendsNothing: a task set aside that comes due only after
+// its deadline, the one worker having been busy meanwhile, fails when the
+// worker takes it, with no request: sent, it would spend an exit's turn on
+// a page the crawler has given up on, and its client's timeout, set by the
+// deadline, would fall before the request began (a cancel reported with a
+// negative latency, the clock sent back).
+func TestExpiredTaskSendsNothing(t *testing.T) {
+	t.Parallel()
+	load := Load{Seed: 1, Duration: 10 * time.Second, Workers: 1, AttemptTimeout: 10 * time.Second, MaxAttempts: 1,
+		ClientTimeout: 10 * time.Second, ClientAttempts: 1, TaskDeadline: 2 * time.Second}
+	// Every pick at the start is refused for a second: the pile fills
+	// with tasks due at 1 s, each to be done by 2 s. The first taken at
+	// 1 s holds the worker to its deadline; the rest have expired by then.
+	p := &scriptPolicy{leases: []Attempt{{}}, maxPicks: 1 << 16,
+		paced: func(now time.Duration, _ int) (time.Duration, bool) { return time.Second, now == 0 }}
+	s := Run(scriptWorld{okIn(5 * time.Second)}, p, load, nil)
+	if s.Tasks < maxParkedPerWorker || s.Attempts > s.Tasks/10 {
+		t.Errorf("%d tasks ended after %d attempts; want the pile failed without requests", s.Tasks, s.Attempts)
+	}
+	for k, rep := range p.reports {
+		if rep.done && rep.latency < 0 {
+			t.Errorf("attempt %d ended %v after %v at %v", k, rep.class, rep.latency, rep.at)
+		}
+	}
+}

@@ -400,6 +400,12 @@ func (r *runner) startTask(i int) bool {
 	wk := &r.workers[i]
 	if t, ok := r.parked.due(r.now); ok {
 		wk.task = t
+		if r.now >= t.started+r.load.TaskDeadline {
+			// Its time ran out while every worker was busy: the crawler
+			// drops it, sending nothing.
+			r.endTask(i, false)
+			return true
+		}
 		r.request(i)
 		return true
 	}
