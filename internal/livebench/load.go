@@ -101,9 +101,11 @@ func (r *loadResult) merge(o loadResult) {
 // run runs the load through r until the duration ends or ctx does, and
 // returns when every worker has stopped.
 func (l load) run(ctx context.Context, r router) loadResult {
-	ctx, cancel := context.WithTimeout(ctx, l.duration)
-	defer cancel()
+	// The deadline counts from start: timed from after it, the load's
+	// time could come out short of the duration by a preemption.
 	start := time.Now()
+	ctx, cancel := context.WithDeadline(ctx, start.Add(l.duration))
+	defer cancel()
 	parts := make([]loadResult, l.workers)
 	var wg sync.WaitGroup
 	for w := range l.workers {
