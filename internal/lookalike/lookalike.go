@@ -67,6 +67,8 @@ const (
 	// rareShare: a size bucket (with its neighbours) that fewer than one
 	// in rareShare of the other routes' answers fall in is rare.
 	rareShare = 16
+	// foundRing ban pages found out by rule 1 are kept per target.
+	foundRing = 4
 )
 
 // Config bounds the detector's memory and the age of its evidence.
@@ -137,6 +139,12 @@ type targetLog struct {
 	ring [targetRing]sighting
 	next int // the slot the next answer takes
 	n    int // answers kept, up to targetRing
+	// found are the pages rule 1 found out here, with when (body and at
+	// of a sighting), newest replacing oldest: a site's ban page is one
+	// page for every route it bans, known from its first answer on any
+	// of them.
+	found     [foundRing]sighting
+	foundNext int
 }
 
 // pairLog is a route×target's latest answers, valid or not: a route that
@@ -171,6 +179,9 @@ func (d *Detector) Judge(target, route string, a Answer) Verdict {
 	p := d.pairs.get(pairKey{target, route})
 	p.add(s)
 	v, r := t.verdict(s, p, cutoff)
+	if v == Repeated {
+		t.noteFound(s)
+	}
 	if v == Valid && r.urls < minRepeats {
 		// A page the route keeps answering for different URLs is no
 		// evidence of the site's pages, even while it cannot be judged
@@ -190,13 +201,22 @@ func (d *Detector) Recheck(target, route string, a Answer) Verdict {
 	s := d.sighting(route, a)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	cutoff := s.at - int64(d.cfg.Window)
 	t, p := d.targets.peek(target), d.pairs.peek(pairKey{target, route})
-	if t == nil || p == nil {
+	switch {
+	case t == nil:
+		return Valid
+	case p == nil:
+		// Forgotten, or never seen: a page found out elsewhere is still
+		// known.
+		if t.known(s, cutoff) {
+			return Repeated
+		}
 		return Valid
 	}
 	with := *p
 	with.add(s)
-	v, _ := t.verdict(s, &with, s.at-int64(d.cfg.Window))
+	v, _ := t.verdict(s, &with, cutoff)
 	return v
 }
 
@@ -213,8 +233,39 @@ func (t *targetLog) verdict(s sighting, p *pairLog, cutoff int64) (Verdict, repe
 		return Repeated, r
 	case t.othersElsewhere(s, p, cutoff):
 		return Outsized, r
+	case t.known(s, cutoff):
+		return Repeated, r
 	}
 	return Valid, r
+}
+
+// noteFound keeps s's page as one rule 1 found out at the target.
+func (t *targetLog) noteFound(s sighting) {
+	for i := range t.found {
+		if f := &t.found[i]; f.at != 0 && f.body == s.body {
+			f.at = s.at
+			return
+		}
+	}
+	t.found[t.foundNext] = sighting{body: s.body, at: s.at}
+	t.foundNext = (t.foundNext + 1) % foundRing
+}
+
+// known reports whether s's page was found out at the target within the
+// window, on any route, and the target's other routes still get pages
+// that differ from it: a route's first answers of the site's ban page
+// are found out without waiting for three of them, as are a probe's of a
+// pair the detector has forgotten (in a pool of many routes, before its
+// next answer comes, the pair has often been forgotten at the cap). The
+// guard stands: without enough of the others' answers in the window, or
+// with them getting the page too, it is not known.
+func (t *targetLog) known(s sighting, cutoff int64) bool {
+	for _, f := range t.found {
+		if f.at != 0 && f.at >= cutoff && f.body == s.body {
+			return t.othersDiffer(s, cutoff)
+		}
+	}
+	return false
 }
 
 // add keeps s as the pair's newest answer.

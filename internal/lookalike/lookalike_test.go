@@ -206,12 +206,58 @@ func TestRecheck(t *testing.T) {
 		t.Fatal("rechecks changed the evidence")
 	}
 	// Two ban pages are not yet a repeat; two rechecks of it at other URLs
-	// would make one if they were remembered.
-	d.Judge("shop.example", "new", decoy(1<<41))
-	d.Recheck("shop.example", "new", decoy(1<<42))
-	d.Recheck("shop.example", "new", decoy(1<<43))
-	if v := d.Judge("shop.example", "new", decoy(1<<44)); v != Valid {
+	// would make one if they were remembered. (Another ban page: the one
+	// found out on r0 is known on every route.)
+	other := func(u int) Answer { return Answer{URL: uint64(u), Body: 8, Size: 5 << 10} }
+	d.Judge("shop.example", "new", other(1<<41))
+	d.Recheck("shop.example", "new", other(1<<42))
+	d.Recheck("shop.example", "new", other(1<<43))
+	if v := d.Judge("shop.example", "new", other(1<<44)); v != Valid {
 		t.Fatalf("rechecks were remembered: %v", v)
+	}
+}
+
+// TestFoundPageKnownEverywhere: a ban page found out on one route is
+// known at the target on every route, from its first answer of it and in
+// a probe of a pair the detector has no evidence of (forgotten at the
+// cap), for the window; not at another target.
+func TestFoundPageKnownEverywhere(t *testing.T) {
+	t.Parallel()
+	c := &clock{now: t0}
+	d := New(Config{Now: c.Now})
+	fired := run(d, c, 4, 200, func(r, u, _ int) Answer {
+		if r == 0 {
+			return decoy(u)
+		}
+		return page(u, 16<<10)
+	})
+	if fired[0] == 0 {
+		t.Fatal("the banned route was never found out")
+	}
+	const u = 1 << 40
+	if v := d.Judge("shop.example", "fresh", decoy(u)); v != Repeated {
+		t.Errorf("a new route's first answer of the ban page: %v", v)
+	}
+	if v := d.Judge("shop.example", "fresh2", page(u, 16<<10)); v != Valid {
+		t.Errorf("a new route's page: %v", v)
+	}
+	if v := d.Recheck("shop.example", "never-seen", decoy(u+1)); v != Repeated {
+		t.Errorf("a probe of a pair without evidence served the ban page: %v", v)
+	}
+	if v := d.Judge("news.example", "fresh", decoy(u+2)); v != Valid {
+		t.Errorf("the ban page at another target: %v", v)
+	}
+	// Past the window, nothing is known.
+	d2 := New(Config{Now: c.Now})
+	run(d2, c, 4, 200, func(r, u, _ int) Answer {
+		if r == 0 {
+			return decoy(u)
+		}
+		return page(u, 16<<10)
+	})
+	c.now = c.now.Add(DefaultWindow + time.Second)
+	if v := d2.Recheck("shop.example", "never-seen", decoy(u)); v != Valid {
+		t.Errorf("a probe after the window: %v", v)
 	}
 }
 
