@@ -28,6 +28,15 @@ func page(u, size int) Answer {
 // decoy is one ban page for every URL.
 func decoy(u int) Answer { return Answer{URL: uint64(u), Body: 7, Size: 5 << 10} }
 
+// firstBanned is a site that serves route 0 the ban page for every URL
+// and the other routes their pages.
+func firstBanned(r, u, _ int) Answer {
+	if r == 0 {
+		return decoy(u)
+	}
+	return page(u, 16<<10)
+}
+
 // run sends steps answers round-robin over routes, each step a new URL
 // and a second later, and counts the verdicts other than Valid per route.
 func run(d *Detector, c *clock, routes, steps int, s site) map[int]int {
@@ -53,12 +62,7 @@ func TestJudge(t *testing.T) {
 	}{
 		{
 			desc: "a route answering one ban page for every URL", routes: 6, steps: 600,
-			site: func(r, u, _ int) Answer {
-				if r == 0 {
-					return decoy(u)
-				}
-				return page(u, 16<<10)
-			},
+			site: firstBanned,
 			want: map[int]int{0: 90},
 		},
 		{
@@ -183,12 +187,7 @@ func TestRecheck(t *testing.T) {
 	if len(d.pairs.m) != 0 || len(d.targets.m) != 0 {
 		t.Fatal("a recheck without evidence made a record")
 	}
-	fired := run(d, c, 4, 400, func(r, u, _ int) Answer {
-		if r == 0 {
-			return decoy(u)
-		}
-		return page(u, 16<<10)
-	})
+	fired := run(d, c, 4, 400, firstBanned)
 	if fired[0] == 0 {
 		t.Fatal("the banned route was never found out")
 	}
@@ -225,12 +224,7 @@ func TestFoundPageKnownEverywhere(t *testing.T) {
 	t.Parallel()
 	c := &clock{now: t0}
 	d := New(Config{Now: c.Now})
-	fired := run(d, c, 4, 200, func(r, u, _ int) Answer {
-		if r == 0 {
-			return decoy(u)
-		}
-		return page(u, 16<<10)
-	})
+	fired := run(d, c, 4, 200, firstBanned)
 	if fired[0] == 0 {
 		t.Fatal("the banned route was never found out")
 	}
@@ -249,12 +243,7 @@ func TestFoundPageKnownEverywhere(t *testing.T) {
 	}
 	// Past the window, nothing is known.
 	d2 := New(Config{Now: c.Now})
-	run(d2, c, 4, 200, func(r, u, _ int) Answer {
-		if r == 0 {
-			return decoy(u)
-		}
-		return page(u, 16<<10)
-	})
+	run(d2, c, 4, 200, firstBanned)
 	c.now = c.now.Add(DefaultWindow + time.Second)
 	if v := d2.Recheck("shop.example", "never-seen", decoy(u)); v != Valid {
 		t.Errorf("a probe after the window: %v", v)
