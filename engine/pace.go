@@ -467,8 +467,7 @@ func (e *Engine) watch(t *target) *targetPace {
 // to half of it when it tripped before it had sent much since its last
 // 429, far over the limit. A pair not held is held to rateMargin of the
 // rate it was sending at, or PaceStart without a count; so is a pair the
-// freeze guessed at, when that is less, unless the guess is younger than
-// tellSpan and the pair's count began before it. Never under PaceFloor. The rate a
+// freeze guessed at, when that is less. Never under PaceFloor. The rate a
 // 429 came at, or what the pair sent if less, becomes its ceiling, which
 // the rate grows toward only by a slow drift. A 429 to an attempt leased
 // before the last one came is the same penalty, not news. The count starts
@@ -491,14 +490,7 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	sent := p.sending(&e.cfg, ns, n, span)
 	held := p.rateAt(&e.cfg, ns)
 	measured := held == 0 && n >= paceMinCount
-	// A guess younger than tellSpan over a count begun before it: the 429
-	// came of what the pair sent before it was held (a first seconds'
-	// burst that drained the site's allowance), and says nothing of the
-	// guess, which stands (docs/design/005-cost.md).
-	untried := held > 0 && p.guess && ns-p.cut < int64(tellSpan) && p.since < p.cut
 	switch {
-	case untried:
-		p.rate = held
 	case held > 0 && n < paceMinCount:
 		p.rate = held / 2
 	case held > 0 && p.guess:
@@ -519,19 +511,17 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	}
 	p.rate = min(max(p.rate, e.cfg.PaceFloor), e.cfg.PaceMax)
 	tp.markHeld(p)
-	if !untried {
-		p.ceiling = held
-		if held > 0 {
-			p.ceiling = max(p.rate/rateMargin, min(held, sent))
-		}
+	p.ceiling = held
+	if held > 0 {
+		p.ceiling = max(p.rate/rateMargin, min(held, sent))
 	}
 	taught := 0.0 // the rate a first 429 measured, for the site's median
 	if measured {
 		taught = p.rate
 	}
-	tell := p.guess && !untried && n >= paceMinCount && span >= tellSpan
+	tell := p.guess && n >= paceMinCount && span >= tellSpan
 	carried, rate := float64(n)/span.Seconds(), p.rate
-	p.guess = untried
+	p.guess = false
 	base := p.cut
 	p.cut, p.tokens, p.last = ns, 0, ns
 	p.pressed, p.pressedAt = 0, 0

@@ -443,52 +443,6 @@ func TestGuessedHolds(t *testing.T) {
 	}
 }
 
-// TestUntriedGuessStands: a site that limits every exit freezes in its
-// first second, when its exits have just spent the burst it allows. A
-// guessed pair whose 429 comes moments after the freeze tripped on what it
-// sent before it was held: its guess stands, and stays a guess. Its 429
-// once it has sent under the guess, and that of a pair held at the guess
-// from its first request, say the guess is over the limit.
-func TestUntriedGuessStands(t *testing.T) {
-	t.Parallel()
-	e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 5)
-	tg := e.target("s.com")
-	e.watch(tg)
-	send := func(slot int32, rate float64, from, to time.Duration) {
-		for at := from; at < to; at += time.Duration(float64(time.Second) / rate) {
-			e.takePace(tg, slot, start.Add(at).UnixNano())
-		}
-	}
-	at := func(d time.Duration) int64 { return start.Add(d).UnixNano() }
-	for slot := range int32(3) { // r0, r1, r2: 4 requests/s in the first second
-		send(slot, 4, 0, time.Second)
-	}
-	e.learnRate(tg, 0, at(time.Second), at(time.Second), time.Millisecond)
-	e.learnRate(tg, 1, at(time.Second), at(time.Second), time.Millisecond)
-	guess := heldRate(e, 2, "s.com", start.Add(time.Second))
-	if guess == 0 {
-		t.Fatal("r2 not frozen")
-	}
-	send(4, 4, time.Second, 3*time.Second) // r4, new to the site: held from its first request
-	site := heldRate(e, 4, "s.com", start.Add(time.Second))
-
-	send(2, guess, time.Second, 1500*time.Millisecond)
-	e.learnRate(tg, 2, at(1500*time.Millisecond), at(1500*time.Millisecond), time.Millisecond)
-	if got := heldRate(e, 2, "s.com", start.Add(1500*time.Millisecond)); got != guess || !tg.pace.Load().pair(2).guess {
-		t.Errorf("r2's 429 half a second after the freeze held it to %.2f (guess %v), want its guess %.2f kept", got, tg.pace.Load().pair(2).guess, guess)
-	}
-	e.learnRate(tg, 4, at(3*time.Second), at(3*time.Second), time.Millisecond)
-	if got := heldRate(e, 4, "s.com", start.Add(3*time.Second)); got > rateBackoff*site {
-		t.Errorf("r4, held at the site's %.2f from its first request, held to %.2f after its 429, want at most %.2f", site, got, rateBackoff*site)
-	}
-	send(2, guess, 1500*time.Millisecond, 10*time.Second)
-	e.learnRate(tg, 2, at(10*time.Second), at(10*time.Second), time.Millisecond)
-	if got := heldRate(e, 2, "s.com", start.Add(10*time.Second)); got > rateBackoff*guess {
-		t.Errorf("r2's 429 after 8.5 s under its guess %.2f held it to %.2f, want at most %.2f", guess, got, rateBackoff*guess)
-	}
-	checkFreeHints(t, e, "s.com", start.Add(10*time.Second))
-}
-
 // TestToleranceFromBurstBans: a site that bans each exit once it sent more
 // than 20 requests a window is learned from the wave of its bans, and
 // every exit is held under it; bans that are noise teach nothing.
