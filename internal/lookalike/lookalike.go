@@ -139,10 +139,10 @@ type targetLog struct {
 	ring [targetRing]sighting
 	next int // the slot the next answer takes
 	n    int // answers kept, up to targetRing
-	// found are the pages rule 1 found out here, with when (body and at
-	// of a sighting), newest replacing oldest: a site's ban page is one
-	// page for every route it bans, known from its first answer on any
-	// of them.
+	// found are the pages rule 1 found out here, with when they were last
+	// found out (body and at of a sighting; again as known, too), newest
+	// replacing oldest: a site's ban page is one page for every route it
+	// bans, known from its first answer on any of them.
 	found     [foundRing]sighting
 	foundNext int
 }
