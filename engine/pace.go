@@ -197,7 +197,9 @@ type pairPace struct {
 	held   atomic.Bool
 	cut    int64   // guarded by mu: when that 429 came, Unix ns
 	tokens float64 // guarded by mu
-	last   int64   // guarded by mu: when tokens was last refilled
+	// last is when tokens was last refilled; while no rate holds the
+	// pair, when it was last leased.
+	last int64 // guarded by mu
 	// pressed is how long, in minutes, the rate has held requests back
 	// since the cut, and pressedAt when it last did: the rate grows under
 	// pressure only, as a pair that takes all it is offered has no reason
@@ -658,9 +660,12 @@ func median(xs []float64) float64 {
 // own 429 would hold it, rateMargin of that rate: twice it is over the
 // limit the others showed, and the 429 that would teach it so costs a
 // Retry-After (the simulator's limits-saturated, where every exit sends
-// at its limit from the start). Each grows from there under pressure,
-// finding its own limit without a cascade; the holds are guesses
-// (learnRate, tell).
+// at its limit from the start). Its bucket starts with what the rate
+// would have earned since its last request, not full: the freeze comes
+// in a burst that spent the site's allowance, and a full token sent each
+// pair at once into its own 429 (the live d_rate_limited pool's
+// stand-in). Each grows from there under pressure, finding its own limit
+// without a cascade; the holds are guesses (learnRate, tell).
 func (tp *targetPace) freeze(c *Config, tripped int32, site float64, ns int64) {
 	start := math.Float64frombits(tp.frozen.Load()) // where a new pair starts
 	tp.pairs.each(func(q *pairPace) {
@@ -682,12 +687,13 @@ func (tp *targetPace) freeze(c *Config, tripped int32, site float64, ns int64) {
 			q.rate = min(max(q.rate, c.PaceFloor), c.PaceMax)
 			q.guess = true
 			tp.markHeld(q)
-			q.cut, q.tokens, q.last = ns, 1, ns
-			q.pressed, q.pressedAt = 0, 0
+			q.tokens = 0
+			q.refill(tp.rateIn(q.rate, tp.toleranceFor(c, q.slot, ns), c), ns)
+			q.cut, q.pressed, q.pressedAt = ns, 0, 0
 			if q.sh != nil {
 				q.sh.base, q.sh.first, q.sh.dirty = 0, false, true
 			}
-			// Its bucket full, its cell's free (0, or unknown) stands.
+			tp.publish(q, q.rateAt(c, ns))
 		}
 		q.mu.Unlock()
 	})
@@ -959,6 +965,8 @@ func (e *Engine) takePace(t *target, slot int32, ns int64) {
 	if rate := tp.rateIn(own, tol, &e.cfg); rate > 0 {
 		p.refill(rate, ns)
 		p.tokens--
+	} else {
+		p.last = ns // a freeze fills its bucket from here
 	}
 	// Published for a pair no rate holds too: a table built by a grow
 	// starts its cell unknown, and every pick would ask the pair.

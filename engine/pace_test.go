@@ -279,8 +279,18 @@ func TestFreezeHoldsIdleExitsAtTheSiteRate(t *testing.T) {
 		attemptAt(t, e, now, fmt.Sprintf("r%d", i%2), "s.com", 5, okOutcome)
 	}
 	attemptAt(t, e, now, "r4", "s.com", 5, rateLimited) // nothing counted: PaceStart
-	attemptAt(t, e, now, "r0", "s.com", 5, rateLimited)
-	attemptAt(t, e, now, "r1", "s.com", 5, rateLimited)
+	// r0 and r1 both leased before either 429 freezes the site.
+	leases := make([]Lease, 2)
+	for i := range leases {
+		l, err := e.Acquire(now, Request{Target: "s.com", Avoid: []string{"r2", "r3", "r4", fmt.Sprintf("r%d", 1-i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = l
+	}
+	for _, l := range leases {
+		e.Report(now, l, rateLimited)
+	}
 	measured := heldRate(e, 0, "s.com", now)
 	if measured < 2 || measured > 3 {
 		t.Fatalf("r0 held to %v after its 429 at 3 requests/s, want rateMargin of it", measured)
@@ -334,6 +344,44 @@ func TestFreezeReadsNoRateFromABurst(t *testing.T) {
 		if got := heldRate(e, slot, "s.com", now); got != e.cfg.PaceStart {
 			t.Errorf("r%d held to %v after a burst of 3 in its first second, want PaceStart %v", slot, got, e.cfg.PaceStart)
 		}
+	}
+}
+
+// TestFrozenPairWaitsItsTurn: a pair the freeze holds has in its bucket
+// what its new rate would have earned since its last request: one that
+// has just sent (all the first second's burst had) waits its turn, rather
+// than send at once into a site that has shown it limits every exit; one
+// idle for that long sends at once.
+func TestFrozenPairWaitsItsTurn(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 4)
+	e.watch(e.target("s.com"))
+	attemptAt(t, e, start, "r3", "s.com", 4, okOutcome)
+	now := start.Add(time.Second)
+	attemptAt(t, e, now, "r2", "s.com", 4, okOutcome)
+	attemptAt(t, e, now, "r0", "s.com", 4, rateLimited) // nothing counted: PaceStart
+	attemptAt(t, e, now, "r1", "s.com", 4, rateLimited)
+	turn := time.Duration(float64(time.Second) / e.cfg.PaceStart)
+	only := func(route string) Request {
+		req := Request{Target: "s.com"}
+		for _, id := range []string{"r0", "r1", "r2", "r3"} {
+			if id != route {
+				req.Avoid = append(req.Avoid, id)
+			}
+		}
+		return req
+	}
+	_, err := e.Acquire(now, only("r2"))
+	pe, ok := errors.AsType[*PacedError](err)
+	if !ok || pe.RetryAfter <= 0 || pe.RetryAfter > turn+time.Millisecond {
+		t.Fatalf("r2, frozen as it sent: %v, want ErrPaced for about %v", err, turn)
+	}
+	l, err := e.Acquire(now.Add(turn), only("r2"))
+	if err != nil || l.Route != "r2" {
+		t.Fatalf("r2 a turn after the freeze: %+v, %v", l, err)
+	}
+	if l, err := e.Acquire(now, only("r3")); err != nil || l.Route != "r3" {
+		t.Errorf("r3, idle for a second: %+v, %v; want it leased at once", l, err)
 	}
 }
 

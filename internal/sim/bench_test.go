@@ -239,7 +239,8 @@ func TestTiersScenario(t *testing.T) {
 // scenario over the 15 s the live bench runs, an engine restarted on what
 // a first run taught it of the sites' limits (as a gateway on
 // pacing.learned_file) does not trip every exit again to learn them: more
-// tasks a second, fewer wasted attempts.
+// tasks a second (1.17× before a freeze started its pairs' buckets empty,
+// 1.10× since), fewer wasted attempts.
 func TestRestartedKeepsWhatItLearned(t *testing.T) {
 	t.Parallel()
 	sc, err := Builtin("limits-saturated")
@@ -252,8 +253,8 @@ func TestRestartedKeepsWhatItLearned(t *testing.T) {
 		t.Fatal(err)
 	}
 	cold, restarted := out[0], out[1]
-	if restarted.Throughput < 1.1*cold.Throughput || restarted.WastedAttempts >= cold.WastedAttempts {
-		t.Errorf("restarted: %.1f tasks/s, %d wasted attempts; cold: %.1f, %d: want ≥ 1.1× the tasks, fewer wasted",
+	if restarted.Throughput < 1.05*cold.Throughput || restarted.WastedAttempts >= cold.WastedAttempts {
+		t.Errorf("restarted: %.1f tasks/s, %d wasted attempts; cold: %.1f, %d: want ≥ 1.05× the tasks, fewer wasted",
 			restarted.Throughput, restarted.WastedAttempts, cold.Throughput, cold.WastedAttempts)
 	}
 }
