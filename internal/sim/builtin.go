@@ -18,7 +18,7 @@ var builtinFiles embed.FS
 // one failure mode each to the pool at scale.
 var builtinNames = []string{
 	"mixed", "slow-mix", "blackholes", "pool-of-3", "half-blackholed", "slowing",
-	"limits-everywhere", "limits-saturated", "burst-bans", "short-bans", "target-bans", "most-banned", "rate-limited", "outage", "flapping",
+	"limits-everywhere", "limits-saturated", "limits-roomy", "burst-bans", "short-bans", "target-bans", "most-banned", "rate-limited", "outage", "flapping",
 	"soft-ban", "identical-pages", "flaky-403", "auth-mix", "site-down", "slow-vs-fast", "new-exits", "tiers", "large",
 }
 
