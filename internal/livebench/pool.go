@@ -64,19 +64,24 @@ func each(group []Shape, f func(Shape) Shape) []Shape {
 	return out
 }
 
-// pools are the benchmark's cases (a–f and h), 3 to 20 exits each, and a
-// healthy reference (g): with nothing to avoid, a gateway's ratio there is
-// what its hop costs at this load, not what its choices cost.
+// pools are the benchmark's cases (a–f, h and i), 3 to 20 exits each,
+// and a healthy reference (g): with nothing to avoid, a gateway's ratio
+// there is what its hop costs at this load, not what its choices cost.
 func pools() []pool {
-	everySite := func(rule func(*SiteRule)) func(Shape) Shape {
-		return func(s Shape) Shape {
-			for _, site := range siteNames() {
-				s = s.on(site, rule)
-			}
-			return s
-		}
+	// limitedEverywhere is a mixed fleet whose every exit the sites limit
+	// to perSecond requests/s each (429, Retry-After 5 s).
+	limitedEverywhere := func(perSecond int) []Shape {
+		limit := rateLimited(perSecond, 5*time.Second)
+		return each(shuffled(4,
+			copies(9, fast()), copies(3, slow()), copies(2, dead()), copies(2, blackholed()),
+			copies(2, fast().on("shop.test", banned)), copies(2, fast().on("search.test", captcha))),
+			func(s Shape) Shape {
+				for _, site := range siteNames() {
+					s = s.on(site, limit)
+				}
+				return s
+			})
 	}
-	perSiteLimit := everySite(rateLimited(4, 5*time.Second))
 	onSite := func(site string, rule func(*SiteRule)) func(Shape) Shape {
 		return func(s Shape) Shape { return s.on(site, rule) }
 	}
@@ -102,9 +107,7 @@ func pools() []pool {
 			name: "d_rate_limited",
 			about: "20 exits, each limited to 4 req/s per site (429, Retry-After 5 s): " +
 				"9 fast, 3 slow, 2 dead, 2 blackholed, 2 banned on shop.test, 2 captcha on search.test",
-			shapes: each(shuffled(4,
-				copies(9, fast()), copies(3, slow()), copies(2, dead()), copies(2, blackholed()),
-				copies(2, fast().on("shop.test", banned)), copies(2, fast().on("search.test", captcha))), perSiteLimit),
+			shapes: limitedEverywhere(4),
 		},
 		{
 			name: "e_ban_and_limit",
@@ -129,6 +132,12 @@ func pools() []pool {
 			name:   "h_most_banned",
 			about:  "20 fast exits: 16 banned on shop.test (a site refusing a provider's ranges), 4 it still serves",
 			shapes: shuffled(8, copies(16, fast().on("shop.test", banned)), copies(4, fast())),
+		},
+		{
+			name: "i_roomy_limits",
+			about: "d's 20 exits, each limited to 12 req/s per site (429, Retry-After 5 s): " +
+				"the fast exits can carry the load alone",
+			shapes: limitedEverywhere(12),
 		},
 	}
 }

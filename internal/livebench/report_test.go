@@ -51,8 +51,8 @@ func TestPoolsAreValidAndSmall(t *testing.T) {
 			t.Errorf("pool %s has %d exits", p.name, n)
 		}
 	}
-	if len(names) != 8 {
-		t.Errorf("%d pools, want the seven cases a–f and h and the healthy reference", len(names))
+	if len(names) != 9 {
+		t.Errorf("%d pools, want the eight cases a–f, h and i and the healthy reference", len(names))
 	}
 }
 

@@ -48,6 +48,9 @@ func TestPoolScenarios(t *testing.T) {
 	if b := behaviour("d_rate_limited", 9, sim.KindRatelimit); b.RPS != 4 || b.RetryAfter != 5*time.Second {
 		t.Errorf("d's limit %+v", b)
 	}
+	if b := behaviour("i_roomy_limits", 9, sim.KindRatelimit); b.RPS != 12 || b.RetryAfter != 5*time.Second {
+		t.Errorf("i's limit %+v", b)
+	}
 	if b := behaviour("e_ban_and_limit", 10, sim.KindBurstban); b.Target != "news.test" || b.Limit != 40 || b.Window != 10*time.Second || b.Penalty != 20*time.Second {
 		t.Errorf("e's burst ban %+v", b)
 	}
