@@ -111,7 +111,7 @@ func (l load) run(ctx context.Context, r router) loadResult {
 	for w := range l.workers {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(l.seed, uint64(w)))
-			for ctx.Err() == nil {
+			for !runOver(ctx) {
 				l.task(ctx, r, rng, &parts[w])
 			}
 		})
@@ -149,11 +149,11 @@ func (l load) task(ctx context.Context, r router, rng *rand.Rand, res *loadResul
 	var tried []int
 	for range l.attempts {
 		c, exit, err := r.route(ctx, site, tried)
-		if errors.Is(err, errGiveUp) && ctx.Err() == nil {
+		if errors.Is(err, errGiveUp) && !runOver(ctx) {
 			res.givenUp++
 			break
 		}
-		if err != nil {
+		if err != nil || runOver(ctx) {
 			res.cut++
 			return
 		}
@@ -187,12 +187,15 @@ const (
 	outcomeCut     = "cut at the end"
 )
 
-// runOver reports whether ctx's deadline, the run's end, has passed: an
-// attempt whose own timeout fell a moment before it fires first, before
-// ctx has noticed, and must not count as a client timeout.
+// runOver reports whether the run is over: ctx is done or its deadline,
+// the run's end, has passed. The context notices its deadline only when
+// its timer fires, which a loaded machine delays: an attempt whose own
+// timeout fell a moment before the end fires first and must not count as
+// a client timeout, and no attempt may start past the end, sending a
+// request the load does not count.
 func runOver(ctx context.Context) bool {
 	end, ok := ctx.Deadline()
-	return ok && !time.Now().Before(end)
+	return ctx.Err() != nil || ok && !time.Now().Before(end)
 }
 
 // attempt GETs site's page at path with c and says how it ended, the
@@ -214,7 +217,7 @@ func (l load) attempt(ctx context.Context, c *http.Client, site, path string) (o
 	}
 	took = time.Since(start)
 	switch {
-	case ctx.Err() != nil || runOver(ctx):
+	case runOver(ctx):
 		return outcomeCut, 0, took
 	case err != nil && actx.Err() != nil:
 		return outcomeTimeout, gatewayAttempts, took

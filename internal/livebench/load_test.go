@@ -1,7 +1,10 @@
 package livebench
 
 import (
+	"context"
 	"math/rand/v2"
+	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -91,5 +94,45 @@ func TestSiteMixFollowsTheWeights(t *testing.T) {
 	}
 	if a := counts["a.test"]; a < 2800 || a > 3200 {
 		t.Fatalf("a.test drawn %d of 4000, want about 3000 (%v)", a, counts)
+	}
+}
+
+// lateContext is a run's context past its deadline whose timer has not
+// fired yet, as a loaded machine shows it to a worker for a while.
+type lateContext struct {
+	context.Context
+	end time.Time
+}
+
+func (c lateContext) Deadline() (time.Time, bool) { return c.end, true }
+
+// countingRouter routes every attempt to a client whose transport counts
+// the requests it is asked to send and answers each 200.
+type countingRouter struct{ sent atomic.Int64 }
+
+func (r *countingRouter) route(ctx context.Context, _ string, _ []int) (*http.Client, int, error) {
+	return &http.Client{Transport: roundTripFunc(func(*http.Request) (*http.Response, error) {
+		r.sent.Add(1)
+		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody}, nil
+	})}, 0, ctx.Err()
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestNoAttemptPastTheEnd: once the run's deadline has passed, a task
+// sends nothing, though the context has not noticed yet; such requests
+// reached the exits uncounted by the load (TestRunPoolInRounds, under the
+// race detector: the oracle's exits counted 26 requests for its 17
+// attempts, more than one cut per worker per round allows).
+func TestNoAttemptPastTheEnd(t *testing.T) {
+	t.Parallel()
+	ctx := lateContext{Context: t.Context(), end: time.Now().Add(-time.Millisecond)}
+	r := &countingRouter{}
+	var res loadResult
+	shortLoad(time.Second).task(ctx, r, rand.New(rand.NewPCG(1, 2)), &res)
+	if n := r.sent.Load(); n != 0 || res.attempts != 0 || res.cut != 1 {
+		t.Fatalf("past the end: %d requests sent, %d attempts, %d cut; want 0, 0, 1", n, res.attempts, res.cut)
 	}
 }

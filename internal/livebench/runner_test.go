@@ -34,7 +34,7 @@ func TestRunPoolInRounds(t *testing.T) {
 	// most one per worker per round.
 	o := rep.rows[0]
 	if n, sent := o.exitAttempts(), int64(o.res.attempts); n < sent || n > sent+int64(opts.Workers*opts.Rounds) {
-		t.Errorf("the oracle's exits counted %d requests for its %d attempts", n, sent)
+		t.Errorf("the oracle's exits counted %d requests (%v) for its %d attempts (%v, %d cut)", n, o.exitRequests, sent, o.res.outcomes, o.res.cut)
 	}
 }
 
