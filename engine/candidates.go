@@ -27,9 +27,10 @@ type Candidates struct {
 	Fallback bool // nothing was eligible: drawing the least bad
 	// Paced is set when a draw passed over a route held to the rate it
 	// learned from the target's 429s; PacedWait is the shortest wait of
-	// those it passed over.
+	// those it passed over, and PacedSlot that route.
 	Paced     bool
 	PacedWait time.Duration
+	PacedSlot int32
 }
 
 // errTierExhausted: a cost tier has too few eligible routes to carry a
@@ -159,7 +160,7 @@ func (c *Candidates) factor(s int32) (f float64, ok bool) {
 	// fallback: sending it more only earns another 429.
 	if wait := c.e.paceWait(c.t, s, c.ns); wait > 0 {
 		if !c.Paced || wait < c.PacedWait {
-			c.Paced, c.PacedWait = true, wait
+			c.Paced, c.PacedWait, c.PacedSlot = true, wait, s
 		}
 		return 0, false
 	}

@@ -120,7 +120,10 @@
 // caller's give-up into evidence once the deadline passed. Budget caps
 // retries and hedges pool-wide. Pacing learned from the sites' 429s and
 // from their bans after bursts holds each route×target pair under what the
-// site tolerates (pace.go), and a pick passes over a pair that must wait.
+// site tolerates (pace.go), and a pick passes over a pair that must wait;
+// but a request that may wait (Request.MayWait) gets a fast pair a moment
+// from its next token rather than a far slower route ready now, the token
+// reserved, and waits Lease.Delay before it sends the attempt.
 //
 // # Routes and reloads
 //

@@ -177,6 +177,10 @@ type Request struct {
 	// than be bound to that exit for good. A bound session is served by its
 	// route whatever BindLater says.
 	BindLater bool
+	// MayWait says the caller waits out a Lease.Delay before it sends
+	// the attempt, having no other attempt to watch meanwhile: only then
+	// may the lease reserve a paced route's next token (worthWaiting).
+	MayWait bool
 }
 
 // Lease is a route granted to one attempt. Report it exactly once.
@@ -208,6 +212,11 @@ type Lease struct {
 	// nothing is known yet), so that the first wave of a cold start does
 	// not wait the whole timeout on a silent exit.
 	Provisional bool
+	// Delay is how long the caller waits before it sends the attempt: the
+	// lease reserved the next token of a route held to the rate its
+	// target's 429s taught, which answers sooner after the wait than the
+	// routes ready now would (worthWaiting). 0 for most leases.
+	Delay time.Duration
 	// Unbound says the lease's Session is not bound to a route yet
 	// (Request.BindLater): Bind binds it, once the attempt succeeded.
 	Unbound bool
@@ -463,6 +472,10 @@ func (e *Engine) Acquire(now time.Time, req Request) (Lease, error) {
 		if slot, ok, err = e.draw(&c, ns, t, &req, level, floor); err != nil {
 			return Lease{}, err
 		}
+		delay := time.Duration(0)
+		if ok && c.Paced && req.MayWait && e.worthWaiting(t, c.PacedSlot, c.PacedWait, slot, ns) {
+			slot, delay = c.PacedSlot, c.PacedWait
+		}
 		if !ok {
 			// Routes that are fine but at the rates their target allows are
 			// worth a short wait; the least-bad fallback would send the
@@ -488,7 +501,7 @@ func (e *Engine) Acquire(now time.Time, req Request) (Lease, error) {
 			if level >= 0 {
 				t.tier.Load().serving.Store(int32(r.config.Load().tier))
 			}
-			l.Panic = c.Panic
+			l.Panic, l.Delay = c.Panic, delay
 			switch {
 			case req.Session == "":
 			case req.BindLater:

@@ -951,8 +951,50 @@ func (e *Engine) paceWait(t *target, slot int32, ns int64) time.Duration {
 	return 0
 }
 
+// A route held to a learned rate is worth waiting for, instead of taking
+// a route ready now, when the ready one's latency is over reserveSaving
+// times the wait and the held one's latency together, and the wait is at
+// most reserveShare of the held one's latency (worthWaiting).
+const (
+	reserveSaving = 2
+	reserveShare  = 0.5
+)
+
+// worthWaiting reports whether a request for t at ns should reserve the
+// next token of route paced, held to a learned rate and ready in wait,
+// rather than take route ready. A pair held to one token at a time is
+// passed over for 1/rate after each request, and when every fast exit of
+// a busy site is between two of its requests the pick fell to a slow exit
+// that had room, holding a worker for its whole second (the simulator's
+// limits-roomy: 0.81 of the oracle; docs/simulator-results.md). Waiting
+// costs the worker the wait: worth it when the ready route is much slower
+// (reserveSaving) and the wait short beside the held route's own latency
+// (reserveShare: where every pair waits most of the time, as on a site
+// that limits every exit below the demand, a held worker would have
+// fetched another site's page). A pair takes one reservation at a time,
+// its wait within one turn of its rate: past that the site has no room a
+// wait would find.
+func (e *Engine) worthWaiting(t *target, paced int32, wait time.Duration, ready int32, ns int64) bool {
+	w, held, now := wait.Seconds(), e.latency(paced, ns), e.latency(ready, ns)
+	if w > reserveShare*held || now <= reserveSaving*(w+held) {
+		return false
+	}
+	tp := t.pace.Load()
+	if tp == nil {
+		return false
+	}
+	p := tp.pair(paced)
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	rate := tp.rateIn(p.rateAt(&e.cfg, ns), tp.toleranceFor(&e.cfg, paced, ns), &e.cfg)
+	p.mu.Unlock()
+	return rate > 0 && w <= 1/rate
+}
+
 // takePace counts a lease of route slot toward t at ns and spends its
-// token.
+// token (going into debt for a reservation: worthWaiting).
 func (e *Engine) takePace(t *target, slot int32, ns int64) {
 	tp := t.pace.Load()
 	if tp == nil {

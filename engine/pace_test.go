@@ -1069,3 +1069,51 @@ func TestHoldingSkipsTheTable(t *testing.T) {
 		t.Fatalf("holding %d after the held pair was evicted", n)
 	}
 }
+
+// TestReservePacedFastRoute: a first attempt whose draw finds only a much
+// slower route ready, a fast one being a moment from its next token, gets
+// the fast one with the wait to send it after (Lease.Delay), its token
+// reserved; one reservation at a time per pair, none where the ready
+// route is not much slower, and none for a caller that cannot wait.
+func TestReservePacedFastRoute(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc      string
+		slow      time.Duration // r1's latency; r0's is 100 ms
+		mayWait   bool
+		wantRoute string
+		wantDelay time.Duration
+	}{
+		{"a much slower route ready: wait for the fast one", time.Second, true, "r0", 30 * time.Millisecond},
+		{"not much slower: take it", 200 * time.Millisecond, true, "r1", 0},
+		{"a caller that cannot wait", time.Second, false, "r1", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 2)
+			e.watch(e.target("s.com"))
+			for i, lat := range []time.Duration{100 * time.Millisecond, tt.slow} {
+				for range 5 {
+					if err := e.Feedback(start, fmt.Sprintf("r%d", i), "s.com", Outcome{Class: OK, Latency: lat}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			attemptAt(t, e, start, "r0", "s.com", 2, rateLimited) // held at PaceStart: a token every 250 ms
+			now := start.Add(time.Second/time.Duration(e.cfg.PaceStart) - 30*time.Millisecond)
+			l, err := e.Acquire(now, Request{Target: "s.com", MayWait: tt.mayWait})
+			if err != nil || l.Route != tt.wantRoute || l.Delay != tt.wantDelay {
+				t.Fatalf("lease %s with delay %v, %v; want %s, %v", l.Route, l.Delay, err, tt.wantRoute, tt.wantDelay)
+			}
+			if l.Delay == 0 {
+				return
+			}
+			// The token is the reservation's: the next request waits a
+			// whole turn more for r0, and takes r1.
+			if l, err := e.Acquire(now, Request{Target: "s.com", MayWait: true}); err != nil || l.Route != "r1" || l.Delay != 0 {
+				t.Errorf("after the reservation: %s with delay %v, %v; want r1 at once", l.Route, l.Delay, err)
+			}
+		})
+	}
+}

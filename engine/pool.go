@@ -8,6 +8,13 @@ import (
 	"sync/atomic"
 )
 
+// latency is route slot's latency estimate at ns, in seconds, as its cost
+// reads it.
+func (e *Engine) latency(slot int32, ns int64) float64 {
+	h, _ := e.store.Read(Key{Route: slot})
+	return h.latencyEstimate(e.typical(), &e.cfg, ns)
+}
+
 // cost is a route's expected time to a valid answer, in seconds (docs/
 // design/005-cost.md): its latency estimate × (in-flight + 1) ÷ its
 // success probability^Gamma, both shrunk toward the pool's typical values

@@ -132,7 +132,7 @@ func TestAdmissionAtConnect(t *testing.T) {
 				addr := routetest.ServeTCP(t, func(c net.Conn) { reached.Store(true); c.Close() })
 				v := newEnv(t, Config{Admission: admit.New(nil, nil)}, "direct")
 				target := "127.0.0.1"
-				l, x, err := v.g.acquire(v.g.current.Load(), control{}, target, nil)
+				l, x, err := v.g.acquire(v.g.current.Load(), control{}, target, nil, false)
 				if err != nil {
 					t.Fatal(err)
 				}

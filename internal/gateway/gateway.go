@@ -592,11 +592,13 @@ func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // acquire leases a route for an attempt; the error is what the client is
 // told when there is none. The attempt timeout caps the lease's deadline.
-func (g *Gateway) acquire(s *settings, ctl control, target string, avoid []string) (engine.Lease, *route.Exit, error) {
+// mayWait: the caller waits out the lease's Delay (engine.Request.MayWait).
+func (g *Gateway) acquire(s *settings, ctl control, target string, avoid []string, mayWait bool) (engine.Lease, *route.Exit, error) {
 	now := g.cfg.Now()
 	l, err := g.engine.Acquire(now, engine.Request{
 		Target: target, Session: ctl.session, Labels: ctl.labels, Avoid: avoid, Timeout: g.cfg.AttemptTimeout, Strict: ctl.strict,
 		BindLater: true, // a session binds where its first request succeeded (Gateway.bind)
+		MayWait:   mayWait,
 	})
 	if err != nil {
 		if errors.Is(err, engine.ErrNoRoute) || errors.Is(err, engine.ErrBusy) {

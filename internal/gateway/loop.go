@@ -255,6 +255,12 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 		if err != nil {
 			return err
 		}
+		// A first attempt's lease that reserved a paced route's next
+		// token is sent when the token comes (engine.Lease.Delay).
+		if l.Delay > 0 && !sleep(ctx, l.Delay) {
+			g.giveBack(l)
+			return context.Cause(ctx)
+		}
 		// The first attempt's timer marks the hedge delay, when a hedge
 		// could follow: a hedge goes beside the first attempt alone, on
 		// another route.

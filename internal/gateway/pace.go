@@ -66,14 +66,15 @@ func (g *Gateway) pace(ctx context.Context, s *settings, target string) (release
 // or the request is refused. A strict request passes over a route that a
 // pick in panic drew though it is not eligible. When every route is at the rate the target taught
 // (engine.PacedError), lease waits for the first to be ready, up to wait
-// in all.
+// in all. A request's first attempt (tried nil) may get a lease that
+// reserved a paced route's next token (engine.Lease.Delay).
 func (g *Gateway) lease(ctx context.Context, s *settings, ctl control, target string, tried []string, wait time.Duration) (engine.Lease, *route.Exit, error) {
 	avoid := slices.Clip(tried) // appending must not write into tried
 	var paced error
 	var unfillable *unfillableError // the last gateway route passed over for its template
 	strictSkips := 0
 	for {
-		l, x, err := g.acquire(s, ctl, target, avoid)
+		l, x, err := g.acquire(s, ctl, target, avoid, tried == nil)
 		if u, ok := errors.AsType[*unfillableError](err); ok && len(avoid)-len(tried) < maxStrictSkips {
 			// A gateway route whose username the request cannot fill does
 			// not satisfy its constraints: another route may.

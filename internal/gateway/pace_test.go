@@ -324,3 +324,42 @@ func TestPacedIsLoggedWithItsReason(t *testing.T) {
 		}
 	})
 }
+
+// A request's first attempt whose lease reserved a fast route's next
+// token (engine.Lease.Delay), the only route ready being far slower, is
+// sent through the fast route when the token comes.
+func TestReservedTokenIsWaitedFor(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		tg := newTarget(t, func(int, http.ResponseWriter, *http.Request) {})
+		fast, slow := routetest.NewProxy(t, routetest.Behavior{}), routetest.NewProxy(t, routetest.Behavior{})
+		v := newEnvEngine(t, engine.Config{Seed: 1, MaxRemovedShare: -1, PanicThreshold: -1, PaceStart: 0.5},
+			Config{}, proxyLine(fast, ""), proxyLine(slow, ""))
+		site := target.DefaultKey(tg.URL[len("http://"):strings.LastIndexByte(tg.URL, ':')])
+		routes := v.e.Routes()
+		// What the engine knows: the fast route answers in 2 s, the slow
+		// one in 20 (only ratios matter), and the fast one had a 429 1.5 s
+		// ago, which holds it to a token every 2 s: its next in 0.5 s.
+		now := time.Now()
+		for i, lat := range []time.Duration{2 * time.Second, 20 * time.Second} {
+			for range 5 {
+				if err := v.e.Feedback(now, routes[i].ID, site, engine.Outcome{Class: engine.OK, Latency: lat}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := v.e.Feedback(now.Add(-1500*time.Millisecond), routes[0].ID, site, engine.Outcome{Class: engine.RateLimited, RetryAfter: time.Nanosecond}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := v.client(t, "").Get(tg.URL + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		took := time.Since(now)
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Switchyard-Route") != routes[0].ID || took < 400*time.Millisecond {
+			t.Fatalf("%d %s through %q after %v; want 200 through the fast route %s once its token came, 0.5 s on",
+				resp.StatusCode, body, resp.Header.Get("X-Switchyard-Route"), took, routes[0].ID)
+		}
+	})
+}

@@ -903,3 +903,31 @@ func TestExpiredTaskSendsNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestReservedAttemptWaitsItsDelay: an attempt whose lease reserved a
+// route's next token (Attempt.Delay) is sent once the delay has passed,
+// as the gateway sends it; one whose request ends first is never sent,
+// and its lease is canceled when the token comes.
+func TestReservedAttemptWaitsItsDelay(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc          string
+		clientTimeout time.Duration
+		want          scriptReport
+	}{
+		{"sent after the delay", 2 * time.Second, rep(140*ms, 0, engine.OK, 100*ms)},
+		{"the client gives up first", 20 * ms, rep(40*ms, 0, engine.Canceled, 0)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			load := oneTask(time.Second)
+			load.ClientTimeout = tt.clientTimeout
+			p := &scriptPolicy{leases: []Attempt{{Delay: 40 * ms}}, maxPicks: 10}
+			Run(scriptWorld{okIn(100 * ms)}, p, load, nil)
+			if len(p.reports) != 1 || p.reports[0] != tt.want {
+				t.Errorf("reports %+v, want [%+v]", p.reports, tt.want)
+			}
+		})
+	}
+}

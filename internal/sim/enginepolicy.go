@@ -165,7 +165,9 @@ func (p *enginePolicy) Pick(now time.Time, target int, session string, avoid []i
 	for _, r := range avoid {
 		p.avoid = append(p.avoid, p.w.RouteID(r))
 	}
-	req := engine.Request{Target: p.names[target], Avoid: p.avoid, Timeout: p.timeout}
+	// A request's first attempt may wait for a reserved token, as the
+	// gateway's does (it has no other attempt to watch meanwhile).
+	req := engine.Request{Target: p.names[target], Avoid: p.avoid, Timeout: p.timeout, MayWait: len(avoid) == 0}
 	// A blind picker gets no sessions: the engine would restart them by
 	// health, which would make the baseline see.
 	if session != "" && !p.blind {
@@ -197,7 +199,7 @@ func (p *enginePolicy) Pick(now time.Time, target int, session string, avoid []i
 		ticket = uint64(len(p.leases))
 		p.leases = append(p.leases, l)
 	}
-	return Attempt{Route: p.routes[l.Route], Ticket: ticket, Deadline: l.Deadline, HedgeAfter: l.HedgeAfter, Provisional: l.Provisional}, true
+	return Attempt{Route: p.routes[l.Route], Ticket: ticket, Deadline: l.Deadline, HedgeAfter: l.HedgeAfter, Provisional: l.Provisional, Delay: l.Delay}, true
 }
 
 // Retime implements retimer: the engine's deadline for the attempt now.

@@ -213,6 +213,12 @@ type worker struct {
 	inflight []int32       // attempt slots in flight for it
 	last     Result        // its last failed attempt's result
 	held     time.Duration // how long the gateway held it for a paced route (pacedHolder)
+	// reserved is an attempt waiting for its Delay, of request
+	// reservedReq, while reserving: sent then if its request is still in
+	// progress, else canceled.
+	reserved    Attempt
+	reservedReq uint32
+	reserving   bool
 }
 
 // attempt is one upstream attempt in flight.
@@ -378,6 +384,15 @@ func (r *runner) loop(progress func(int)) {
 			if wk := &r.workers[ev.worker]; wk.live && wk.req == ev.req {
 				ended = r.send(ev.worker)
 			}
+		case evReserved:
+			if wk := &r.workers[ev.worker]; wk.reserving && wk.reservedReq == ev.req {
+				if wk.live && wk.req == ev.req {
+					wk.reserving = false
+					r.launch(ev.worker, wk.reserved)
+				} else {
+					r.dropReserved(wk)
+				}
+			}
 		}
 		if ended && r.load.Duration == 0 && progress != nil {
 			progress(1)
@@ -483,6 +498,14 @@ func (r *runner) pick(i int) (Attempt, bool) {
 // task ended.
 func (r *runner) send(i int) bool {
 	if a, ok := r.pick(i); ok {
+		if a.Delay > 0 {
+			// Sent when its reserved token comes, as the gateway does.
+			wk := &r.workers[i]
+			r.dropReserved(wk)
+			wk.reserved, wk.reservedReq, wk.reserving = a, wk.req, true
+			r.queue.push(event{at: r.now + a.Delay, worker: i, req: wk.req, kind: evReserved})
+			return false
+		}
 		r.launch(i, a)
 		return false
 	}
@@ -534,6 +557,15 @@ func (r *runner) send(i int) bool {
 	}
 	r.queue.push(event{at: next, worker: i, kind: evStart})
 	return false
+}
+
+// dropReserved cancels the worker's reserved attempt, if any: its request
+// ended before the attempt was sent.
+func (r *runner) dropReserved(wk *worker) {
+	if wk.reserving {
+		wk.reserving = false
+		r.p.Report(Epoch.Add(r.now), wk.reserved.Ticket, Result{Class: engine.Canceled})
+	}
 }
 
 // launch sends attempt a for the worker's request.
@@ -926,6 +958,7 @@ const (
 	evProbe                     // a probe's result arrives
 	evRefused                   // a refusal reaches a client that retries at once
 	evHeld                      // a request held for a paced route asks again
+	evReserved                  // a request's reserved token comes: it is sent
 )
 
 type event struct {

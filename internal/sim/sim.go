@@ -172,6 +172,9 @@ type Attempt struct {
 	// answer times (engine.Lease.Provisional): a Policy that is a retimer
 	// is asked again while the attempt waits.
 	Provisional bool
+	// Delay is how long the attempt waits before it is sent, as the
+	// gateway waits out a lease's (engine.Lease.Delay).
+	Delay time.Duration
 }
 
 // retrier is a Policy that decides for itself which failed attempts the
