@@ -975,8 +975,8 @@ const (
 // its wait within one turn of its rate: past that the site has no room a
 // wait would find.
 func (e *Engine) worthWaiting(t *target, paced int32, wait time.Duration, ready int32, ns int64) bool {
-	w, held, now := wait.Seconds(), e.latency(paced, ns), e.latency(ready, ns)
-	if w > reserveShare*held || now <= reserveSaving*(w+held) {
+	w, pacedLat, readyLat := wait.Seconds(), e.latency(paced, ns), e.latency(ready, ns)
+	if w > reserveShare*pacedLat || readyLat <= reserveSaving*(w+pacedLat) {
 		return false
 	}
 	tp := t.pace.Load()
