@@ -39,6 +39,7 @@ type Metrics struct {
 	spend          *prometheus.CounterVec
 	stallChecks    *prometheus.CounterVec
 	tunnelsCut     *prometheus.CounterVec
+	reservedWait   prometheus.Histogram
 	auth           *proxyAuth
 
 	perRoute sync.Map // route id → *routeCounts, for /api/routes
@@ -120,6 +121,11 @@ func NewMetrics(e *engine.Engine, log *slog.Logger) *Metrics {
 			Name: "switchyard_tunnels_cut_total",
 			Help: "Tunnels the gateway cut, by reason: exit_failed (their exit failed a check after a stall, with a fault of its own: their clients retry through another exit) or drained (idle between two exchanges, through a route drained since they were built).",
 		}, []string{"reason"}),
+		reservedWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "switchyard_reserved_wait_seconds",
+			Help:    "First attempts that waited for a paced fast exit's next token, reserved for them, rather than go at once to a far slower exit; and how long each waited (at most half the fast exit's latency).",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
 	}
 	// Every reason is exported, even at 0, so that alerts see a series.
 	for _, r := range []CutReason{CutIdle, CutHeader, CutSlowBody, CutOverCap} {
@@ -135,7 +141,7 @@ func NewMetrics(e *engine.Engine, log *slog.Logger) *Metrics {
 		Name: "switchyard_routes_proxy_auth_failing",
 		Help: "Routes whose proxy refused their credentials (407, or SOCKS5 authentication) at their last attempt or probe that said, until one through them succeeds: credentials in the proxy list that no longer pass, or an account that ran out. /readyz names them.",
 	}, func() float64 { return float64(m.auth.n.Load()) })
-	m.reg.MustRegister(m.requests, perRouteAttempts{m}, m.retries, m.hedges, m.attemptSeconds, m.connsCut, m.authRefused, m.localErrors, m.subExits, m.spend, m.stallChecks, m.tunnelsCut, authFailing,
+	m.reg.MustRegister(m.requests, perRouteAttempts{m}, m.retries, m.hedges, m.attemptSeconds, m.connsCut, m.authRefused, m.localErrors, m.subExits, m.spend, m.stallChecks, m.tunnelsCut, m.reservedWait, authFailing,
 		engineCollector{e: e, perRoute: m.perRouteSeries})
 	// The process's own health, as every Go exporter shows it: go_*
 	// (goroutines, heap, GC pauses) and process_* (CPU, memory, open
@@ -268,6 +274,12 @@ func (m *Metrics) ObserveSubExit(class engine.Class, retired, spared bool) {
 // ObserveStallCheck counts a check of an exit under a stalled tunnel.
 func (m *Metrics) ObserveStallCheck(class engine.Class) {
 	m.stallChecks.WithLabelValues(class.String()).Inc()
+}
+
+// ObserveReservedWait records a first attempt's wait for the paced
+// route's token its lease reserved.
+func (m *Metrics) ObserveReservedWait(wait time.Duration) {
+	m.reservedWait.Observe(wait.Seconds())
 }
 
 // ObserveTunnelsCut counts n tunnels the stall watch cut for reason.

@@ -157,6 +157,20 @@ func TestMetrics(t *testing.T) {
 				`switchyard_attempt_seconds_bucket{class="proxy_timeout",le="1"} 0`,
 			},
 		},
+		{
+			desc: "waits for reserved tokens",
+			setup: func(_ *testing.T, f *fixture) {
+				f.m.ObserveReservedWait(30 * time.Millisecond)
+				f.m.ObserveReservedWait(200 * time.Millisecond)
+			},
+			want: []string{
+				`switchyard_reserved_wait_seconds_count 2`,
+				`switchyard_reserved_wait_seconds_sum 0.23`,
+				`switchyard_reserved_wait_seconds_bucket{le="0.025"} 0`,
+				`switchyard_reserved_wait_seconds_bucket{le="0.05"} 1`,
+				`switchyard_reserved_wait_seconds_bucket{le="0.25"} 2`,
+			},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {

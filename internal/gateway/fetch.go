@@ -134,6 +134,7 @@ func (g *Gateway) Fetch(ctx context.Context, req FetchRequest) (*FetchResult, er
 	}
 	defer release()
 	win, last, attempts, hedges, err := g.run(ctx, s, j)
+	rec.waited = j.waited
 	res.Attempts = j.fetch.snapshot()
 	answered := win
 	if answered == nil {

@@ -119,6 +119,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, s *settin
 	j.another = body.replayable()
 	j.hedge = hedge && j.another && ctl.session == "" && route.Idempotent(r.Method) && !j.upgrade
 	win, last, attempts, hedges, err := g.run(r.Context(), s, j)
+	rec.waited = j.waited
 	if answered := cmp.Or(win, last); answered != nil && answered.resp != nil {
 		s.targets.NoteOrigin(target, hostport) // admitted, and a target answered there: probes go there
 		// A client that leaves mid-answer ends the attempt, so that a body

@@ -167,6 +167,10 @@ type Observer interface {
 	// ObserveTunnelsCut is told of n tunnels the stall watch cut, and why:
 	// TunnelCutExitFailed or TunnelCutDrained (stall.go).
 	ObserveTunnelsCut(reason string, n int)
+	// ObserveReservedWait is told of each first attempt whose lease
+	// reserved a paced route's next token, and the wait for it
+	// (engine.Lease.Delay), as the wait begins.
+	ObserveReservedWait(wait time.Duration)
 }
 
 // DefaultConfig is what New gives zero fields, the one place these
@@ -464,6 +468,7 @@ type record struct {
 	route               string // "" until a route was leased
 	class               engine.Class
 	attempts, hedges    int
+	waited              time.Duration // the first attempt's wait for a reserved token (job.waited)
 	status              int           // set when the answer bypasses w (a hijacked CONNECT)
 	intercepted         bool          // an intercepted CONNECT, or a request inside one
 	paced               *pacing.Error // why the request was answered 429 paced, and the wait; nil otherwise
@@ -497,7 +502,7 @@ func (g *Gateway) logRequest(ctx context.Context, rec *record) {
 		status = rec.w.status
 	}
 	// Room for every attribute, so that appending never grows it.
-	var room [15]slog.Attr
+	var room [16]slog.Attr
 	attrs := append(room[:0],
 		slog.String("method", clip(rec.method, maxLogField)),
 		slog.String("target", clip(rec.target, maxLogField)),
@@ -508,6 +513,11 @@ func (g *Gateway) logRequest(ctx context.Context, rec *record) {
 	)
 	if rec.hedges > 0 {
 		attrs = append(attrs, slog.Int("hedges", rec.hedges))
+	}
+	if rec.waited > 0 {
+		// The first attempt waited for a paced fast exit's next token
+		// rather than go at once to a far slower one.
+		attrs = append(attrs, slog.Int64("reserved_wait_ms", rec.waited.Milliseconds()))
 	}
 	// The route id is the operator's, bounded by the list's line length,
 	// and kept whole so that it can be searched for.

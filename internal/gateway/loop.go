@@ -77,6 +77,10 @@ type job struct {
 	limit   int           // attempts at most; 0: Config.MaxAttempts
 	timeout time.Duration // all attempts together; 0: Config.RequestTimeout
 	fetch   *fetchJob     // reads and validates each answer, and keeps the trace; nil otherwise
+
+	// waited is set by run: how long the first attempt waited for the
+	// paced route's next token its lease reserved (engine.Lease.Delay).
+	waited time.Duration
 }
 
 // maxAttempts is j's cap on attempts, hedges included.
@@ -257,9 +261,15 @@ func (g *Gateway) run(ctx context.Context, s *settings, j *job) (win, last *outc
 		}
 		// A first attempt's lease that reserved a paced route's next
 		// token is sent when the token comes (engine.Lease.Delay).
-		if l.Delay > 0 && !sleep(ctx, l.Delay) {
-			g.giveBack(l)
-			return context.Cause(ctx)
+		if l.Delay > 0 {
+			if g.cfg.Observer != nil {
+				g.cfg.Observer.ObserveReservedWait(l.Delay)
+			}
+			if !sleep(ctx, l.Delay) {
+				g.giveBack(l)
+				return context.Cause(ctx)
+			}
+			j.waited = l.Delay
 		}
 		// The first attempt's timer marks the hedge delay, when a hedge
 		// could follow: a hedge goes beside the first attempt alone, on

@@ -28,7 +28,8 @@ type recorder struct {
 	// tunnels it cut, by reason.
 	stallChecks []engine.Class
 	cut         map[string]int
-	changed     chan struct{} // closed at the next observation, for waitFor
+	reserved    []time.Duration // the waits for reserved tokens
+	changed     chan struct{}   // closed at the next observation, for waitFor
 }
 
 // noteLocked wakes waitFor. Caller holds mu.
@@ -108,6 +109,13 @@ func (r *recorder) ObserveTunnelsCut(reason string, n int) {
 		r.cut = make(map[string]int)
 	}
 	r.cut[reason] += n
+	r.noteLocked()
+}
+
+func (r *recorder) ObserveReservedWait(wait time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reserved = append(r.reserved, wait)
 	r.noteLocked()
 }
 

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -332,8 +334,10 @@ func TestReservedTokenIsWaitedFor(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
 		tg := newTarget(t, func(int, http.ResponseWriter, *http.Request) {})
 		fast, slow := routetest.NewProxy(t, routetest.Behavior{}), routetest.NewProxy(t, routetest.Behavior{})
+		obs := &recorder{}
+		var out logtest.Buffer
 		v := newEnvEngine(t, engine.Config{Seed: 1, MaxRemovedShare: -1, PanicThreshold: -1, PaceStart: 0.5},
-			Config{}, proxyLine(fast, ""), proxyLine(slow, ""))
+			Config{Observer: obs, Log: slog.New(slog.NewTextHandler(&out, nil))}, proxyLine(fast, ""), proxyLine(slow, ""))
 		site := target.DefaultKey(tg.URL[len("http://"):strings.LastIndexByte(tg.URL, ':')])
 		routes := v.e.Routes()
 		// What the engine knows: the fast route answers in 2 s, the slow
@@ -360,6 +364,23 @@ func TestReservedTokenIsWaitedFor(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Switchyard-Route") != routes[0].ID || took < 400*time.Millisecond {
 			t.Fatalf("%d %s through %q after %v; want 200 through the fast route %s once its token came, 0.5 s on",
 				resp.StatusCode, body, resp.Header.Get("X-Switchyard-Route"), took, routes[0].ID)
+		}
+		// The wait is counted, and the request's log line says it.
+		obs.mu.Lock()
+		reserved := slices.Clone(obs.reserved)
+		obs.mu.Unlock()
+		if len(reserved) != 1 || reserved[0] < 400*time.Millisecond || reserved[0] > 500*time.Millisecond {
+			t.Errorf("reserved waits observed %v, want one of 0.4–0.5 s", reserved)
+		}
+		var line string
+		for deadline := time.Now().Add(5 * time.Second); !strings.Contains(line, "msg=request"); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("no request line")
+			}
+			line += out.Take()
+		}
+		if !regexp.MustCompile(`reserved_wait_ms=(4\d\d|500)\b`).MatchString(line) {
+			t.Errorf("request line %q does not say the 0.4–0.5 s wait (reserved_wait_ms)", line)
 		}
 	})
 }

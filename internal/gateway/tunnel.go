@@ -43,7 +43,9 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, s *settin
 		return
 	}
 	defer release()
-	win, last, attempts, hedges, err := g.run(r.Context(), s, connectJob(target, addr, ctl, policy))
+	j := connectJob(target, addr, ctl, policy)
+	win, last, attempts, hedges, err := g.run(r.Context(), s, j)
+	rec.waited = j.waited
 	switch {
 	case win != nil:
 		g.tunnelUp(s, host, target, rec, win, attempts, hedges)
