@@ -194,9 +194,14 @@ type pairPace struct {
 	rate float64 // guarded by mu: requests/s its last 429 allowed; 0 when it had none
 	// held is set, for good, once rate is: picks pass a pair that was
 	// never held, at a target without a tolerance, without its lock.
-	held   atomic.Bool
-	cut    int64   // guarded by mu: when that 429 came, Unix ns
-	tokens float64 // guarded by mu
+	held atomic.Bool
+	// cut is when the rate was last set: by a 429 of the pair's, or by the
+	// freeze's guess or a tell. Unix ns.
+	cut int64 // guarded by mu
+	// tripped is when the pair's last 429 here came, Unix ns (0: none):
+	// 429s to attempts leased before it are the same penalty.
+	tripped int64   // guarded by mu
+	tokens  float64 // guarded by mu
 	// last is when tokens was last refilled; while no rate holds the
 	// pair, when it was last leased.
 	last int64 // guarded by mu
@@ -481,7 +486,7 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	}
 	p := tp.pairAt(slot, ns)
 	p.mu.Lock()
-	if p.cut != 0 && taken < p.cut {
+	if taken < p.tripped {
 		p.mu.Unlock()
 		return
 	}
@@ -525,7 +530,7 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	carried, rate := float64(n)/span.Seconds(), p.rate
 	p.guess = false
 	base := p.cut
-	p.cut, p.tokens, p.last = ns, 0, ns
+	p.cut, p.tripped, p.tokens, p.last = ns, ns, 0, ns
 	p.pressed, p.pressedAt = 0, 0
 	p.sent, p.since = failWindow{}, ns+int64(retryAfter)
 	if sh := p.sh; sh != nil {

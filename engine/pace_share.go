@@ -501,6 +501,7 @@ func (p *pairPace) adopt(c *Config, l PairLimit, ns int64) (first bool) {
 		p.sent, sh.reported, sh.others = failWindow{}, failWindow{}, failWindow{}
 	}
 	sh.epoch, p.since = l.Epoch, l.Since
+	p.tripped = max(p.tripped, l.Epoch) // the fleet's last 429 at the pair
 	return !held && l.First
 }
 

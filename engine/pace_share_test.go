@@ -222,6 +222,33 @@ func TestPaceNewsIn(t *testing.T) {
 	}
 }
 
+// A 429 heard from another process is the pair's last: a 429 here to an
+// attempt leased before it is the same penalty, one leased after it news.
+func TestHeard429IsThePairsLast(t *testing.T) {
+	t.Parallel()
+	e, s := newSharingEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 1)
+	tg := e.target("s.com")
+	now := start
+	before := mustAcquire(t, e, now, Request{Target: "s.com"})
+	cut := now.Add(500 * time.Millisecond).UnixNano()
+	s.hear(PaceNews{Pairs: []PairLimit{{Route: 0, Target: tg.n, Rate: 2, Cut: cut, Epoch: cut, Since: cut, First: true}}})
+	now = now.Add(time.Second)
+	e.Sweep(now)
+	if got := heldRate(e, 0, "s.com", now); got != 2 {
+		t.Fatalf("r0 held to %v, want the 2/s heard", got)
+	}
+	e.Report(now, before, rateLimited)
+	if got := heldRate(e, 0, "s.com", now); got != 2 {
+		t.Errorf("a 429 to an attempt leased before the one heard moved r0's rate to %v, want the same penalty", got)
+	}
+	now = now.Add(2 * time.Second)
+	after := mustAcquire(t, e, now, Request{Target: "s.com"})
+	e.Report(now, after, rateLimited)
+	if got := heldRate(e, 0, "s.com", now); got >= 2 {
+		t.Errorf("a 429 to an attempt leased after the one heard left r0 at %v, want it backed off", got)
+	}
+}
+
 // The others' counts and a tolerance heard from them make the count guard
 // hold a pair that sent little here.
 func TestPaceCountGuardReadsTheFleet(t *testing.T) {

@@ -305,6 +305,56 @@ func TestFreezeHoldsIdleExitsAtTheSiteRate(t *testing.T) {
 	}
 }
 
+// TestA429LeasedBeforeTheFreezeTeaches: the freeze's guess is no 429 of
+// the pair's, so the pair's own 429 to an attempt leased before the freeze
+// teaches it, as its first; the 429s to its attempts leased before that
+// one are the same penalty.
+func TestA429LeasedBeforeTheFreezeTeaches(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 5)
+	e.watch(e.target("s.com"))
+	now := start
+	// 10 s of r0 and r1 sending 3 requests/s each.
+	for i := range 60 {
+		now = start.Add(time.Duration(i) * time.Second / 6)
+		attemptAt(t, e, now, fmt.Sprintf("r%d", i%2), "s.com", 5, okOutcome)
+	}
+	attemptAt(t, e, now, "r4", "s.com", 5, rateLimited) // the site's first 429
+	lease := func(route string) Lease {
+		t.Helper()
+		var avoid []string
+		for i := range 5 {
+			if id := fmt.Sprintf("r%d", i); id != route {
+				avoid = append(avoid, id)
+			}
+		}
+		l, err := e.Acquire(now, Request{Target: "s.com", Avoid: avoid})
+		if err != nil || l.Route != route {
+			t.Fatalf("lease %+v, %v; want %s", l, err, route)
+		}
+		return l
+	}
+	r0, r1 := lease("r0"), []Lease{lease("r1"), lease("r1"), lease("r1")}
+	now = now.Add(100 * time.Millisecond)
+	e.Report(now, r0, rateLimited) // the second: the site freezes
+	guess := heldRate(e, 1, "s.com", now)
+	if guess == 0 {
+		t.Fatal("r1 not held by the freeze")
+	}
+	now = now.Add(time.Millisecond)
+	e.Report(now, r1[0], rateLimited)
+	taught := heldRate(e, 1, "s.com", now)
+	if taught >= guess*0.9 {
+		t.Errorf("r1's own 429, of an attempt leased before the freeze, left it at %v from the freeze's %v, want it backed off", taught, guess)
+	}
+	for _, l := range r1[1:] {
+		e.Report(now, l, rateLimited)
+	}
+	if got := heldRate(e, 1, "s.com", now); got != taught {
+		t.Errorf("r1's 429s of attempts leased before its first moved its rate %v → %v, want the same penalty", taught, got)
+	}
+}
+
 // TestFreezeWithoutAMeasuredRate: when every first 429 came too soon to
 // measure a rate, an exit the picks had kept nearly idle is frozen where
 // a new one starts, at PaceStart, not at twice its trickle.
