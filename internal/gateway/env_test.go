@@ -15,6 +15,7 @@ import (
 	"github.com/switchyard/switchyard/engine"
 	"github.com/switchyard/switchyard/internal/route"
 	"github.com/switchyard/switchyard/internal/route/routetest"
+	"github.com/switchyard/switchyard/internal/target"
 )
 
 // env is a gateway under test: the engine, the routes in list order, and
@@ -104,6 +105,14 @@ func (v *env) client(t testing.TB, user string) *http.Client {
 
 // id is the id of the i-th route.
 func (v *env) id(i int) string { return v.routes[i].ID }
+
+// deadline is the engine's deadline now for an attempt through route i
+// to addr, a host:port.
+func (v *env) deadline(i int, addr string) time.Duration {
+	host, _, _ := net.SplitHostPort(addr)
+	d, _ := v.e.Timing(time.Now(), engine.Lease{Route: v.id(i), Target: target.DefaultKey(host)}, v.g.cfg.AttemptTimeout)
+	return d
+}
 
 // pair returns route i's record for target, if it has one.
 func (v *env) pair(t *testing.T, i int, target string) (engine.PairStatus, bool) {

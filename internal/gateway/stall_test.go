@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,24 +31,32 @@ func TestStalledTunnel(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
 		tests := []struct {
 			desc     string
-			hang     bool          // the exit hangs after the first exchange
-			ack      bool          // then the client sends a few bytes and waits past the deadline
-			slow     time.Duration // the site's wait before its second answer
+			hang     bool // the exit hangs after the first exchange
+			ack      bool // then the client sends a few bytes and waits past the deadline
+			slow     bool // the site waits past the deadline before its second answer
 			wantCut  bool
 			wantSeen engine.Class // the check's class
 		}{
 			{desc: "the exit hangs", hang: true, wantCut: true, wantSeen: engine.ProxyTimeout},
 			{desc: "the exit hangs, a few bytes first", hang: true, ack: true, wantCut: true, wantSeen: engine.ProxyTimeout},
-			{desc: "the site is slow", slow: 2500 * time.Millisecond, wantSeen: engine.OK},
+			{desc: "the site is slow", slow: true, wantSeen: engine.OK},
 		}
 		for _, tc := range tests {
 			t.Run(tc.desc, func(t *testing.T) {
 				t.Parallel()
-				site := echoSite(t, tc.slow)
+				// Past the tunnel's deadline, and a check's: the deadline
+				// is engine.deadline_floor's 1s when the route answered its
+				// CONNECT and first exchange in a few milliseconds, longer
+				// on a loaded machine, so it is read once they are known.
+				var past atomic.Int64
+				site := echoSite(t, func() time.Duration {
+					if tc.slow {
+						return time.Duration(past.Load())
+					}
+					return 0
+				})
 				p := routetest.NewProxy(t, routetest.Behavior{Hangable: true})
 				rec := &recorder{}
-				// The tunnel's deadline is engine.deadline_floor's 1s: its
-				// route answered its CONNECT in a millisecond.
 				v := newEnv(t, Config{Observer: rec}, proxyLine(p, ""))
 				const patience = 20 * time.Second // the client's own timeout
 				c, br := openTunnel(t, v, site, patience)
@@ -56,12 +65,13 @@ func TestStalledTunnel(t *testing.T) {
 					t.Fatalf("first exchange: %q, %v", got, err)
 				}
 				v.waitOutcome(t, 0, engine.OK)
+				past.Store(int64(v.deadline(0, site) + 1500*time.Millisecond))
 				if tc.hang {
 					p.Hang()
 				}
 				if tc.ack {
 					io.WriteString(c, "ack\n")
-					time.Sleep(2500 * time.Millisecond) // past the deadline, and a check's
+					time.Sleep(time.Duration(past.Load()))
 					rec.mu.Lock()
 					checks := len(rec.stallChecks)
 					rec.mu.Unlock()
@@ -157,7 +167,7 @@ func TestDrainedRouteClosesIdleTunnels(t *testing.T) {
 	}
 	routetest.NoLeaks(t, func(t *testing.T) {
 		// The site's wait before its second answer is past stallIdle.
-		site := echoSite(t, 1500*time.Millisecond)
+		site := echoSite(t, func() time.Duration { return 1500 * time.Millisecond })
 		p := routetest.NewProxy(t, routetest.Behavior{})
 		rec := &recorder{}
 		v := newEnv(t, Config{Observer: rec}, proxyLine(p, ""))
@@ -187,8 +197,8 @@ func TestDrainedRouteClosesIdleTunnels(t *testing.T) {
 }
 
 // echoSite serves lines, answering each with "got " and the line, the
-// second after slow.
-func echoSite(t *testing.T, slow time.Duration) string {
+// second after slow() has passed.
+func echoSite(t *testing.T, slow func() time.Duration) string {
 	return routetest.ServeTCP(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		for n := 0; ; n++ {
@@ -197,7 +207,7 @@ func echoSite(t *testing.T, slow time.Duration) string {
 				return
 			}
 			if n == 1 {
-				time.Sleep(slow)
+				time.Sleep(slow())
 			}
 			if _, err := io.WriteString(c, "got "+line); err != nil {
 				return
