@@ -310,13 +310,7 @@ func TestPacedIsLoggedWithItsReason(t *testing.T) {
 				if status := do(); status != http.StatusTooManyRequests {
 					t.Fatalf("second request: %d, want 429", status)
 				}
-				var line string
-				for deadline := time.Now().Add(5 * time.Second); !strings.Contains(line, "msg=request"); time.Sleep(time.Millisecond) {
-					if time.Now().After(deadline) {
-						t.Fatal("no request line for the paced request")
-					}
-					line += out.Take()
-				}
+				line := requestLine(t, &out)
 				for _, w := range tc.want {
 					if !strings.Contains(line, w) {
 						t.Errorf("line %q lacks %q", line, w)
@@ -327,9 +321,24 @@ func TestPacedIsLoggedWithItsReason(t *testing.T) {
 	})
 }
 
+// requestLine waits (bounded) for the request's log line, which is
+// written as the handler returns, after the client has its answer.
+func requestLine(t *testing.T, out *logtest.Buffer) string {
+	t.Helper()
+	var line string
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(line, "msg=request"); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no request line")
+		}
+		line += out.Take()
+	}
+	return line
+}
+
 // A request's first attempt whose lease reserved a fast route's next
 // token (engine.Lease.Delay), the only route ready being far slower, is
-// sent through the fast route when the token comes.
+// sent through the fast route when the token comes; the wait is told to
+// the Observer and written in the request's log line.
 func TestReservedTokenIsWaitedFor(t *testing.T) {
 	routetest.NoLeaks(t, func(t *testing.T) {
 		tg := newTarget(t, func(int, http.ResponseWriter, *http.Request) {})
@@ -372,13 +381,7 @@ func TestReservedTokenIsWaitedFor(t *testing.T) {
 		if len(reserved) != 1 || reserved[0] < 400*time.Millisecond || reserved[0] > 500*time.Millisecond {
 			t.Errorf("reserved waits observed %v, want one of 0.4–0.5 s", reserved)
 		}
-		var line string
-		for deadline := time.Now().Add(5 * time.Second); !strings.Contains(line, "msg=request"); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("no request line")
-			}
-			line += out.Take()
-		}
+		line := requestLine(t, &out)
 		if !regexp.MustCompile(`reserved_wait_ms=(4\d\d|500)\b`).MatchString(line) {
 			t.Errorf("request line %q does not say the 0.4–0.5 s wait (reserved_wait_ms)", line)
 		}
