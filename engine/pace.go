@@ -501,9 +501,9 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	case held > 0 && n < paceMinCount:
 		p.rate = held / 2
 	case held > 0 && p.guess:
-		// Held by the freeze's guess, often twice what it carried, not by
-		// a 429: this is its first, and what it sent says more of the
-		// limit than the guess (docs/design/005-cost.md).
+		// Held by the freeze's guess, the site's typical rate, not by a
+		// 429 of its own: this is its first, and what it sent says more
+		// of its limit than the guess (docs/design/005-cost.md).
 		p.rate = min(rateBackoff*held, rateMargin*sent)
 	case held > 0:
 		// A pair is seldom sent all its rate allows: the limit is under
@@ -649,28 +649,28 @@ func median(xs []float64) float64 {
 // the limited ones shed must not pile onto the others until they trip in
 // turn. Each is held to the rate a pair new to the target starts at:
 // site, the median rate the first 429s here taught, or PaceStart when
-// none taught one; or, if more and its count spans tellSpan, to twice the
-// rate it was sending at (its busiest sixth of the window). A younger
-// count shows a burst, not a rate: a site that limits every exit freezes
-// in the first second, and twice what a pair sent in it is over the limit
-// (the simulator's rate-limited, seed 10: exits that take 3 requests/s
-// held at 6 and 8, a dozen tripping within 10 s, each out for its 30 s
-// Retry-After; p95 0.93 → 0.59 s over seeds 9–16). An exit the picks had
-// kept nearly idle is no more limited than the typical one that tripped,
-// and holding it near the floor would leave the site's capacity unused
-// for the many minutes growth takes (the simulator's rate-limited, whose
-// first 429s come too soon to measure: exits that take 3 requests/s held
-// to 2 for minutes, p95 1.01 → 0.83 s over seeds 1–16). A pair that
-// already sends as much as the typical one that tripped is held where its
-// own 429 would hold it, rateMargin of that rate: twice it is over the
-// limit the others showed, and the 429 that would teach it so costs a
-// Retry-After (the simulator's limits-saturated, where every exit sends
-// at its limit from the start). Its bucket starts with what the rate
-// would have earned since its last request, not full: the freeze comes
-// in a burst that spent the site's allowance, and a full token sent each
-// pair at once into its own 429 (the live d_rate_limited pool's
-// stand-in). Each grows from there under pressure, finding its own limit
-// without a cascade; the holds are guesses (learnRate, tell).
+// none taught one. An exit the picks had kept nearly idle is no more
+// limited than the typical one that tripped, and holding it near the
+// floor would leave the site's capacity unused for the many minutes
+// growth takes (the simulator's rate-limited, whose first 429s come too
+// soon to measure: exits that take 3 requests/s held to 2 for minutes,
+// p95 1.01 → 0.83 s over seeds 1–16). A pair that already sends as much
+// as the typical one that tripped is held where its own 429 would hold
+// it, rateMargin of that rate (the simulator's limits-saturated, where
+// every exit sends at its limit from the start). What a pair sent
+// without a 429 says no more than that of its limit: held at twice its
+// busiest sixth of the window, as they once were, the pairs that carried
+// a little less than the ones that tripped went over the limit at once
+// and tripped in turn, each out for its Retry-After (the simulator's
+// limits-roomy: 0.92 → 0.95 of the oracle; docs/simulator-results.md);
+// twice a count younger than tellSpan, a burst, held exits that take 3
+// requests/s at 6 and 8 (rate-limited, seed 10). Its bucket starts with
+// what the rate would have earned since its last request, not full: the
+// freeze comes in a burst that spent the site's allowance, and a full
+// token sent each pair at once into its own 429 (the live
+// d_rate_limited pool's stand-in). Each grows from there under
+// pressure, finding its own limit without a cascade; the holds are
+// guesses (learnRate, tell).
 func (tp *targetPace) freeze(c *Config, tripped int32, site float64, ns int64) {
 	start := math.Float64frombits(tp.frozen.Load()) // where a new pair starts
 	tp.pairs.each(func(q *pairPace) {
@@ -681,9 +681,6 @@ func (tp *targetPace) freeze(c *Config, tripped int32, site float64, ns int64) {
 		if q.rate == 0 {
 			q.rate = start
 			n, span := q.count(c, ns)
-			if span >= tellSpan {
-				q.rate = max(2*q.peak(c, ns), start)
-			}
 			if site > 0 && n >= paceMinCount {
 				if own := rateMargin * q.sending(c, ns, n, span); own >= site {
 					q.rate = own

@@ -215,8 +215,9 @@ func TestPacedPairsArePassedOver(t *testing.T) {
 }
 
 // TestFreezeAfterTwoExits: once two exits had a 429 at a site, the others
-// are held to twice what they were sending, so the load the first shed
-// cannot trip them in turn; one exit's 429 freezes nobody.
+// are held where their own 429 would hold them, as they send as much as
+// the two that tripped, so the load the first shed cannot trip them in
+// turn; one exit's 429 freezes nobody.
 func TestFreezeAfterTwoExits(t *testing.T) {
 	t.Parallel()
 	e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 4)
@@ -232,8 +233,8 @@ func TestFreezeAfterTwoExits(t *testing.T) {
 	}
 	attemptAt(t, e, now, "r1", "s.com", 4, rateLimited)
 	for _, slot := range []int32{2, 3} {
-		if got := heldRate(e, slot, "s.com", now); math.Abs(got-2) > 0.3 {
-			t.Errorf("r%d held to %v after two exits' 429s, want about twice its 1 request/s", slot, got)
+		if got := heldRate(e, slot, "s.com", now); got < 0.8 || got > 1.2 {
+			t.Errorf("r%d held to %v after two exits' 429s, want rateMargin of its 1 request/s, read at its busiest", slot, got)
 		}
 	}
 }
