@@ -105,6 +105,12 @@ const (
 	// its completion).
 	freezeAfter = 2
 	freezeShare = 0.3
+	// A first 429 weighs the other pairs' counts against its own pair's
+	// (firstTrip) once that count holds freezeCount requests: a younger
+	// one is a burst (the simulator's short-bans, seed 3: a count of 4,
+	// a second after the site was first watched, froze a site that limits
+	// 5 of its 20 exits, 1.000 → 0.959 of the oracle).
+	freezeCount = 10
 	// A guessed pair's 429 (see tell) holds the other guessed pairs that
 	// carry between what it carried and tellBand times that, once its
 	// count spans tellSpan: a younger count shows a burst, not a rate (the
@@ -543,7 +549,11 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	// The freeze locks the other pairs: not while holding this one, which
 	// a freeze of theirs would lock.
 	if held == 0 {
-		tp.firstTrip(&e.cfg, slot, taught, ns)
+		weighed := carried
+		if n < freezeCount {
+			weighed = 0 // a burst, not a rate to weigh the others' against
+		}
+		tp.firstTrip(&e.cfg, slot, taught, weighed, ns)
 	}
 	if tell {
 		tp.tell(&e.cfg, slot, carried, rate, ns)
@@ -605,21 +615,38 @@ func (tp *targetPace) tell(c *Config, slot int32, carried, rate float64, ns int6
 const maxFirsts = 32
 
 // firstTrip notes the first 429 of route slot here, which measured rate
-// (0: too few requests to tell), and freezes the target once freezeAfter
-// exits, and freezeShare of the pairs it has, have had theirs.
-func (tp *targetPace) firstTrip(c *Config, slot int32, rate float64, ns int64) {
+// (0: too few requests to tell) after the pair carried carried requests/s
+// (0: unknown, a 429 another process heard), and freezes the target once
+// freezeAfter exits, and freezeShare of the pairs that showed anything of
+// the site's limit, have had theirs. Those are the pairs that tripped, and
+// the ones that carried as much as this one without a 429, which showed a
+// higher limit (the live e_ban_and_limit pool, whose unlimited exits carry
+// what its limited ones tripped at); one that carried less showed nothing.
+// Counted over every pair the target has, a site that limits every exit
+// froze only once 30% of them had tripped, one after another, each trip
+// shedding its load onto the rest (the live i_roomy_limits pool's
+// stand-in: 12 trips in 4 s, 0.85 → 0.91 of the oracle over 15 s;
+// docs/simulator-results.md). Only the first maxFirsts 429s of a target
+// count its pairs; later ones, and heard ones, count every pair.
+func (tp *targetPace) firstTrip(c *Config, slot int32, rate, carried float64, ns int64) {
+	shown := -1 // the pairs that showed the site's limit; -1: every pair
+	if n := tp.tripped.Load() + 1; carried > 0 && n >= freezeAfter && n <= maxFirsts && tp.frozen.Load() == 0 {
+		shown = int(n) + tp.carriedAsMuch(c, slot, carried, ns)
+	}
 	tp.mu.Lock()
 	if rate > 0 && len(tp.firsts) < maxFirsts {
 		tp.firsts = append(tp.firsts, rate)
 	}
 	site := median(tp.firsts)
 	freezing := false
-	if n := tp.tripped.Add(1); n >= freezeAfter && float64(n) >= freezeShare*float64(tp.pairs.n) {
+	if shown < 0 {
+		shown = tp.pairs.n
+	}
+	if n := tp.tripped.Add(1); n >= freezeAfter && float64(n) >= freezeShare*float64(shown) {
 		// Set under mu, which newPair holds: a pair made from now on
 		// starts held, and one made before is in the table for freeze,
-		// which runs once, so a first 429 never scans the target's pairs
-		// again. Without a measured rate, a new pair starts as one whose
-		// first 429 came too soon to measure: at PaceStart.
+		// which runs once. Without a measured rate, a new pair starts as
+		// one whose first 429 came too soon to measure: at PaceStart.
 		start := site
 		if start == 0 {
 			start = c.PaceStart
@@ -630,6 +657,24 @@ func (tp *targetPace) firstTrip(c *Config, slot int32, rate float64, ns int64) {
 	if freezing {
 		tp.freeze(c, slot, site, ns)
 	}
+}
+
+// carriedAsMuch counts the target's pairs that no rate holds, but slot,
+// whose count shows at least carried requests/s at ns. It locks each pair
+// in turn: not to be called holding one, or tp.mu.
+func (tp *targetPace) carriedAsMuch(c *Config, slot int32, carried float64, ns int64) int {
+	more := 0
+	tp.pairs.each(func(q *pairPace) {
+		if q.slot == slot {
+			return
+		}
+		q.mu.Lock()
+		if n, span := q.count(c, ns); q.rate == 0 && float64(n)/span.Seconds() >= carried {
+			more++
+		}
+		q.mu.Unlock()
+	})
+	return more
 }
 
 // median is the median of xs (the lower of the middle two), 0 for none;

@@ -400,7 +400,7 @@ func (e *Engine) applyPace(ns int64, in *PaceNews, targets []*target) {
 		first, rate := p.adopt(&e.cfg, l, ns), p.rate
 		p.mu.Unlock()
 		if first {
-			tp.firstTrip(&e.cfg, l.Route, rate, ns)
+			tp.firstTrip(&e.cfg, l.Route, rate, 0, ns)
 		}
 	}
 	for _, s := range in.Seen {

@@ -240,26 +240,50 @@ func TestFreezeAfterTwoExits(t *testing.T) {
 }
 
 // TestFewLimitedExitsLeaveTheRestFree: a site whose 429s come from a few
-// of the many exits it has seen freezes nobody; once freezeShare of them
-// have tripped, it freezes the rest.
+// of the many exits that carried as much freezes nobody; once freezeShare
+// of them have tripped, it freezes the rest. When the exits that tripped
+// carried the most, the others showed nothing of a higher limit, and the
+// site freezes at freezeAfter, unless the counts are too young to tell a
+// rate from a burst.
 func TestFewLimitedExitsLeaveTheRestFree(t *testing.T) {
 	t.Parallel()
 	const routes = 10
-	e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, routes)
-	e.watch(e.target("s.com"))
-	now := start
-	for i := range 4 * routes {
-		now = start.Add(time.Duration(i) * 100 * time.Millisecond)
-		attemptAt(t, e, now, fmt.Sprintf("r%d", i%routes), "s.com", routes, okOutcome)
+	tests := []struct {
+		desc   string
+		steps  int // of 100 ms, each exit sending one request in turn (1 a second)
+		busy   int // requests r0 and r1 send for each of the others'
+		frozen int // exits tripped when the site freezes
+	}{
+		{desc: "the others carried as much", steps: 16 * routes, busy: 1, frozen: 3},
+		{desc: "the others carried less", steps: 16 * routes, busy: 3, frozen: freezeAfter},
+		{desc: "the others carried less in a burst", steps: routes, busy: 3, frozen: 3},
 	}
-	attemptAt(t, e, now, "r0", "s.com", routes, rateLimited)
-	attemptAt(t, e, now, "r1", "s.com", routes, rateLimited)
-	if got := heldRate(e, 9, "s.com", now); got != 0 {
-		t.Fatalf("2 of %d exits limited held r9 to %v, want it free", routes, got)
-	}
-	attemptAt(t, e, now, "r2", "s.com", routes, rateLimited)
-	if got := heldRate(e, 9, "s.com", now); got == 0 {
-		t.Fatalf("3 of %d exits limited left r9 free, want the site frozen", routes)
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, routes)
+			e.watch(e.target("s.com"))
+			now := start
+			for i := range tt.steps {
+				now = start.Add(time.Duration(i) * 100 * time.Millisecond)
+				r, n := i%routes, 1
+				if r < 2 {
+					n = tt.busy
+				}
+				for range n {
+					attemptAt(t, e, now, fmt.Sprintf("r%d", r), "s.com", routes, okOutcome)
+				}
+			}
+			for i := range tt.frozen {
+				if got := heldRate(e, 9, "s.com", now); got != 0 {
+					t.Fatalf("%d of %d exits limited held r9 to %v, want it free", i, routes, got)
+				}
+				attemptAt(t, e, now, fmt.Sprintf("r%d", i), "s.com", routes, rateLimited)
+			}
+			if got := heldRate(e, 9, "s.com", now); got == 0 {
+				t.Fatalf("%d of %d exits limited left r9 free, want the site frozen", tt.frozen, routes)
+			}
+		})
 	}
 }
 
