@@ -296,13 +296,26 @@ func (s *Store) recover(ctx context.Context) {
 	if err := s.resync(ctx); err != nil {
 		return
 	}
-	s.leases.mu.Lock()
-	s.health.degraded.Store(false)
-	orphans := s.leases.orphans
-	s.leases.orphans = nil
-	s.leases.mu.Unlock()
-	if len(orphans) > 0 {
-		s.unshare(orphans)
+	// The leases ended meanwhile leave Redis before the store says it is
+	// reachable again (Healthy): until they do, they count against every
+	// process's max_inflight. One that ends while they are removed is an
+	// orphan too, taken on the next turn; none ends while mu is held.
+	for {
+		s.leases.mu.Lock()
+		orphans := s.leases.orphans
+		s.leases.orphans = nil
+		if len(orphans) == 0 {
+			s.health.degraded.Store(false)
+			s.leases.mu.Unlock()
+			break
+		}
+		s.leases.mu.Unlock()
+		if err := s.dropLeases(orphans); err != nil {
+			s.leases.mu.Lock()
+			s.leases.orphan(orphans)
+			s.leases.mu.Unlock()
+			return // still failing: stay degraded
+		}
 	}
 	s.opts.Log.Info("redis reachable again: shared state resynced", "addr", s.Addr(),
 		"outage", time.Duration(s.opts.Now().UnixNano()-s.health.since.Load()).Round(time.Millisecond).String(), "merged", len(dirty))
