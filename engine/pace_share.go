@@ -544,7 +544,11 @@ type PaceStatus struct {
 	// Processes is how many processes share the target's limits (1: this
 	// one paces alone).
 	Processes int
-	Pairs     []PairPaceStatus // by route id
+	// Frozen is the rate, requests/s, an exit new to the target starts
+	// held at since enough of its exits tripped that the site froze
+	// (docs/design/005-cost.md); 0 while it has not.
+	Frozen float64
+	Pairs  []PairPaceStatus // by route id
 }
 
 // PairPaceStatus is a snapshot of one route×target pair's pacing.
@@ -557,6 +561,9 @@ type PairPaceStatus struct {
 	// Sent is what the pair sent in the window, all processes together as
 	// last counted, and Local what this process sent of it.
 	Sent, Local int
+	// Guess is set while Rate is the freeze's guess, not what a 429 of
+	// the pair's own, or one like it, taught.
+	Guess bool
 }
 
 // Pace returns the pacing learned for target, false when it has none. It
@@ -573,15 +580,16 @@ func (e *Engine) Pace(now time.Time, target string) (PaceStatus, bool) {
 	ns := now.UnixNano()
 	width := int64(e.cfg.PaceWindow) / windowBuckets
 	tol := tp.toleranceAt(&e.cfg, ns)
-	st := PaceStatus{Target: target, Tolerance: tol, Processes: int(max(tp.procs.Load(), 1))}
+	st := PaceStatus{Target: target, Tolerance: tol, Processes: int(max(tp.procs.Load(), 1)), Frozen: math.Float64frombits(tp.frozen.Load())}
 	tp.pairs.each(func(p *pairPace) {
 		p.mu.Lock()
 		rate := p.rateAt(&e.cfg, ns)
 		sent, _ := p.count(&e.cfg, ns)
 		local, _ := p.sent.counts(ns, width)
+		guess := p.guess
 		p.mu.Unlock()
 		st.Pairs = append(st.Pairs, PairPaceStatus{
-			Route: e.routes.get(p.slot).id, Rate: rate, Own: tp.rateIn(rate, tp.toleranceFor(&e.cfg, p.slot, ns), &e.cfg), Sent: sent, Local: local,
+			Route: e.routes.get(p.slot).id, Rate: rate, Own: tp.rateIn(rate, tp.toleranceFor(&e.cfg, p.slot, ns), &e.cfg), Sent: sent, Local: local, Guess: guess,
 		})
 	})
 	slices.SortFunc(st.Pairs, func(a, b PairPaceStatus) int { return strings.Compare(a.Route, b.Route) })

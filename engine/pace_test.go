@@ -231,10 +231,23 @@ func TestFreezeAfterTwoExits(t *testing.T) {
 	if got := heldRate(e, 2, "s.com", now); got != 0 {
 		t.Fatalf("one exit's 429 held r2 to %v", got)
 	}
+	if st, _ := e.Pace(now, "s.com"); st.Frozen != 0 {
+		t.Errorf("one exit's 429 reported the site frozen at %v", st.Frozen)
+	}
 	attemptAt(t, e, now, "r1", "s.com", 4, rateLimited)
 	for _, slot := range []int32{2, 3} {
 		if got := heldRate(e, slot, "s.com", now); got < 0.8 || got > 1.2 {
 			t.Errorf("r%d held to %v after two exits' 429s, want rateMargin of its 1 request/s, read at its busiest", slot, got)
+		}
+	}
+	// The status tells the freeze's guesses from what 429s taught.
+	st, _ := e.Pace(now, "s.com")
+	if st.Frozen <= 0 {
+		t.Errorf("status frozen at %v after the freeze, want its rate", st.Frozen)
+	}
+	for _, p := range st.Pairs {
+		if want := p.Route == "r2" || p.Route == "r3"; p.Guess != want {
+			t.Errorf("%s reported guess %v, want %v", p.Route, p.Guess, want)
 		}
 	}
 }

@@ -190,6 +190,7 @@ type targetRow struct {
 	Tolerance float64    `json:"tolerance,omitempty"`
 	Paced     int        `json:"paced,omitempty"`
 	PacedRate float64    `json:"paced_rate,omitempty"` // their rates' sum, requests/s
+	Frozen    float64    `json:"frozen,omitempty"`     // requests/s a new exit starts held at since the site froze
 	Recent    []apiEvent `json:"recent,omitempty"`     // its incident events kept, newest first
 	Tier      *tierJSON  `json:"tier,omitempty"`       // above the cheapest cost tier (GET /api/targets' tiers)
 }
@@ -248,7 +249,7 @@ func (s *Server) dashTargets(w http.ResponseWriter, _ *http.Request) {
 	out := make([]*targetRow, 0, len(byName))
 	for _, t := range byName {
 		if pace, ok := s.engine.Pace(now, t.Target); ok {
-			t.Tolerance = round3(pace.Tolerance)
+			t.Tolerance, t.Frozen = round3(pace.Tolerance), round3(pace.Frozen)
 			for _, p := range pace.Pairs {
 				if p.Rate > 0 {
 					t.Paced++

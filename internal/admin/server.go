@@ -475,6 +475,7 @@ type paceJSON struct {
 	Target    string         `json:"target"`
 	Tolerance float64        `json:"tolerance"` // requests per pace window per exit, all gateways; 0: none
 	Gateways  int            `json:"gateways"`  // gateways sharing the limits (1: this one alone)
+	Frozen    float64        `json:"frozen"`    // requests/s a new exit starts held at since the site froze; 0: not frozen
 	Pairs     []pairPaceJSON `json:"pairs"`
 }
 
@@ -484,6 +485,7 @@ type pairPaceJSON struct {
 	Own   float64 `json:"own"`   // requests/s this gateway sends it at; 0: not paced
 	Sent  int     `json:"sent"`  // sent in the pace window, all gateways
 	Local int     `json:"local"` // of which through this gateway
+	Guess bool    `json:"guess"` // rate is the freeze's guess, not what its own 429s taught
 }
 
 // targetPace is GET /api/targets/{target}/pace: what the target's 429s
@@ -494,9 +496,9 @@ func (s *Server) targetPace(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no pacing learned for this target")
 		return
 	}
-	out := paceJSON{Target: st.Target, Tolerance: st.Tolerance, Gateways: st.Processes, Pairs: make([]pairPaceJSON, len(st.Pairs))}
+	out := paceJSON{Target: st.Target, Tolerance: st.Tolerance, Gateways: st.Processes, Frozen: st.Frozen, Pairs: make([]pairPaceJSON, len(st.Pairs))}
 	for i, p := range st.Pairs {
-		out.Pairs[i] = pairPaceJSON{Route: p.Route, Rate: p.Rate, Own: p.Own, Sent: p.Sent, Local: p.Local}
+		out.Pairs[i] = pairPaceJSON{Route: p.Route, Rate: p.Rate, Own: p.Own, Sent: p.Sent, Local: p.Local, Guess: p.Guess}
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -304,8 +304,22 @@ func TestTargetPace(t *testing.T) {
 	if got.Target != "shop.example" || got.Gateways != 1 || len(got.Pairs) != 1 {
 		t.Fatalf("pace %+v, want bob's pair at shop.example, one gateway", got)
 	}
-	if p := got.Pairs[0]; p.Route != bob || p.Rate <= 0 || p.Own != p.Rate {
-		t.Errorf("pair %+v, want bob held to a rate, all of it here", p)
+	if p := got.Pairs[0]; p.Route != bob || p.Rate <= 0 || p.Own != p.Rate || p.Guess || got.Frozen != 0 {
+		t.Errorf("pace %+v, want bob held to the rate its 429 taught, all of it here, the site not frozen", got)
+	}
+	// A second exit's 429 freezes the site: a new exit starts held.
+	if err := f.e.Feedback(at, carol, "shop.example", engine.Outcome{Class: engine.RateLimited, RetryAfter: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	f.getJSON(t, "/api/targets/shop.example/pace", &got)
+	if got.Frozen <= 0 || len(got.Pairs) != 2 {
+		t.Errorf("pace %+v after two exits' 429s, want the site frozen", got)
+	}
+	var rows []targetRow
+	f.getJSON(t, "/api/dash/targets", &rows)
+	i := slices.IndexFunc(rows, func(r targetRow) bool { return r.Target == "shop.example" })
+	if i < 0 || rows[i].Paced != 2 || rows[i].Frozen != round3(got.Frozen) {
+		t.Errorf("dashboard rows %+v, want shop.example's with both routes paced and the freeze's rate %v", rows, got.Frozen)
 	}
 	if status, _, body := f.do(t, http.MethodGet, "/api/targets/never.example/pace", ""); status != http.StatusNotFound {
 		t.Errorf("unpaced target: %d %s, want 404", status, body)

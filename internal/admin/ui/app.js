@@ -638,6 +638,18 @@ function setupHeatmap() {
 // --- targets -----------------------------------------------------------
 
 let targetRows = [];
+
+// learnedPacing says what a target's 429s and bans taught: the tolerance,
+// the routes held to a rate, and the rate a new exit starts at once the
+// site froze.
+function learnedPacing(t) {
+  const parts = [];
+  if (t.tolerance) parts.push(fmt(t.tolerance, 1) + ' / window / exit');
+  if (t.paced) parts.push(t.paced + ' routes at ' + fmt(t.paced_rate, 2) + ' req/s');
+  if (t.frozen) parts.push('frozen: new exits at ' + fmt(t.frozen, 2) + ' req/s');
+  return parts.length ? parts.join(', ') : '–';
+}
+
 function drawTargets() {
   const q = $('tg-filter').value.trim().toLowerCase();
   const v = q ? targetRows.filter((t) => t.target.toLowerCase().includes(q)) : targetRows;
@@ -646,7 +658,7 @@ function drawTargets() {
     el('td', {}, el('a', { href: '#events', onclick: () => { $('ev-route').value = ''; $('ev-target').value = t.target; } }, t.target)),
     el('td', { className: 'num' }, fmt(t.good, 0)), el('td', { className: 'num' }, fmt(t.cooling, 0)),
     el('td', { className: 'num' }, fmt(t.banned, 0)), el('td', { className: 'num' }, fmt(t.samples, 0)),
-    el('td', {}, t.tolerance ? fmt(t.tolerance, 1) + ' / window / exit' + (t.paced ? ', ' + t.paced + ' routes at ' + fmt(t.paced_rate, 2) + ' req/s' : '') : '–'),
+    el('td', {}, learnedPacing(t)),
     el('td', {}, t.incident ? el('span', {}, badge('ejected'), ' ', t.incident, t.involved ? ' — ' + t.involved.join(', ') : '') : ''),
     el('td', {}, (t.recent || []).slice(0, 3).map((e) => timeOf(e.time) + ' ' + (e.open ? 'opened' : 'closed') + ' (' + (e.class || 'ok') + ')').join('; ')),
     el('td', {}, t.tier ? 'tier ' + t.tier.tier + (t.tier.serving !== t.tier.tier ? ', serving from ' + t.tier.serving : '') + (t.tier.reason ? ' — ' + t.tier.reason : '') : '–'))));
