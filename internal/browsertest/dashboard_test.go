@@ -44,6 +44,15 @@ type fake struct {
 	b          routetest.Behavior
 }
 
+// copies is n fake proxies with behaviour b, named prefix0, prefix1, …
+func copies(n int, prefix string, b routetest.Behavior) []fake {
+	fs := make([]fake, n)
+	for i := range fs {
+		fs[i] = fake{id: fmt.Sprintf("%s%d", prefix, i), b: b}
+	}
+	return fs
+}
+
 // startGateway starts it; tune, if given, adjusts the config first.
 func startGateway(t *testing.T, fakes []fake, tune ...func(*config.Config)) *gateway {
 	t.Helper()
@@ -96,6 +105,13 @@ func listen(t *testing.T) net.Listener {
 		t.Fatal(err)
 	}
 	return ln
+}
+
+// localhost is the URL of path on the test site under the name
+// localhost: a target of its own beside 127.0.0.1, which the fake proxies
+// can single out by name (routetest.Behavior's BlockHosts, HostStatus).
+func (g *gateway) localhost(path string) string {
+	return "http://localhost:" + g.site.URL[strings.LastIndex(g.site.URL, ":")+1:] + path
 }
 
 // load sends about rate requests/s to each URL through the gateway, with
@@ -169,8 +185,7 @@ func TestDashboard(t *testing.T) {
 		{id: "t1", labels: "pool=try provider=acme"},
 		{id: "t2", labels: "pool=try provider=zeta"},
 	})
-	port := g.site.URL[strings.LastIndex(g.site.URL, ":")+1:]
-	stopLoad := g.load(20, "pool=main", g.site.URL+"/a", "http://localhost:"+port+"/b")
+	stopLoad := g.load(20, "pool=main", g.site.URL+"/a", g.localhost("/b"))
 	defer stopLoad()
 	b := newBrowser(t)
 

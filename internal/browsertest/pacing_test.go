@@ -1,9 +1,7 @@
 package browsertest
 
 import (
-	"fmt"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,14 +15,9 @@ import (
 // new to the site starts held at.
 func TestDashboardShowsLearnedPacing(t *testing.T) {
 	chromiumPath(t) // skip before building anything
-	var fakes []fake
-	for i := range 3 {
-		fakes = append(fakes, fake{id: fmt.Sprintf("limited%d", i), b: routetest.Behavior{HostStatus: map[string]int{"localhost": http.StatusTooManyRequests}}})
-	}
-	fakes = append(fakes, fake{id: "free"})
-	g := startGateway(t, fakes)
-	port := g.site.URL[strings.LastIndex(g.site.URL, ":")+1:]
-	stopLoad := g.load(20, "", "http://localhost:"+port+"/pages")
+	limited := routetest.Behavior{HostStatus: map[string]int{"localhost": http.StatusTooManyRequests}}
+	g := startGateway(t, append(copies(3, "limited", limited), fake{id: "free"}))
+	stopLoad := g.load(20, "", g.localhost("/pages"))
 	defer stopLoad()
 	b := newBrowser(t)
 	b.run(t, 15*time.Second, chromedp.Navigate(g.admin+"/#targets"))

@@ -1,8 +1,6 @@
 package browsertest
 
 import (
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,14 +13,9 @@ import (
 // the events page says so; the routes table shows each route's tier.
 func TestDashboardShowsTierMoves(t *testing.T) {
 	chromiumPath(t) // skip before building anything
-	var fakes []fake
-	for i := range 10 {
-		fakes = append(fakes, fake{id: fmt.Sprintf("dc%d", i), b: routetest.Behavior{BlockHosts: []string{"localhost"}}})
-	}
-	fakes = append(fakes, fake{id: "resi", labels: "tier=1"})
-	g := startGateway(t, fakes)
-	port := g.site.URL[strings.LastIndex(g.site.URL, ":")+1:]
-	stopLoad := g.load(20, "", "http://localhost:"+port+"/tickets")
+	refusing := routetest.Behavior{BlockHosts: []string{"localhost"}}
+	g := startGateway(t, append(copies(10, "dc", refusing), fake{id: "resi", labels: "tier=1"}))
+	stopLoad := g.load(20, "", g.localhost("/tickets"))
 	defer stopLoad()
 	b := newBrowser(t)
 	b.run(t, 15*time.Second, chromedp.Navigate(g.admin+"/#events"))
