@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,6 +57,23 @@ func serveAPI(t *testing.T, ln net.Listener, n int, cfg gateway.Config) *http.Se
 // serveNode is serveAPI for the node named id.
 func serveNode(t *testing.T, ln net.Listener, n int, cfg gateway.Config, id string) *http.Server {
 	t.Helper()
+	h, _ := fetchAPI(t, n, cfg, id)
+	return serve(t, ln, h)
+}
+
+// serve serves the fetch API h on ln, as serve does (h2c and HTTP/1).
+func serve(t *testing.T, ln net.Listener, h http.Handler) *http.Server {
+	t.Helper()
+	srv := &http.Server{Handler: h, Protocols: fetchapi.Protocols()}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return srv
+}
+
+// fetchAPI is the fetch API of the node named id, a gateway over n fake
+// proxies as serveAPI sets it up, and the gateway's engine.
+func fetchAPI(t *testing.T, n int, cfg gateway.Config, id string) (http.Handler, *engine.Engine) {
+	t.Helper()
 	e, err := engine.New(engine.Config{Picker: &engine.RoundRobin{}, Seed: 1, MaxRemovedShare: -1}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -76,14 +96,11 @@ func serveNode(t *testing.T, ln net.Listener, n int, cfg gateway.Config, id stri
 		t.Fatal(err)
 	}
 	api := fetchapi.New(g, e, fetchapi.Options{Node: id})
-	srv := &http.Server{Handler: api.Handler(), Protocols: fetchapi.Protocols()}
-	go srv.Serve(ln)
 	t.Cleanup(func() {
 		api.Close()
-		srv.Close()
 		g.Close()
 	})
-	return srv
+	return api.Handler(), e
 }
 
 func newClient(t *testing.T, addr string, opts ...Option) *Client {
@@ -151,15 +168,156 @@ func TestFetch(t *testing.T) {
 }
 
 // TestLargeAnswer fetches a body over gRPC's default message size: the
-// SDK takes what the gateway may answer.
+// SDK takes what the gateway may answer, and refuses one over
+// WithMaxResponse's size.
 func TestLargeAnswer(t *testing.T) {
 	big := strings.Repeat("x", 6<<20)
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, big) }))
 	defer s.Close()
-	c := newClient(t, gatewayAPI(t, 1), WithToken("alice:pw"))
+	addr := gatewayAPI(t, 1)
+	tests := []struct {
+		desc string
+		opts []Option
+		code string // "" for the whole answer
+	}{
+		{"the default size", nil, ""},
+		{"WithMaxResponse under the answer", []Option{WithMaxResponse(1 << 20)}, "resource_exhausted"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			c := newClient(t, addr, append(tc.opts, WithToken("alice:pw"))...)
+			resp, err := c.Fetch(testContext(t), s.URL)
+			if tc.code != "" {
+				if ce, ok := errors.AsType[*Error](err); !ok || ce.Code != tc.code {
+					t.Fatalf("a 6 MiB answer: %v, want %s", err, tc.code)
+				}
+				return
+			}
+			if err != nil || len(resp.Body) != len(big) || resp.Truncated {
+				t.Fatalf("a 6 MiB answer: %v", err)
+			}
+		})
+	}
+}
+
+// TestValidators has the gateway refuse a first answer each validator
+// rejects, saying why, and take the page from the next route.
+func TestValidators(t *testing.T) {
+	const page = "the page asked for"
+	tests := []struct {
+		desc  string
+		opt   CallOption
+		first func(http.ResponseWriter) // the answer refused
+	}{
+		{"a body under MinBody", MinBody(int64(len(page))), func(w http.ResponseWriter) { io.WriteString(w, "short") }},
+		{"no RequireHeader", RequireHeader("X-Page"), func(w http.ResponseWriter) { io.WriteString(w, page) }},
+		{"a status ExpectStatus does not take", ExpectStatus(200), func(w http.ResponseWriter) { w.WriteHeader(http.StatusAccepted) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			var hits atomic.Int32
+			s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				if hits.Add(1) == 1 {
+					tc.first(w)
+					return
+				}
+				w.Header().Set("X-Page", "1")
+				io.WriteString(w, page)
+			}))
+			defer s.Close()
+			c := newClient(t, gatewayAPI(t, 2), WithToken("alice:pw"))
+			resp, err := c.Fetch(testContext(t), s.URL, tc.opt)
+			if err != nil || string(resp.Body) != page {
+				t.Fatalf("Fetch: %v, %+v", err, resp)
+			}
+			if a := resp.Trace.Attempts; len(a) != 2 || a[0].Class != "content_invalid" || a[0].Detail == "" || a[1].Class != "ok" {
+				t.Errorf("trace %+v, want the first answer refused with its reason", resp.Trace)
+			}
+		})
+	}
+}
+
+// TestTarget judges the route against the target a call names, not
+// against the URL's host.
+func TestTarget(t *testing.T) {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "captcha") }))
+	defer s.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, e := fetchAPI(t, 1, gateway.Config{}, "n1")
+	serve(t, ln, h)
+	c := newClient(t, ln.Addr().String(), WithToken("alice:pw"))
+	if _, err := c.Fetch(testContext(t), s.URL, MustNotMatch("captcha"), Target("shop.example")); err == nil {
+		t.Fatal("a captcha passed")
+	}
+	st := e.Routes()
+	if len(st) != 1 || len(st[0].Targets) != 1 || st[0].Targets[0].Target != "shop.example" {
+		t.Errorf("route status %+v, want the captcha held against shop.example alone", st)
+	}
+}
+
+// TestTimeout gives a call whose context has no deadline WithTimeout's,
+// and leaves a context's own deadline alone.
+func TestTimeout(t *testing.T) {
+	release := make(chan struct{})
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(time.Second):
+		case <-r.Context().Done():
+		case <-release:
+		}
+		io.WriteString(w, "a late page")
+	}))
+	defer s.Close()
+	defer close(release) // before s.Close, which waits for the handlers
+	c := newClient(t, gatewayAPI(t, 2), WithToken("alice:pw"), WithTimeout(200*time.Millisecond))
+	_, err := c.Fetch(context.Background(), s.URL)
+	if ce, ok := errors.AsType[*Error](err); !ok || ce.Code != "deadline_exceeded" {
+		t.Errorf("a page a second away, no deadline but WithTimeout's 200ms: %v, want deadline_exceeded", err)
+	}
 	resp, err := c.Fetch(testContext(t), s.URL)
-	if err != nil || len(resp.Body) != len(big) || resp.Truncated {
-		t.Fatalf("a 6 MiB answer: %v", err)
+	if err != nil || string(resp.Body) != "a late page" {
+		t.Errorf("the same page within the context's own 10s: %v, %+v", err, resp)
+	}
+}
+
+// TestOverTLS calls a fetch API served over TLS, as serve does with
+// cluster.tls_cert: trusting the server's CA, the call and its token go
+// through; trusting nothing, the handshake fails and the call says the
+// gateway is out of reach.
+func TestOverTLS(t *testing.T) {
+	h, _ := fetchAPI(t, 1, gateway.Config{}, "n1")
+	s := httptest.NewUnstartedServer(h)
+	s.EnableHTTP2 = true // gRPC needs h2
+	s.StartTLS()
+	defer s.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(s.Certificate())
+	addr := s.Listener.Addr().String()
+	tests := []struct {
+		desc  string
+		roots *x509.CertPool
+		code  string // "" for an answer
+	}{
+		{"the server's CA trusted", roots, ""},
+		{"nothing trusted", x509.NewCertPool(), CodeUnavailable},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			c := newClient(t, addr, WithToken("alice:pw"), WithTLS(&tls.Config{RootCAs: tc.roots}), WithRetries(0, 0))
+			node, err := c.Ping(testContext(t))
+			if tc.code != "" {
+				if ce, ok := errors.AsType[*Error](err); !ok || ce.Code != tc.code {
+					t.Errorf("Ping: %v, want %s", err, tc.code)
+				}
+				return
+			}
+			if err != nil || node.ID != "n1" {
+				t.Errorf("Ping: %+v, %v", node, err)
+			}
+		})
 	}
 }
 
