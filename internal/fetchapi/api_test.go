@@ -327,6 +327,24 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
+// TestFetchPastItsDeadline answers a gRPC fetch that ran past its
+// caller's deadline without a valid answer with DEADLINE_EXCEEDED, as the
+// caller's side says it, whichever side notices first.
+func TestFetchPastItsDeadline(t *testing.T) {
+	v := newEnv(t, testOptions{}, routetest.NewProxy(t, routetest.Behavior{}))
+	release := make(chan struct{})
+	s := newSite(t, func(int, http.ResponseWriter, *http.Request) { <-release })
+	t.Cleanup(func() { close(release) }) // before the site's Close, which waits for its handlers
+	c, cancel := context.WithTimeout(ctx(t), 100*time.Millisecond)
+	defer cancel()
+	// Called in process: the answer is the server's, with no client-side
+	// deadline of gRPC's to race it.
+	resp, err := v.api.Fetch(c, &pb.FetchRequest{Url: s.URL})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("a fetch past its deadline: %v, %v; want DeadlineExceeded", resp, err)
+	}
+}
+
 // concurrentSite counts the requests it serves at once, each held until
 // limit are in flight (or a bounded moment passes, for the last few), so
 // that a bound on concurrency is met rather than dodged by quick answers.

@@ -22,10 +22,18 @@ var _ pb.FetcherServer = (*Server)(nil)
 
 // Fetch carries one request. A request that cannot be carried at all
 // (malformed, refused by admission) is INVALID_ARGUMENT or
-// PERMISSION_DENIED; any other end, valid answer or not, is the response,
-// whose error field says why it is not valid, beside the trace.
+// PERMISSION_DENIED, one whose caller's deadline passed without a valid
+// answer DEADLINE_EXCEEDED (CANCELED when the caller gave up); any other
+// end, valid answer or not, is the response, whose error field says why
+// it is not valid, beside the trace.
 func (s *Server) Fetch(ctx context.Context, req *pb.FetchRequest) (*pb.FetchResponse, error) {
 	resp := s.fetch(ctx, callerOf(ctx), req)
+	if err := ctx.Err(); err != nil && resp.GetError() != nil {
+		// The caller's deadline passed or it canceled: the call's own
+		// status, not the last attempt's "canceled", which could still
+		// reach a caller whose deadline timer had not fired yet.
+		return nil, status.FromContextError(err).Err()
+	}
 	md := metadata.MD{}
 	if resp.GetNode() != "" {
 		md.Set("x-switchyard-node", resp.GetNode())
