@@ -363,6 +363,70 @@ func TestForwardedRequestsRunWhereTheyArrive(t *testing.T) {
 	})
 }
 
+// TestBatchAndStreamRunWhereTheirExitsAre sends node a a batch and a
+// stream of requests with c's labels and a's: each runs where its exits
+// are, as a single fetch does; a stream marked as forwarded without a
+// node's token is refused, as a fetch is.
+func TestBatchAndStreamRunWhereTheirExitsAre(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newCountingSite(t)
+		nodes := startCluster(t, nodeSpec{id: "a", region: "ra"}, nodeSpec{id: "c", region: "rc"})
+		fc := pb.NewFetcherClient(nodes[0].conn(t))
+		wantNode := []string{"c", "a", "c", "a"}
+		var reqs []*pb.FetchRequest
+		for _, n := range wantNode {
+			reqs = append(reqs, &pb.FetchRequest{Url: site.URL, Labels: region("r" + n)})
+		}
+		check := func(how string, r *pb.BatchResult) {
+			t.Helper()
+			out, i := r.GetResponse(), r.GetIndex()
+			if i < 0 || i >= int64(len(wantNode)) || out.GetStatus() != 200 || out.GetNode() != wantNode[i] {
+				t.Errorf("%s result %d: node %q, status %d, error %v; want node %s", how, i, out.GetNode(), out.GetStatus(), out.GetError(), wantNode[min(max(i, 0), int64(len(wantNode)-1))])
+			}
+		}
+		batch, err := fc.Batch(t.Context(), &pb.BatchRequest{Requests: reqs, Concurrency: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for r, err := batch.Recv(); err != io.EOF; r, err = batch.Recv() {
+			if err != nil {
+				t.Fatal(err)
+			}
+			check("batch", r)
+			n++
+		}
+		stream, err := fc.Stream(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, req := range reqs {
+			if err := stream.Send(&pb.StreamRequest{Id: int64(i), Request: req}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stream.CloseSend()
+		for r, err := stream.Recv(); err != io.EOF; r, err = stream.Recv() {
+			if err != nil {
+				t.Fatal(err)
+			}
+			check("stream", r)
+			n++
+		}
+		if n != 2*len(reqs) {
+			t.Errorf("%d results, want %d", n, 2*len(reqs))
+		}
+		forged := metadata.AppendToOutgoingContext(t.Context(), "x-switchyard-entry", "a")
+		batch, err = fc.Batch(forged, &pb.BatchRequest{Requests: reqs[:1]})
+		if err == nil {
+			_, err = batch.Recv()
+		}
+		if status.Code(err) != codes.Unauthenticated {
+			t.Errorf("a batch marked forwarded, no node token: %v, want Unauthenticated", err)
+		}
+	})
+}
+
 // TestWrongSecret runs a node whose secret differs: each side sees the
 // other unauthenticated (not down), "test connection" says wrong_token,
 // and no request goes there.
