@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,18 +27,9 @@ flags:
 
 // downloadCmd runs `switchyard download`; it returns the exit code.
 func downloadCmd(ctx context.Context, args []string, stderr io.Writer, terminal bool) int {
-	fs := flag.NewFlagSet("download", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, downloadUsage)
-		fs.PrintDefaults()
-	}
-	var headers, labels stringList
-	fs.Var(&headers, "H", "request header 'Name: value' (repeatable)")
-	fs.Var(&labels, "label", "route constraint key=value (repeatable)")
+	flags := newAPIFlags("download", downloadUsage, stderr)
+	fs := flags.fs
 	out := fs.String("o", "", "file to write (required)")
-	api := fs.String("api", "127.0.0.1:9091", "address of the gateway's fetch API")
-	session := fs.String("session", "", "sticky session id")
 	piece := fs.Int64("piece", 8<<20, "bytes per piece, at most the gateway's fetch.max_response_bytes")
 	url, code, done := parseInterleaved(fs, args)
 	if done {
@@ -49,15 +39,11 @@ func downloadCmd(ctx context.Context, args []string, stderr io.Writer, terminal 
 		fs.Usage()
 		return 2
 	}
-	fetch, ok := headerAndLabelOptions([]client.CallOption{client.Session(*session)}, "download", headers, labels, stderr)
+	fetch, ok := flags.callOptions(stderr)
 	if !ok {
 		return 2
 	}
-	var copts []client.Option
-	if token := os.Getenv("SWITCHYARD_API_TOKEN"); token != "" {
-		copts = append(copts, client.WithToken(token))
-	}
-	c, err := client.New(*api, copts...)
+	c, err := flags.client()
 	if err != nil {
 		fmt.Fprintln(stderr, "switchyard download:", err)
 		return 1

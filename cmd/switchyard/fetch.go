@@ -40,21 +40,71 @@ type stringList []string
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
-// fetchCmd runs `switchyard fetch`; it returns the exit code.
-func fetchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("fetch", flag.ContinueOnError)
+// apiFlags are the flags of the commands that call a gateway's fetch API
+// (fetch, download): its address, and a request's headers, labels and
+// session.
+type apiFlags struct {
+	fs              *flag.FlagSet
+	api, session    *string
+	headers, labels stringList
+}
+
+// newAPIFlags is a flag set for the command cmd whose usage text is usage,
+// with the fetch API's flags.
+func newAPIFlags(cmd, usage string, stderr io.Writer) *apiFlags {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, fetchUsage)
+		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
 	}
-	var headers, labels stringList
-	fs.Var(&headers, "H", "request header 'Name: value' (repeatable)")
-	fs.Var(&labels, "label", "route constraint key=value (repeatable)")
-	api := fs.String("api", "127.0.0.1:9091", "address of the gateway's fetch API")
+	f := &apiFlags{fs: fs}
+	fs.Var(&f.headers, "H", "request header 'Name: value' (repeatable)")
+	fs.Var(&f.labels, "label", "route constraint key=value (repeatable)")
+	f.api = fs.String("api", "127.0.0.1:9091", "address of the gateway's fetch API")
+	f.session = fs.String("session", "", "sticky session id")
+	return f
+}
+
+// callOptions adds the request's session, headers and labels to opts; a
+// malformed header or label is said on stderr, and ok is false.
+func (f *apiFlags) callOptions(stderr io.Writer, opts ...client.CallOption) (_ []client.CallOption, ok bool) {
+	opts = append(opts, client.Session(*f.session))
+	for _, h := range f.headers {
+		name, value, ok := strings.Cut(h, ":")
+		if !ok {
+			fmt.Fprintf(stderr, "switchyard %s: -H %q: want 'Name: value'\n", f.fs.Name(), h)
+			return nil, false
+		}
+		opts = append(opts, client.Header(strings.TrimSpace(name), strings.TrimSpace(value)))
+	}
+	for _, l := range f.labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok {
+			fmt.Fprintf(stderr, "switchyard %s: --label %q: want key=value\n", f.fs.Name(), l)
+			return nil, false
+		}
+		opts = append(opts, client.Label(k, v))
+	}
+	return opts, true
+}
+
+// client is a client of the fetch API at --api, authenticated as
+// SWITCHYARD_API_TOKEN's user ("name:password") when that is set.
+func (f *apiFlags) client() (*client.Client, error) {
+	var opts []client.Option
+	if token := os.Getenv("SWITCHYARD_API_TOKEN"); token != "" {
+		opts = append(opts, client.WithToken(token))
+	}
+	return client.New(*f.api, opts...)
+}
+
+// fetchCmd runs `switchyard fetch`; it returns the exit code.
+func fetchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	flags := newAPIFlags("fetch", fetchUsage, stderr)
+	fs := flags.fs
 	method := fs.String("X", "GET", "request method")
 	data := fs.String("data", "", "request body")
-	session := fs.String("session", "", "sticky session id")
 	expect := fs.String("expect-status", "", "statuses that are answers, comma-separated (default 2xx)")
 	mustMatch := fs.String("must-match", "", "regexp the body must match")
 	mustNotMatch := fs.String("must-not-match", "", "regexp the body must not match (a captcha page)")
@@ -66,17 +116,16 @@ func fetchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if done {
 		return code
 	}
-	opts := []client.CallOption{client.Method(*method), client.Session(*session), client.MustMatch(*mustMatch),
-		client.MustNotMatch(*mustNotMatch), client.Attempts(*attempts), client.Timeout(*timeout)}
+	opts, ok := flags.callOptions(stderr, client.Method(*method), client.MustMatch(*mustMatch),
+		client.MustNotMatch(*mustNotMatch), client.Attempts(*attempts), client.Timeout(*timeout))
+	if !ok {
+		return 2
+	}
 	if *strict {
 		opts = append(opts, client.Strict())
 	}
 	if *data != "" {
 		opts = append(opts, client.Body([]byte(*data)))
-	}
-	opts, ok := headerAndLabelOptions(opts, "fetch", headers, labels, stderr)
-	if !ok {
-		return 2
 	}
 	if *expect != "" {
 		for s := range strings.SplitSeq(*expect, ",") {
@@ -88,11 +137,7 @@ func fetchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			opts = append(opts, client.ExpectStatus(n))
 		}
 	}
-	var copts []client.Option
-	if token := os.Getenv("SWITCHYARD_API_TOKEN"); token != "" {
-		copts = append(copts, client.WithToken(token))
-	}
-	c, err := client.New(*api, copts...)
+	c, err := flags.client()
 	if err != nil {
 		fmt.Fprintln(stderr, "switchyard fetch:", err)
 		return 1
@@ -227,27 +272,4 @@ func printJSON(w io.Writer, resp *client.Response, err error) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(out)
-}
-
-// headerAndLabelOptions appends to opts the -H 'Name: value' headers and
-// --label key=value constraints of command cmd; ok is false, the mistake
-// told on stderr, when one is malformed.
-func headerAndLabelOptions(opts []client.CallOption, cmd string, headers, labels []string, stderr io.Writer) ([]client.CallOption, bool) {
-	for _, h := range headers {
-		name, value, ok := strings.Cut(h, ":")
-		if !ok {
-			fmt.Fprintf(stderr, "switchyard %s: -H %q: want 'Name: value'\n", cmd, h)
-			return nil, false
-		}
-		opts = append(opts, client.Header(strings.TrimSpace(name), strings.TrimSpace(value)))
-	}
-	for _, l := range labels {
-		k, v, ok := strings.Cut(l, "=")
-		if !ok {
-			fmt.Fprintf(stderr, "switchyard %s: --label %q: want key=value\n", cmd, l)
-			return nil, false
-		}
-		opts = append(opts, client.Label(k, v))
-	}
-	return opts, true
 }

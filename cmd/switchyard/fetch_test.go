@@ -70,7 +70,8 @@ func TestFetchCommand(t *testing.T) {
 			"", []string{"no_matching_route"}},
 		{"no URL", []string{"--api", api}, 2, "", []string{"usage: switchyard fetch"}},
 		{"two URLs", []string{"--api", api, site.URL, site.URL}, 2, "", []string{"usage: switchyard fetch"}},
-		{"bad header", []string{"--api", api, "-H", "nocolon", site.URL}, 2, "", []string{"want 'Name: value'"}},
+		{"bad header", []string{"--api", api, "-H", "nocolon", site.URL}, 2, "", []string{"switchyard fetch: -H \"nocolon\": want 'Name: value'"}},
+		{"bad label", []string{"--api", api, "--label", "region", site.URL}, 2, "", []string{"switchyard fetch: --label \"region\": want key=value"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -103,7 +104,8 @@ func TestFetchCommand(t *testing.T) {
 }
 
 // TestDownloadCommand downloads a file through the API in pieces, with
-// the progress bar drawn, and refuses a call without -o.
+// the progress bar drawn, and refuses a call without -o or with a
+// malformed header.
 func TestDownloadCommand(t *testing.T) {
 	content := strings.Repeat("0123456789abcdef", 5000)
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -128,5 +130,10 @@ func TestDownloadCommand(t *testing.T) {
 	}
 	if code := downloadCmd(context.Background(), []string{"--api", api, site.URL}, &stderr, false); code != 2 {
 		t.Errorf("without -o: exit %d, want 2", code)
+	}
+	stderr.Reset()
+	if code := downloadCmd(context.Background(), []string{"--api", api, site.URL, "-o", path, "-H", "nocolon"}, &stderr, false); code != 2 ||
+		!strings.Contains(stderr.String(), "switchyard download: -H \"nocolon\": want 'Name: value'") {
+		t.Errorf("a malformed header: exit %d, %s; want 2 naming it", code, stderr.String())
 	}
 }
