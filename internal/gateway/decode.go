@@ -31,7 +31,15 @@ func decodedPrefix(encoding string, raw []byte, limit int) []byte {
 	codings := strings.Split(encoding, ",")
 	var r io.Reader = bytes.NewReader(raw)
 	for i := len(codings) - 1; i >= 0; i-- {
-		next, ok := decoder(strings.ToLower(strings.TrimSpace(codings[i])), r)
+		coding := strings.ToLower(strings.TrimSpace(codings[i]))
+		if coding == "" || coding == "identity" {
+			// Nothing to undo, and no decoder of its own to close: the
+			// one below closed twice went back to its pool twice, to be
+			// handed to two codings of one answer, reading from itself
+			// (a stack overflow, which kills the process).
+			continue
+		}
+		next, ok := decoder(coding, r)
 		if !ok {
 			return asSent
 		}
@@ -58,8 +66,6 @@ const maxCodings = 4
 // know or a stream whose header is not that coding's.
 func decoder(coding string, r io.Reader) (io.Reader, bool) {
 	switch coding {
-	case "", "identity":
-		return r, true
 	case "gzip", "x-gzip":
 		zr, _ := gzipReaders.Get().(*gzip.Reader)
 		if zr == nil {

@@ -6,7 +6,9 @@ import (
 	"compress/gzip"
 	"compress/zlib"
 	"io"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/andybalholm/brotli"
@@ -168,6 +170,56 @@ func BenchmarkDecodedPrefix(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestDecodedPrefixPoolsEachDecoderOnce: an identity coding between two
+// others, named or empty, puts no decoder back in its pool twice (a
+// decoder handed to two codings of one answer read from itself until the
+// stack overflowed: FuzzDecodedPrefix found it). Not parallel: it reads
+// the pools.
+func TestDecodedPrefixPoolsEachDecoderOnce(t *testing.T) {
+	page := []byte("<title>Just a moment...</title>")
+	tests := []struct {
+		encoding string
+		raw      []byte
+	}{
+		{"br, identity, br", encode(t, "br", encode(t, "br", page))},
+		{"br, , br", encode(t, "br", encode(t, "br", page))},
+		{"gzip, identity, gzip", encode(t, "gzip", encode(t, "gzip", page))},
+		{"zstd, identity", encode(t, "zstd", page)},
+	}
+	for _, tc := range tests {
+		for range 2 { // the second from decoders the first put back
+			if got := decodedPrefix(tc.encoding, tc.raw, 100); !bytes.Equal(got, page) {
+				t.Fatalf("%s: got %q, want the page", tc.encoding, got)
+			}
+			if twice := pooledTwice(&brotliReaders) || pooledTwice(&gzipReaders) || pooledTwice(&zstdDecoders); twice {
+				t.Fatalf("%s: a decoder went back to its pool twice", tc.encoding)
+			}
+		}
+	}
+}
+
+// pooledTwice reports whether p holds a decoder twice, and puts each back
+// once.
+func pooledTwice(p *sync.Pool) bool {
+	var held []any
+	twice := false
+	for {
+		d := p.Get()
+		if d == nil {
+			break
+		}
+		if slices.Contains(held, d) {
+			twice = true
+			continue
+		}
+		held = append(held, d)
+	}
+	for _, d := range held {
+		p.Put(d)
+	}
+	return twice
 }
 
 // A Content-Encoding listing a coding a hundred thousand times, which fits
