@@ -20,7 +20,8 @@ import (
 //     the rate it was held to and that rate: the limit is under what it
 //     sent, and a pair is seldom sent all its rate allows.
 //     Once enough of the exits that showed the site's limit have tripped
-//     (freezeAfter, freezeShare: firstTrip), the others are held too, at
+//     (freezeShare: firstTrip; the busiest alone may be enough), the
+//     others are held too, at
 //     least to the median rate the first 429s measured (PaceStart when
 //     none measured one), and so are exits new to the site from then
 //     on; one that already sends as much as that median showed is held
@@ -98,12 +99,14 @@ const (
 	maxWide = 6
 	// watchAfter requests to a target start counting what each exit sends.
 	watchAfter = 60
-	// freezeAfter exits, and freezeShare of those the target has seen,
-	// with a 429 at one target freeze the others: a site that limits a
-	// few exits of many (their own shared IPs, say) leaves the rest free
-	// (the live e_ban_and_limit pool, 5 of 20 limited: 80% → 90% of tasks
+	// freezeShare of the exits that showed a site's limit (firstTrip)
+	// with a 429 there freeze the others: a site that limits a few exits
+	// of many (their own shared IPs, say) leaves the rest free (the live
+	// e_ban_and_limit pool, 5 of 20 limited: 80% → 90% of tasks
 	// completed; a share of 0.5 cost the simulator's rate-limited 10% of
-	// its completion).
+	// its completion). Where the 429s' counts are too young to weigh the
+	// others against, freezeAfter exits and freezeShare of every exit the
+	// target has seen.
 	freezeAfter = 2
 	freezeShare = 0.3
 	// A first 429 weighs the other pairs' counts against its own pair's
@@ -114,8 +117,10 @@ const (
 	freezeCount = 10
 	// A guessed pair's 429 (see tell) holds the other guessed pairs that
 	// carry between what it carried and tellBand times that, once its
-	// count spans tellSpan: a younger count shows a burst, not a rate (the
-	// first seconds of the simulator's limits-saturated), and a pair that
+	// count and its guess span tellSpan: a younger count shows a burst,
+	// not a rate (the first seconds of the simulator's limits-saturated),
+	// a younger guess was not what sent the pair over the limit (it was
+	// over before the freeze, which its 429 came just after), and a pair that
 	// carried far more without a 429 has shown a higher limit
 	// (limits-everywhere, whose exits take 1 to 3 requests/s). A target
 	// tells at most maxTells times, as each tell scans its pairs.
@@ -533,7 +538,7 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	if measured {
 		taught = p.rate
 	}
-	tell := p.guess && n >= paceMinCount && span >= tellSpan
+	tell := p.guess && n >= paceMinCount && span >= tellSpan && ns-p.cut >= int64(tellSpan)
 	carried, rate := float64(n)/span.Seconds(), p.rate
 	p.guess = false
 	base := p.cut
@@ -618,20 +623,24 @@ const maxFirsts = 32
 // firstTrip notes the first 429 of route slot here, which measured rate
 // (0: too few requests to tell) after the pair carried carried requests/s
 // (0: unknown, a 429 another process heard), and freezes the target once
-// freezeAfter exits, and freezeShare of the pairs that showed anything of
-// the site's limit, have had theirs. Those are the pairs that tripped, and
-// the ones that carried as much as this one without a 429, which showed a
-// higher limit (the live e_ban_and_limit pool, whose unlimited exits carry
-// what its limited ones tripped at); one that carried less showed nothing.
-// Counted over every pair the target has, a site that limits every exit
-// froze only once 30% of them had tripped, one after another, each trip
-// shedding its load onto the rest (the live i_roomy_limits pool's
-// stand-in: 12 trips in 4 s, 0.85 → 0.91 of the oracle over 15 s;
-// docs/simulator-results.md). Only the first maxFirsts 429s of a target
-// count its pairs; later ones, and heard ones, count every pair.
+// freezeShare of the pairs that showed anything of the site's limit have
+// had theirs. Those are the pairs that tripped, and the ones that carried
+// as much as this one without a 429, which showed a higher limit (the
+// live e_ban_and_limit pool, whose unlimited exits carry what its limited
+// ones tripped at); one that carried less showed nothing. The busiest
+// exit's 429 may freeze the site alone: waiting for a second exit's left
+// that one to trip too, and shed its load onto the rest for its
+// Retry-After (the simulator's limits-roomy and the live i_roomy_limits
+// pool's stand-in; docs/simulator-results.md). Counted over every pair the
+// target has, a site that limits every exit froze only once 30% of them
+// had tripped, one after another (the same stand-in: 12 trips in 4 s,
+// 0.85 → 0.91 of the oracle over 15 s). Only the first maxFirsts 429s of
+// a target count the pairs that showed its limit; later ones, and heard
+// ones, count every pair, and freeze once freezeAfter exits tripped.
 func (tp *targetPace) firstTrip(c *Config, slot int32, rate, carried float64, ns int64) {
-	shown := -1 // the pairs that showed the site's limit; -1: every pair
-	if n := tp.tripped.Load() + 1; carried > 0 && n >= freezeAfter && n <= maxFirsts && tp.frozen.Load() == 0 {
+	shown := -1       // the pairs that showed the site's limit; -1: every pair
+	after := int32(1) // the exits that must trip before the site freezes
+	if n := tp.tripped.Load() + 1; carried > 0 && n <= maxFirsts && tp.frozen.Load() == 0 {
 		shown = int(n) + tp.carriedAsMuch(c, slot, carried, ns)
 	}
 	tp.mu.Lock()
@@ -641,9 +650,9 @@ func (tp *targetPace) firstTrip(c *Config, slot int32, rate, carried float64, ns
 	site := median(tp.firsts)
 	freezing := false
 	if shown < 0 {
-		shown = tp.pairs.n
+		shown, after = tp.pairs.n, freezeAfter
 	}
-	if n := tp.tripped.Add(1); n >= freezeAfter && float64(n) >= freezeShare*float64(shown) {
+	if n := tp.tripped.Add(1); n >= after && float64(n) >= freezeShare*float64(shown) {
 		// Set under mu, which newPair holds: a pair made from now on
 		// starts held, and one made before is in the table for freeze,
 		// which runs once. Without a measured rate, a new pair starts as

@@ -9,8 +9,10 @@ import (
 )
 
 // learnedPace is an engine of 5 routes whose site s.com froze: r0 and r1
-// tripped sending 1 request/s each, r2 was held by the freeze's guess, and
-// r3 and r4 never went there. It returns the engine and when it froze.
+// tripped sending 1 request/s each (r0's 429 froze the site, r1's, to an
+// attempt leased before, is a guessed pair's), r2 was held by the
+// freeze's guess, and r3 and r4 never went there. It returns the engine
+// and when it froze.
 func learnedPace(t *testing.T, cfg Config) (*Engine, time.Time) {
 	t.Helper()
 	e := newTestEngine(t, cfg, 5)
@@ -20,8 +22,14 @@ func learnedPace(t *testing.T, cfg Config) (*Engine, time.Time) {
 		now = start.Add(time.Duration(i) * time.Second / 3)
 		attemptAt(t, e, now, fmt.Sprintf("r%d", i%3), "s.com", 5, okOutcome)
 	}
-	attemptAt(t, e, now, "r0", "s.com", 5, rateLimited)
-	attemptAt(t, e, now, "r1", "s.com", 5, rateLimited)
+	var leases []Lease
+	for _, id := range []string{"r0", "r1"} {
+		l := leaseOf(t, e, now, id, "s.com", 5)
+		leases = append(leases, l)
+	}
+	for _, l := range leases {
+		e.Report(now, l, rateLimited)
+	}
 	return e, now
 }
 

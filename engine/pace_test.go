@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// attemptAt leases route for target at now, avoiding every other route of
-// e's n, and reports o.
-func attemptAt(t *testing.T, e *Engine, now time.Time, route, target string, n int, o Outcome) {
+// leaseOf leases route toward target at now, as the only one of r0 to
+// r(n-1) not avoided.
+func leaseOf(t *testing.T, e *Engine, now time.Time, route, target string, n int) Lease {
 	t.Helper()
 	var avoid []string
 	for i := range n {
@@ -23,7 +23,13 @@ func attemptAt(t *testing.T, e *Engine, now time.Time, route, target string, n i
 	if err != nil || l.Route != route {
 		t.Fatalf("lease %+v, %v; want %s", l, err, route)
 	}
-	if err := e.Report(now, l, o); err != nil {
+	return l
+}
+
+// attemptAt leases route as leaseOf does and reports o for it at now.
+func attemptAt(t *testing.T, e *Engine, now time.Time, route, target string, n int, o Outcome) {
+	t.Helper()
+	if err := e.Report(now, leaseOf(t, e, now, route, target, n), o); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -256,8 +262,8 @@ func TestFreezeAfterTwoExits(t *testing.T) {
 // of the many exits that carried as much freezes nobody; once freezeShare
 // of them have tripped, it freezes the rest. When the exits that tripped
 // carried the most, the others showed nothing of a higher limit, and the
-// site freezes at freezeAfter, unless the counts are too young to tell a
-// rate from a burst.
+// site freezes at the first 429, unless the counts are too young to tell
+// a rate from a burst (then at freezeShare of every exit).
 func TestFewLimitedExitsLeaveTheRestFree(t *testing.T) {
 	t.Parallel()
 	const routes = 10
@@ -268,7 +274,7 @@ func TestFewLimitedExitsLeaveTheRestFree(t *testing.T) {
 		frozen int // exits tripped when the site freezes
 	}{
 		{desc: "the others carried as much", steps: 16 * routes, busy: 1, frozen: 3},
-		{desc: "the others carried less", steps: 16 * routes, busy: 3, frozen: freezeAfter},
+		{desc: "the others carried less", steps: 16 * routes, busy: 3, frozen: 1},
 		{desc: "the others carried less in a burst", steps: routes, busy: 3, frozen: 3},
 	}
 	for _, tt := range tests {
@@ -318,14 +324,7 @@ func TestFreezeHoldsIdleExitsAtTheSiteRate(t *testing.T) {
 	}
 	attemptAt(t, e, now, "r4", "s.com", 5, rateLimited) // nothing counted: PaceStart
 	// r0 and r1 both leased before either 429 freezes the site.
-	leases := make([]Lease, 2)
-	for i := range leases {
-		l, err := e.Acquire(now, Request{Target: "s.com", Avoid: []string{"r2", "r3", "r4", fmt.Sprintf("r%d", 1-i)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		leases[i] = l
-	}
+	leases := []Lease{leaseOf(t, e, now, "r0", "s.com", 5), leaseOf(t, e, now, "r1", "s.com", 5)}
 	for _, l := range leases {
 		e.Report(now, l, rateLimited)
 	}
@@ -475,11 +474,14 @@ func TestFrozenPairWaitsItsTurn(t *testing.T) {
 
 // TestGuessedHolds: the freeze's holds are guesses, corrected by evidence
 // (docs/design/005-cost.md). Six exits send evenly, each at its own rate,
-// for 10 s; r0 and r1, at 4 requests/s, then have their first 429s, which
-// freezes the others. For 20 s more the others send at new rates, under
+// for 10 s; r0 and r1, at 4 requests/s, then have their first 429s: r0's
+// freezes the others, as no more than r1 carried as much, and r1's comes
+// to a guessed pair. For 20 s more the others send at new rates, under
 // their holds; then r2 has a 429. The rates they are held to at the end:
 //   - at the freeze, a pair sending as much as r0 and r1 did is held to
 //     rateMargin of its rate, not twice it;
+//   - r1, whose 429 came moments after the freeze, to rateBackoff of
+//     its guess, telling no other pair: its guess did not send it over;
 //   - r2's 429, its first but while held by the freeze's guess, holds it
 //     to rateMargin of what it sent, not rateBackoff of the guess;
 //   - it holds the guessed pairs that carried between what r2 carried and
@@ -491,7 +493,7 @@ func TestFrozenPairWaitsItsTurn(t *testing.T) {
 // rate sent, as the window's buckets do not start with the count.
 func TestGuessedHolds(t *testing.T) {
 	t.Parallel()
-	const site = rateMargin * 4 // what r0's and r1's first 429s taught
+	const site = rateMargin * 4 // what r0's first 429 taught
 	tests := []struct {
 		desc          string
 		first, second [6]float64 // requests/s of r0..r5 before the freeze, and after it
@@ -504,7 +506,7 @@ func TestGuessedHolds(t *testing.T) {
 			first:  [6]float64{4, 4, 4.5, 0.5, 0.5, 0.5},
 			second: [6]float64{0, 0, 1, 1, 1, 0.5},
 			// The others, nearly idle, to the site's rate.
-			want: [6]float64{site, site, rateMargin * 4.5, site, site, site},
+			want: [6]float64{site, rateBackoff * site, rateMargin * 4.5, site, site, site},
 		},
 		{
 			desc:   "a guessed pair's 429",
@@ -514,7 +516,7 @@ func TestGuessedHolds(t *testing.T) {
 			// r2 carried 1.33 a second on average, at most 1.5 in a sixth
 			// of the window; the others carried less than r2 and keep
 			// their guesses.
-			want: [6]float64{site, site, rateMargin * 1.5, site, site, site},
+			want: [6]float64{site, rateBackoff * site, rateMargin * 1.5, site, site, site},
 		},
 		{
 			desc:   "tells the pairs carrying as much",
@@ -523,7 +525,7 @@ func TestGuessedHolds(t *testing.T) {
 			trip:   true,
 			// r3 carried 1.53 a second: as much as r2's 1.33; r4 2.33,
 			// far more; r5 0.67, less.
-			want: [6]float64{site, site, rateMargin * 1.5, rateMargin * 1.5, site, site},
+			want: [6]float64{site, rateBackoff * site, rateMargin * 1.5, rateMargin * 1.5, site, site},
 		},
 		{
 			desc:   "tells no more than the told pairs carry",
@@ -535,7 +537,7 @@ func TestGuessedHolds(t *testing.T) {
 			// its last sixth of the window: its 429 holds it to
 			// rateBackoff of its guess (2.7), but r3, which carried 1.33,
 			// to tellBand × 1.07.
-			want: [6]float64{site, site, rateBackoff * site, tellBand * 32 / 30, site, site},
+			want: [6]float64{site, rateBackoff * site, rateBackoff * site, tellBand * 32 / 30, site, site},
 		},
 	}
 	for _, tt := range tests {
