@@ -363,6 +363,29 @@ func TestForwardedRequestsRunWhereTheyArrive(t *testing.T) {
 	})
 }
 
+// TestNoTimeLeftToForward: a request that leaves the entry less time than
+// it keeps to relay an answer (forwardSlack: here its own timeout_ms, as
+// a caller's deadline would) is not forwarded: it fails at once, naming
+// the node it would have gone to, which never sees it.
+func TestNoTimeLeftToForward(t *testing.T) {
+	routetest.NoLeaks(t, func(t *testing.T) {
+		site := newCountingSite(t)
+		nodes := startCluster(t, nodeSpec{id: "a", region: "ra"}, nodeSpec{id: "c", region: "rc"})
+		out, err := pb.NewFetcherClient(nodes[0].conn(t)).Fetch(t.Context(), &pb.FetchRequest{Url: site.URL, Labels: region("rc"), TimeoutMs: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := out.GetTrace().GetAttempts()
+		if out.GetError().GetCode() != "node_failed" || !strings.Contains(out.GetError().GetMessage(), "no time left") ||
+			len(at) != 1 || at[0].GetNode() != "c" || at[0].GetClass() != "node_unavailable" {
+			t.Errorf("answer %v, trace %v; want node_failed naming c, no time left", out.GetError(), at)
+		}
+		if n := nodes[1].proxy.Requests(); n != 0 {
+			t.Errorf("c's exit carried %d requests, want none", n)
+		}
+	})
+}
+
 // TestBatchAndStreamRunWhereTheirExitsAre sends node a a batch and a
 // stream of requests with c's labels and a's: each runs where its exits
 // are, as a single fetch does; a stream marked as forwarded without a
