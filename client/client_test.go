@@ -61,7 +61,8 @@ func serveNode(t *testing.T, ln net.Listener, n int, cfg gateway.Config, id stri
 	return serve(t, ln, h)
 }
 
-// serve serves the fetch API h on ln, as serve does (h2c and HTTP/1).
+// serve serves the fetch API h on ln, as `switchyard serve` does (h2c
+// and HTTP/1).
 func serve(t *testing.T, ln net.Listener, h http.Handler) *http.Server {
 	t.Helper()
 	srv := &http.Server{Handler: h, Protocols: fetchapi.Protocols()}
