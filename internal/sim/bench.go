@@ -43,6 +43,10 @@ var enginePolicies = map[string]struct {
 // pacing.learned_file. Asked for by name; not a default.
 const restartedName = "switchyard_restarted"
 
+// learningOracleName is the oracle that learns each site's limits at its
+// first 429 or ban (NewLearningOracle). Asked for by name; not a default.
+const learningOracleName = "oracle_learning"
+
 // tierPolicies join DefaultPolicies, before the oracle, on a scenario
 // whose routes are of several cost tiers.
 var tierPolicies = []string{"always_cheap", "always_costly"}
@@ -222,6 +226,8 @@ func (sc *Scenario) jobs(opts Options) ([]job, error) {
 			jobs = append(jobs, job{name, func(w World) (Policy, error) { return NewProxyOps(w, seed), nil }})
 		case name == "oracle":
 			jobs = append(jobs, job{name, func(w World) (Policy, error) { return NewOracle(w, Epoch, seed), nil }})
+		case name == learningOracleName:
+			jobs = append(jobs, job{name, func(w World) (Policy, error) { return NewLearningOracle(w, Epoch, seed), nil }})
 		case name == "weighted":
 			weights := sc.RouteWeights()
 			jobs = append(jobs, job{name, func(w World) (Policy, error) { return NewWeighted(w, weights, seed), nil }})
@@ -246,7 +252,7 @@ func engineJob(name string, s EngineSettings, seed uint64) job {
 
 // PolicyNames lists every policy Bench knows.
 func PolicyNames() []string {
-	names := []string{"weighted", "least_loaded", "fastest", "proxyops", "oracle", restartedName}
+	names := []string{"weighted", "least_loaded", "fastest", "proxyops", "oracle", learningOracleName, restartedName}
 	for n := range enginePolicies {
 		names = append(names, n)
 	}

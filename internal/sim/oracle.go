@@ -26,9 +26,14 @@ type oracle struct {
 	truth groundTruth
 	start time.Time // the run's start: World times are offsets from it
 
+	// learns makes it the learning oracle (NewLearningOracle): a site's
+	// limits are hidden from it until that site first pushes back.
+	learns bool
+
 	// Owner goroutine only.
 	rng      *rand.Rand
 	inflight []int32       // by route: attempts picked and not yet reported
+	limited  []bool        // by target, when learns: a 429 or a ban came from it
 	tiers    []tier        // scratch: the groups by expected time
 	retryIn  time.Duration // after a Pick that offered nothing: when a route is ready
 }
@@ -60,7 +65,23 @@ func NewOracle(w World, start time.Time, seed uint64) Policy {
 	}
 }
 
-// Pick implements Policy. The ticket is the route.
+// NewLearningOracle returns the oracle with one thing hidden: a site's
+// rate limits and ban tolerance, until that site first answers an attempt
+// with a 429 or a ban. Until then it sends as though the site had none;
+// from then on it knows them exactly. No policy that must learn a site's
+// limits from its answers knows them sooner, and none learns them better,
+// so it is the reference for a cold start against sites that limit: what
+// the first push-back costs even when everything is known from then on.
+// Not a bound: a learner may spread its first requests more thinly than
+// the fastest routes with room, and so be pushed back later.
+func NewLearningOracle(w World, start time.Time, seed uint64) Policy {
+	o := NewOracle(w, start, seed).(*oracle)
+	o.learns = true
+	o.limited = make([]bool, w.Targets())
+	return o
+}
+
+// Pick implements Policy. The ticket is the route and the target (take).
 func (o *oracle) Pick(now time.Time, target int, _ string, avoid []int) (Attempt, bool) {
 	o.retryIn = 0
 	if o.world.Routes() == 0 {
@@ -92,7 +113,7 @@ func (o *oracle) Pick(now time.Time, target int, _ string, avoid []int) (Attempt
 		i := o.drawGroup(o.tiers[:n])
 		route, w, ok := o.find(o.tiers[i].group, target, at, avoid)
 		if ok {
-			return o.take(route), true
+			return o.take(route, target), true
 		}
 		if w > 0 && (wait == 0 || w < wait) {
 			wait = w
@@ -108,7 +129,7 @@ func (o *oracle) Pick(now time.Time, target int, _ string, avoid []int) (Attempt
 	start := o.rng.IntN(n)
 	for i := range n {
 		if route := (start + i) % n; !slices.Contains(avoid, route) {
-			return o.take(route), true
+			return o.take(route, target), true
 		}
 	}
 	return Attempt{}, false
@@ -141,11 +162,13 @@ func (o *oracle) find(g, target int, at time.Duration, avoid []int) (route int, 
 		if slices.Contains(avoid, r) || limit > 0 && int(o.inflight[r]) >= limit {
 			return false
 		}
-		if w := o.truth.Wait(r, target, at); w > 0 {
-			if wait == 0 || w < wait {
-				wait = w
+		if o.knowsLimits(target) {
+			if w := o.truth.Wait(r, target, at); w > 0 {
+				if wait == 0 || w < wait {
+					wait = w
+				}
+				return false
 			}
-			return false
 		}
 		return true
 	}
@@ -164,14 +187,23 @@ func (o *oracle) find(g, target int, at time.Duration, avoid []int) (route int, 
 	return 0, wait, false
 }
 
-func (o *oracle) take(route int) Attempt {
+// take leases route for an attempt to target. The ticket holds both.
+func (o *oracle) take(route, target int) Attempt {
 	o.inflight[route]++
-	return Attempt{Route: route, Ticket: uint64(route)}
+	return Attempt{Route: route, Ticket: uint64(target)<<32 | uint64(route)}
 }
 
-// Report implements Policy: the oracle learns nothing, it only counts the
-// attempts in flight.
-func (o *oracle) Report(_ time.Time, ticket uint64, _ Result) { o.inflight[ticket]-- }
+// knowsLimits reports whether the oracle reads target's limits.
+func (o *oracle) knowsLimits(target int) bool { return !o.learns || o.limited[target] }
+
+// Report implements Policy: the oracle counts the attempts in flight, and
+// the learning oracle learns which sites have pushed back.
+func (o *oracle) Report(_ time.Time, ticket uint64, r Result) {
+	o.inflight[uint32(ticket)]--
+	if o.learns && (r.Class == engine.RateLimited || r.Class == engine.Blocked) {
+		o.limited[ticket>>32] = true
+	}
+}
 
 // Tick implements Policy. It does nothing.
 func (o *oracle) Tick(time.Time, Prober) {}

@@ -140,11 +140,11 @@ func WritePlot(w io.Writer, scenario string, summaries []Summary) error {
 	return err
 }
 
-// strokeStyle is the stroke of the i-th policy; the oracle is dashed because
-// it is a bound, not a contender.
+// strokeStyle is the stroke of the i-th policy; the oracles are dashed
+// because they are references, not contenders.
 func strokeStyle(i int, policy string) string {
 	style := fmt.Sprintf("stroke=%q", plotPalette[i%len(plotPalette)])
-	if policy == oracleName {
+	if reference(policy) {
 		style += ` stroke-dasharray="6 4"`
 	}
 	return style

@@ -457,6 +457,69 @@ func TestOracle(t *testing.T) {
 	}
 }
 
+// limitedWorld is policyWorld with a rate limit that every route must
+// wait for at target 0, and none at target 1.
+type limitedWorld struct{ policyWorld }
+
+func (limitedWorld) Wait(_, target int, _ time.Duration) time.Duration {
+	if target == 0 {
+		return 300 * time.Millisecond
+	}
+	return 0
+}
+
+// TestLearningOracle: the learning oracle sends to a site as though it had
+// no limits until the site answers a 429 or a ban, then waits for them as
+// the oracle does; other answers, and other sites' push-back, teach it
+// nothing of the site.
+func TestLearningOracle(t *testing.T) {
+	t.Parallel()
+	w := limitedWorld{policyWorld{routes: 9}}
+	tests := []struct {
+		desc    string
+		answers []Result // reported, in turn, for attempts at target answered
+		// answered is the target of those attempts.
+		answered int
+		wantWait bool // a pick at target 0 then offers nothing and says when
+	}{
+		{desc: "nothing heard", wantWait: false},
+		{desc: "ok and timeouts teach nothing", answers: []Result{{Class: engine.OK}, {Class: engine.TargetTimeout}, {Class: engine.Target5xx}}, wantWait: false},
+		{desc: "a 429", answers: []Result{{Class: engine.OK}, {Class: engine.RateLimited, RetryAfter: time.Second}}, wantWait: true},
+		{desc: "a ban", answers: []Result{{Class: engine.Blocked}}, wantWait: true},
+		{desc: "another site's 429", answers: []Result{{Class: engine.RateLimited}}, answered: 1, wantWait: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			p := NewLearningOracle(w, policyStart, 3)
+			for _, r := range tt.answers {
+				a, ok := p.Pick(policyStart, tt.answered, "", nil)
+				if !ok {
+					t.Fatalf("no route for target %d before its limits are known", tt.answered)
+				}
+				p.Report(policyStart, a.Ticket, r)
+			}
+			a, ok := p.Pick(policyStart, 0, "", nil)
+			if ok == tt.wantWait {
+				t.Fatalf("pick at the limited site: ok = %v, want %v", ok, !tt.wantWait)
+			}
+			if ok && w.Bad(a.Route, 0, 0) {
+				t.Errorf("picked route %d, which fails the site", a.Route)
+			}
+			if got := p.(retryHinter).RetryIn(); tt.wantWait && got != 300*time.Millisecond {
+				t.Errorf("RetryIn %v, want the limit's 300ms", got)
+			}
+			if _, ok := p.Pick(policyStart, 1, "", nil); !ok {
+				t.Error("no route for the site without limits")
+			}
+		})
+	}
+	// The oracle itself waits from the start.
+	if _, ok := NewOracle(w, policyStart, 3).Pick(policyStart, 0, "", nil); ok {
+		t.Error("the oracle sent into the limit")
+	}
+}
+
 func TestWeighted(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

@@ -15,6 +15,10 @@ import (
 // routing can achieve, so it is drawn for reference but never wins a column.
 const oracleName = "oracle"
 
+// reference reports whether policy is drawn for reference, not as a
+// contender: the oracle, or the oracle that learns the sites' limits.
+func reference(policy string) bool { return policy == oracleName || policy == learningOracleName }
+
 // tableColumn is one metric of the table.
 type tableColumn struct {
 	head  string
@@ -60,8 +64,8 @@ var tableColumns = []tableColumn{
 
 // WriteTable writes summaries as an aligned table for a terminal, one row
 // per policy, grouped by scenario in order of first appearance. In each
-// scenario the best value of each column among the policies other than
-// "oracle" is marked "*"; values are compared as printed, so visible ties
+// scenario the best value of each column among the contenders (not the
+// oracles: reference) is marked "*"; values are compared as printed, so visible ties
 // share the mark, and a column where every policy ties has none, since
 // the mark would tell nothing.
 func WriteTable(w io.Writer, summaries []Summary) error {
@@ -156,7 +160,7 @@ func markBest(c tableColumn, group []Summary) []string {
 	// A missing value (a fault never detected) ranks below any value.
 	best, valued, candidates, atBest := 0.0, 0, 0, 0
 	for i, s := range group {
-		if s.Policy != oracleName {
+		if !reference(s.Policy) {
 			candidates++
 		}
 		v, has := c.value(s)
@@ -169,7 +173,7 @@ func markBest(c tableColumn, group []Summary) []string {
 		// Parsing the printed text back compares values as the reader sees them.
 		shown[i], _ = strconv.ParseFloat(text, 64)
 		ok[i] = true
-		if s.Policy == oracleName {
+		if reference(s.Policy) {
 			continue
 		}
 		switch {
@@ -184,7 +188,7 @@ func markBest(c tableColumn, group []Summary) []string {
 		if !ok[i] {
 			continue
 		}
-		if s.Policy != oracleName && shown[i] == best && atBest < candidates {
+		if !reference(s.Policy) && shown[i] == best && atBest < candidates {
 			cells[i] += "*"
 		} else {
 			cells[i] += " "

@@ -54,13 +54,14 @@ func TestWriteTableBest(t *testing.T) {
 		wantStars [][]string
 	}{
 		{
-			desc: "oracle never wins",
+			desc: "the oracles never win",
 			summaries: []Summary{
 				{Policy: "oracle", CompletionRate: 1, WastedAttempts: 0},
 				{Policy: "a", CompletionRate: 0.9, WastedAttempts: 5},
 				{Policy: "b", CompletionRate: 0.8, WastedAttempts: 4},
+				{Policy: "oracle_learning", CompletionRate: 0.95, WastedAttempts: 1},
 			},
-			wantStars: [][]string{nil, {"completion"}, {"wasted"}},
+			wantStars: [][]string{nil, {"completion"}, {"wasted"}, nil},
 		},
 		{
 			desc: "visible ties share the mark",
