@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"fmt"
 	"html"
+	"io"
+	"log"
 	"math"
 	"net"
 	"net/http"
@@ -58,7 +60,10 @@ func startSites(w *world, marker string, ca *mitm.Authority) (*siteServer, error
 		conns:   make(map[string]int),
 		captcha: []byte("<!doctype html><html><head>" + marker + "</head><body>Checking your browser before accessing the site.</body></html>\n"),
 	}
-	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	// Clients that hang up mid-handshake (a worker's timeout, a hedge's
+	// loser, the run's end) are the load's business, not the report's:
+	// the server's log would print each one.
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 	go func() {
 		defer close(s.served)
 		s.srv.Serve(ln)
