@@ -149,7 +149,7 @@ func (p poolReport) writeSimulated(w io.Writer) {
 	var differ []string
 	for i, s := range p.simulated {
 		name := simStandIns[i].policy
-		if c := simStandIns[i].live; c != name {
+		if c := simStandIns[i].live; c != "" && c != name {
 			name += " (" + c + ")"
 		}
 		parts = append(parts, fmt.Sprintf("%s %.2f (%.1f%%, p95 %s)", name, s.ThroughputRatio, 100*s.CompletionRate,

@@ -94,7 +94,7 @@ func reportHas(t *testing.T, rep poolReport, wants ...string) {
 
 // TestReportSimulated: the simulator's figures follow the live table, and
 // a stand-in more than disagreement from its live contender is named;
-// one whose contender did not run is not.
+// one whose contender did not run is not, nor one that stands for none.
 func TestReportSimulated(t *testing.T) {
 	t.Parallel()
 	run := func(contender string, completed int) row {
@@ -102,10 +102,11 @@ func TestReportSimulated(t *testing.T) {
 	}
 	rows := []row{run("oracle", 1000), run("switchyard", 900), run("haproxy", 500)}
 	rep := poolReport{pool: pool{name: "x"}, opts: Options{}.withDefaults(), rows: rows,
-		simulated: []sim.Summary{{ThroughputRatio: 1}, {ThroughputRatio: 0.93}, {ThroughputRatio: 0.80}, {ThroughputRatio: 0.2}}}
+		simulated: []sim.Summary{{ThroughputRatio: 1}, {ThroughputRatio: 0.93}, {ThroughputRatio: 0.80}, {ThroughputRatio: 0.2}, {ThroughputRatio: 0.98}}}
 	reportHas(t, rep,
 		"Simulator, this pool as a scenario (÷ its oracle, completed, p95): oracle 1.00 (0.0%, p95 0 µs), switchyard 0.93",
 		"least_loaded (haproxy) 0.80",
+		"round_robin 0.20 (0.0%, p95 0 µs), oracle_learning 0.98 (0.0%, p95 0 µs)\n",
 		"disagree by more than 0.05: least_loaded (haproxy) 0.80 simulated, 0.50 live\n",
 	)
 }

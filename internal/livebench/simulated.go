@@ -22,7 +22,9 @@ import (
 // report order, the oracle first: HAProxy's leastconn is least_loaded, the
 // client's blind rotation round_robin making one attempt a request
 // (clientSide), as the client's own rotation does, the gateway's retries
-// not being its.
+// not being its. Last, with no live contender, the oracle that learns
+// each site's limits at its first 429 or ban: what the pool's cold start
+// costs a learner that knows everything from then on.
 var simStandIns = []struct {
 	live, policy string
 	clientSide   bool
@@ -31,6 +33,7 @@ var simStandIns = []struct {
 	{"switchyard", "switchyard", false},
 	{"haproxy", "least_loaded", false},
 	{"round_robin", "round_robin", true},
+	{"", "oracle_learning", false},
 }
 
 // simulate runs p's scenario (scenario) through the stand-ins and returns

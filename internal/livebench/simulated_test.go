@@ -83,4 +83,8 @@ func TestSimulate(t *testing.T) {
 	if sw, rr := got[1].ThroughputRatio, got[3].ThroughputRatio; sw < 0.8 || rr > 0.5 {
 		t.Errorf("switchyard %.2f, round_robin %.2f of the oracle", sw, rr)
 	}
+	// No site limits anything: learning the limits costs nothing.
+	if l := got[len(got)-1]; l.Policy != "oracle_learning" || l.ThroughputRatio != 1 {
+		t.Errorf("%s %v of the oracle, want oracle_learning at 1", l.Policy, l.ThroughputRatio)
+	}
 }
