@@ -21,11 +21,10 @@ import (
 //     sent, and a pair is seldom sent all its rate allows.
 //     Once enough of the exits that showed the site's limit have tripped
 //     (freezeShare: firstTrip; the busiest alone may be enough), the
-//     others are held too, at
-//     least to the median rate the first 429s measured (PaceStart when
-//     none measured one), and so are exits new to the site from then
-//     on; one that already sends as much as that median showed is held
-//     where its own 429 would hold it. Those holds
+//     others are held too, at least to the median rate the first 429s
+//     measured (PaceStart when none measured one), and so are exits new
+//     to the site from then on; one that already sends as much as that
+//     median showed is held where its own 429 would hold it. Those holds
 //     are guesses: a guessed pair's 429 is its first, and teaches what a
 //     first 429 does, and it tells the other guessed pairs that carry
 //     about as much that their guesses are over the limit too. The rate
