@@ -259,11 +259,12 @@ func TestFreezeAfterTwoExits(t *testing.T) {
 }
 
 // TestFewLimitedExitsLeaveTheRestFree: a site whose 429s come from a few
-// of the many exits that carried as much freezes nobody; once freezeShare
-// of them have tripped, it freezes the rest. When the exits that tripped
-// carried the most, the others showed nothing of a higher limit, and the
-// site freezes at the first 429, unless the counts are too young to tell
-// a rate from a burst (then at freezeShare of every exit).
+// of the many exits that carried as much (or a few percent less) freezes
+// nobody; once freezeShare of them have tripped, it freezes the rest.
+// When the exits that tripped carried the most, the others showed nothing
+// of a higher limit, and the site freezes at the first 429, unless the
+// counts are too young to tell a rate from a burst (then at freezeShare of
+// every exit).
 func TestFewLimitedExitsLeaveTheRestFree(t *testing.T) {
 	t.Parallel()
 	const routes = 10
@@ -271,9 +272,11 @@ func TestFewLimitedExitsLeaveTheRestFree(t *testing.T) {
 		desc   string
 		steps  int // of 100 ms, each exit sending one request in turn (1 a second)
 		busy   int // requests r0 and r1 send for each of the others'
+		extra  int // requests r0 and r1 send besides
 		frozen int // exits tripped when the site freezes
 	}{
 		{desc: "the others carried as much", steps: 16 * routes, busy: 1, frozen: 3},
+		{desc: "the others carried a little less", steps: 16 * routes, busy: 1, extra: 1, frozen: 3},
 		{desc: "the others carried less", steps: 16 * routes, busy: 3, frozen: 1},
 		{desc: "the others carried less in a burst", steps: routes, busy: 3, frozen: 3},
 	}
@@ -288,6 +291,9 @@ func TestFewLimitedExitsLeaveTheRestFree(t *testing.T) {
 				r, n := i%routes, 1
 				if r < 2 {
 					n = tt.busy
+				}
+				if i < 2 {
+					n += tt.extra
 				}
 				for range n {
 					attemptAt(t, e, now, fmt.Sprintf("r%d", r), "s.com", routes, okOutcome)
@@ -322,9 +328,10 @@ func TestFreezeHoldsIdleExitsAtTheSiteRate(t *testing.T) {
 		now = start.Add(time.Duration(i) * time.Second / 6)
 		attemptAt(t, e, now, fmt.Sprintf("r%d", i%2), "s.com", 5, okOutcome)
 	}
-	attemptAt(t, e, now, "r4", "s.com", 5, rateLimited) // nothing counted: PaceStart
-	// r0 and r1 both leased before either 429 freezes the site.
+	// r0 and r1 both leased before the first 429, which brakes the site,
+	// and before either of theirs freezes it.
 	leases := []Lease{leaseOf(t, e, now, "r0", "s.com", 5), leaseOf(t, e, now, "r1", "s.com", 5)}
+	attemptAt(t, e, now, "r4", "s.com", 5, rateLimited) // nothing counted: PaceStart
 	for _, l := range leases {
 		e.Report(now, l, rateLimited)
 	}
@@ -356,7 +363,6 @@ func TestA429LeasedBeforeTheFreezeTeaches(t *testing.T) {
 		now = start.Add(time.Duration(i) * time.Second / 6)
 		attemptAt(t, e, now, fmt.Sprintf("r%d", i%2), "s.com", 5, okOutcome)
 	}
-	attemptAt(t, e, now, "r4", "s.com", 5, rateLimited) // the site's first 429
 	lease := func(route string) Lease {
 		t.Helper()
 		var avoid []string
@@ -371,7 +377,9 @@ func TestA429LeasedBeforeTheFreezeTeaches(t *testing.T) {
 		}
 		return l
 	}
+	// Leased before the site's first 429, which brakes it.
 	r0, r1 := lease("r0"), []Lease{lease("r1"), lease("r1"), lease("r1")}
+	attemptAt(t, e, now, "r4", "s.com", 5, rateLimited)
 	now = now.Add(100 * time.Millisecond)
 	e.Report(now, r0, rateLimited) // the second: the site freezes
 	guess := heldRate(e, 1, "s.com", now)
@@ -432,6 +440,68 @@ func TestFreezeReadsNoRateFromABurst(t *testing.T) {
 			t.Errorf("r%d held to %v after a burst of 3 in its first second, want PaceStart %v", slot, got, e.cfg.PaceStart)
 		}
 	}
+}
+
+// TestYoungFirst429Brakes: a first 429 whose count is too young to weigh
+// the other exits against spaces every exit no rate holds at the rate a
+// freeze would hold it to, from its last request, until brakeFor has
+// passed; one whose count is old enough does not, and a freeze ends it.
+func TestYoungFirst429Brakes(t *testing.T) {
+	t.Parallel()
+	const routes = 10
+	tests := []struct {
+		desc      string
+		paceStart float64       // the brake's rate: no first 429 measured one
+		history   time.Duration // how long every exit sent 2 requests/s before r0's 429
+		after     time.Duration // when r1's wait is read, after r1's lease and the 429
+		want      time.Duration
+	}{
+		{desc: "young: spaced from its last request", paceStart: 4, after: 100 * time.Millisecond, want: 150 * time.Millisecond},
+		{desc: "young: free once its turn came", paceStart: 4, after: 250 * time.Millisecond, want: 0},
+		{desc: "young: not past brakeFor", paceStart: 0.5, after: brakeFor - time.Millisecond, want: time.Second + time.Millisecond},
+		{desc: "young: free at brakeFor", paceStart: 0.5, after: brakeFor, want: 0},
+		{desc: "a count old enough: no brake", paceStart: 4, history: 10 * time.Second, after: 100 * time.Millisecond, want: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1, PaceStart: tt.paceStart}, routes)
+			e.watch(e.target("s.com"))
+			now := start
+			for at := time.Duration(0); at < tt.history; at += 500 * time.Millisecond {
+				now = start.Add(at)
+				for r := range routes {
+					attemptAt(t, e, now, fmt.Sprintf("r%d", r), "s.com", routes, okOutcome)
+				}
+			}
+			attemptAt(t, e, now, "r1", "s.com", routes, okOutcome)
+			attemptAt(t, e, now, "r0", "s.com", routes, rateLimited)
+			if got := heldRate(e, 1, "s.com", now); got != 0 {
+				t.Fatalf("r1 held to %v: the site froze", got)
+			}
+			if got := e.paceWait(e.target("s.com"), 1, now.Add(tt.after).UnixNano()); got != tt.want {
+				t.Errorf("r1 waits %v, want %v", got, tt.want)
+			}
+		})
+	}
+	t.Run("a freeze ends the brake", func(t *testing.T) {
+		t.Parallel()
+		e := newTestEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 3)
+		e.watch(e.target("s.com"))
+		attemptAt(t, e, start, "r1", "s.com", 3, okOutcome)
+		attemptAt(t, e, start, "r0", "s.com", 3, rateLimited)
+		tp := e.target("s.com").pace.Load()
+		if tp.brakeUntil.Load() == 0 {
+			t.Fatal("a young first 429 did not brake the site")
+		}
+		attemptAt(t, e, start, "r2", "s.com", 3, rateLimited) // two of three: the site freezes
+		if got := tp.brakeUntil.Load(); got != 0 {
+			t.Errorf("brake until %v after the freeze, want none", got)
+		}
+		if got := heldRate(e, 1, "s.com", start); got != e.cfg.PaceStart {
+			t.Errorf("r1 held to %v after the freeze, want PaceStart %v", got, e.cfg.PaceStart)
+		}
+	})
 }
 
 // TestFrozenPairWaitsItsTurn: a pair the freeze holds has in its bucket
