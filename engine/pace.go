@@ -673,11 +673,7 @@ func (tp *targetPace) firstTrip(c *Config, slot int32, rate, carried float64, ns
 		// starts held, and one made before is in the table for freeze,
 		// which runs once. Without a measured rate, a new pair starts as
 		// one whose first 429 came too soon to measure: at PaceStart.
-		start := site
-		if start == 0 {
-			start = c.PaceStart
-		}
-		freezing = tp.frozen.Swap(math.Float64bits(min(max(start, c.PaceFloor), c.PaceMax))) == 0
+		freezing = tp.frozen.Swap(math.Float64bits(startRate(c, site))) == 0
 	}
 	tp.mu.Unlock()
 	if freezing {
@@ -703,11 +699,7 @@ func (tp *targetPace) brake(c *Config, ns int64) {
 	if tp.frozen.Load() != 0 {
 		return
 	}
-	rate := median(tp.firsts)
-	if rate == 0 {
-		rate = c.PaceStart
-	}
-	tp.brakeRate.Store(math.Float64bits(min(max(rate, c.PaceFloor), c.PaceMax)))
+	tp.brakeRate.Store(math.Float64bits(startRate(c, median(tp.firsts))))
 	tp.brakeUntil.Store(ns + int64(brakeFor))
 }
 
@@ -727,6 +719,15 @@ func (tp *targetPace) brakeWait(cell *pairCell, ns int64) time.Duration {
 	// last is when an unheld pair was last leased (takePace).
 	free := p.last + int64(float64(time.Second)/math.Float64frombits(tp.brakeRate.Load()))
 	return time.Duration(max(free-ns, 0))
+}
+
+// startRate is the rate a freeze holds a pair new to the target to, the
+// first 429s there having measured site (the median; 0: none measured).
+func startRate(c *Config, site float64) float64 {
+	if site == 0 {
+		site = c.PaceStart
+	}
+	return min(max(site, c.PaceFloor), c.PaceMax)
 }
 
 // carriedAsMuch counts the target's pairs that no rate holds, but slot,
