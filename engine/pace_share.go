@@ -548,6 +548,10 @@ type PaceStatus struct {
 	// held at since enough of its exits tripped that the site froze
 	// (docs/design/005-cost.md); 0 while it has not.
 	Frozen float64
+	// Braked is the rate, requests/s, every exit no rate holds is spaced
+	// at while a young first 429 brakes the site, for a second at most
+	// (docs/design/005-cost.md); 0 while none does.
+	Braked float64
 	Pairs  []PairPaceStatus // by route id
 }
 
@@ -581,6 +585,9 @@ func (e *Engine) Pace(now time.Time, target string) (PaceStatus, bool) {
 	width := int64(e.cfg.PaceWindow) / windowBuckets
 	tol := tp.toleranceAt(&e.cfg, ns)
 	st := PaceStatus{Target: target, Tolerance: tol, Processes: int(max(tp.procs.Load(), 1)), Frozen: math.Float64frombits(tp.frozen.Load())}
+	if ns < tp.brakeUntil.Load() {
+		st.Braked = math.Float64frombits(tp.brakeRate.Load())
+	}
 	tp.pairs.each(func(p *pairPace) {
 		p.mu.Lock()
 		rate := p.rateAt(&e.cfg, ns)

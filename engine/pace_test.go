@@ -455,10 +455,11 @@ func TestYoungFirst429Brakes(t *testing.T) {
 		history   time.Duration // how long every exit sent 2 requests/s before r0's 429
 		after     time.Duration // when r1's wait is read, after r1's lease and the 429
 		want      time.Duration
+		braked    float64 // the rate the site's status says it is braked at, then
 	}{
-		{desc: "young: spaced from its last request", paceStart: 4, after: 100 * time.Millisecond, want: 150 * time.Millisecond},
-		{desc: "young: free once its turn came", paceStart: 4, after: 250 * time.Millisecond, want: 0},
-		{desc: "young: not past brakeFor", paceStart: 0.5, after: brakeFor - time.Millisecond, want: time.Second + time.Millisecond},
+		{desc: "young: spaced from its last request", paceStart: 4, after: 100 * time.Millisecond, want: 150 * time.Millisecond, braked: 4},
+		{desc: "young: free once its turn came", paceStart: 4, after: 250 * time.Millisecond, want: 0, braked: 4},
+		{desc: "young: not past brakeFor", paceStart: 0.5, after: brakeFor - time.Millisecond, want: time.Second + time.Millisecond, braked: 0.5},
 		{desc: "young: free at brakeFor", paceStart: 0.5, after: brakeFor, want: 0},
 		{desc: "a count old enough: no brake", paceStart: 4, history: 10 * time.Second, after: 100 * time.Millisecond, want: 0},
 	}
@@ -482,6 +483,9 @@ func TestYoungFirst429Brakes(t *testing.T) {
 			if got := e.paceWait(e.target("s.com"), 1, now.Add(tt.after).UnixNano()); got != tt.want {
 				t.Errorf("r1 waits %v, want %v", got, tt.want)
 			}
+			if st, _ := e.Pace(now.Add(tt.after), "s.com"); st.Braked != tt.braked {
+				t.Errorf("status braked at %v, want %v", st.Braked, tt.braked)
+			}
 		})
 	}
 	t.Run("a freeze ends the brake", func(t *testing.T) {
@@ -495,8 +499,8 @@ func TestYoungFirst429Brakes(t *testing.T) {
 			t.Fatal("a young first 429 did not brake the site")
 		}
 		attemptAt(t, e, start, "r2", "s.com", 3, rateLimited) // two of three: the site freezes
-		if got := tp.brakeUntil.Load(); got != 0 {
-			t.Errorf("brake until %v after the freeze, want none", got)
+		if st, _ := e.Pace(start, "s.com"); tp.brakeUntil.Load() != 0 || st.Braked != 0 {
+			t.Errorf("brake until %v, status braked at %v after the freeze; want none", tp.brakeUntil.Load(), st.Braked)
 		}
 		if got := heldRate(e, 1, "s.com", start); got != e.cfg.PaceStart {
 			t.Errorf("r1 held to %v after the freeze, want PaceStart %v", got, e.cfg.PaceStart)

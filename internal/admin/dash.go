@@ -191,6 +191,7 @@ type targetRow struct {
 	Paced     int        `json:"paced,omitempty"`
 	PacedRate float64    `json:"paced_rate,omitempty"` // their rates' sum, requests/s
 	Frozen    float64    `json:"frozen,omitempty"`     // requests/s a new exit starts held at since the site froze
+	Braked    float64    `json:"braked,omitempty"`     // requests/s its free exits are spaced at while a young 429 brakes it
 	Recent    []apiEvent `json:"recent,omitempty"`     // its incident events kept, newest first
 	Tier      *tierJSON  `json:"tier,omitempty"`       // above the cheapest cost tier (GET /api/targets' tiers)
 }
@@ -249,7 +250,7 @@ func (s *Server) dashTargets(w http.ResponseWriter, _ *http.Request) {
 	out := make([]*targetRow, 0, len(byName))
 	for _, t := range byName {
 		if pace, ok := s.engine.Pace(now, t.Target); ok {
-			t.Tolerance, t.Frozen = round3(pace.Tolerance), round3(pace.Frozen)
+			t.Tolerance, t.Frozen, t.Braked = round3(pace.Tolerance), round3(pace.Frozen), round3(pace.Braked)
 			for _, p := range pace.Pairs {
 				if p.Rate > 0 {
 					t.Paced++

@@ -476,6 +476,7 @@ type paceJSON struct {
 	Tolerance float64        `json:"tolerance"` // requests per pace window per exit, all gateways; 0: none
 	Gateways  int            `json:"gateways"`  // gateways sharing the limits (1: this one alone)
 	Frozen    float64        `json:"frozen"`    // requests/s a new exit starts held at since the site froze; 0: not frozen
+	Braked    float64        `json:"braked"`    // requests/s the exits no rate holds are spaced at while a young 429 brakes the site; 0: none
 	Pairs     []pairPaceJSON `json:"pairs"`
 }
 
@@ -491,12 +492,12 @@ type pairPaceJSON struct {
 // targetPace is GET /api/targets/{target}/pace: what the target's 429s
 // and bans taught.
 func (s *Server) targetPace(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.engine.Pace(time.Now(), r.PathValue("target"))
+	st, ok := s.engine.Pace(s.now(), r.PathValue("target"))
 	if !ok {
 		writeError(w, http.StatusNotFound, "no pacing learned for this target")
 		return
 	}
-	out := paceJSON{Target: st.Target, Tolerance: st.Tolerance, Gateways: st.Processes, Frozen: st.Frozen, Pairs: make([]pairPaceJSON, len(st.Pairs))}
+	out := paceJSON{Target: st.Target, Tolerance: st.Tolerance, Gateways: st.Processes, Frozen: st.Frozen, Braked: st.Braked, Pairs: make([]pairPaceJSON, len(st.Pairs))}
 	for i, p := range st.Pairs {
 		out.Pairs[i] = pairPaceJSON{Route: p.Route, Rate: p.Rate, Own: p.Own, Sent: p.Sent, Local: p.Local, Guess: p.Guess}
 	}
@@ -559,7 +560,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 	}
 	// The id is not echoed: it came from the client, and a route id typed
 	// with its password would otherwise be printed back.
-	if err := op(time.Now(), id); err != nil {
+	if err := op(s.now(), id); err != nil {
 		if errors.Is(err, engine.ErrUnknownRoute) {
 			s.log.LogAttrs(r.Context(), slog.LevelWarn, "admin action refused: unknown route", attrs...)
 			writeError(w, http.StatusNotFound, "unknown route: give its id, path-escaped, as listed by /api/routes")

@@ -293,7 +293,9 @@ func TestTargets(t *testing.T) {
 
 func TestTargetPace(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, Options{})
+	var clock atomic.Int64 // Unix ns
+	clock.Store(time.Now().UnixNano())
+	f := newFixture(t, Options{Now: func() time.Time { return time.Unix(0, clock.Load()) }})
 	// A 429 teaches bob a rate at shop.example.
 	at := time.Now().Add(-time.Minute)
 	if err := f.e.Feedback(at, bob, "shop.example", engine.Outcome{Class: engine.RateLimited, RetryAfter: time.Second}); err != nil {
@@ -320,6 +322,19 @@ func TestTargetPace(t *testing.T) {
 	i := slices.IndexFunc(rows, func(r targetRow) bool { return r.Target == "shop.example" })
 	if i < 0 || rows[i].Paced != 2 || rows[i].Frozen != round3(got.Frozen) {
 		t.Errorf("dashboard rows %+v, want shop.example's with both routes paced and the freeze's rate %v", rows, got.Frozen)
+	}
+	// A site's first 429, its count young, brakes it for a second from
+	// when it came.
+	later := at.Add(30 * time.Second)
+	if err := f.e.Feedback(later, bob, "news.example", engine.Outcome{Class: engine.RateLimited, RetryAfter: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Store(later.Add(500 * time.Millisecond).UnixNano())
+	f.getJSON(t, "/api/targets/news.example/pace", &got)
+	f.getJSON(t, "/api/dash/targets", &rows)
+	i = slices.IndexFunc(rows, func(r targetRow) bool { return r.Target == "news.example" })
+	if got.Braked <= 0 || got.Frozen != 0 || i < 0 || rows[i].Braked != round3(got.Braked) {
+		t.Errorf("pace %+v, dashboard rows %+v after news.example's first 429; want it braked", got, rows)
 	}
 	if status, _, body := f.do(t, http.MethodGet, "/api/targets/never.example/pace", ""); status != http.StatusNotFound {
 		t.Errorf("unpaced target: %d %s, want 404", status, body)

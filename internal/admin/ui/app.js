@@ -640,13 +640,14 @@ function setupHeatmap() {
 let targetRows = [];
 
 // learnedPacing says what a target's 429s and bans taught: the tolerance,
-// the routes held to a rate, and the rate a new exit starts at once the
-// site froze.
+// the routes held to a rate, the rate a new exit starts at once the site
+// froze, and the brake a young first 429 puts on it for a second.
 function learnedPacing(t) {
   const parts = [];
   if (t.tolerance) parts.push(fmt(t.tolerance, 1) + ' / window / exit');
   if (t.paced) parts.push(t.paced + ' routes at ' + fmt(t.paced_rate, 2) + ' req/s');
   if (t.frozen) parts.push('frozen: new exits at ' + fmt(t.frozen, 2) + ' req/s');
+  if (t.braked) parts.push('braked: free exits at ' + fmt(t.braked, 2) + ' req/s');
   return parts.length ? parts.join(', ') : '–';
 }
 
