@@ -833,10 +833,10 @@ func TestHeldForPacedRoute(t *testing.T) {
 		{desc: "held until a route is ready", hold: 250 * ms, until: 100 * ms,
 			want: []scriptPick{{at: 0, route: -1}, {at: wait, route: -1}, {at: 2 * wait, route: -1}, {at: 3 * wait}}},
 		{desc: "refused once the waits would pass the hold: another task starts", hold: 100 * ms, until: 300 * ms,
-			want:     []scriptPick{{at: 0, route: -1}, {at: wait, route: -1}, {at: 2 * wait, route: -1}, {at: 2 * wait, route: -1}},
+			want:     []scriptPick{{at: 0, route: -1}, {at: wait, route: -1}, {at: 2 * wait, route: -1}, {at: 2*wait + refusalRoundTrip, route: -1}},
 			setAside: true},
-		{desc: "no hold: refused at once, another task starts", hold: 0, until: 1,
-			want: []scriptPick{{at: 0, route: -1}, {at: 0, route: -1}}, setAside: true},
+		{desc: "no hold: refused at once, another task starts once the refusal is in", hold: 0, until: 1,
+			want: []scriptPick{{at: 0, route: -1}, {at: refusalRoundTrip}}, setAside: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
@@ -879,23 +879,34 @@ func TestRefusingEverything(t *testing.T) {
 }
 
 // TestExpiredTaskSendsNothing: a task set aside that comes due only after
-// its deadline, the one worker having been busy meanwhile, fails when the
+// its deadline, every worker having been busy meanwhile, fails when a
 // worker takes it, with no request: sent, it would spend an exit's turn on
 // a page the crawler has given up on, and its client's timeout, set by the
 // deadline, would fall before the request began (a cancel reported with a
 // negative latency, the clock sent back).
 func TestExpiredTaskSendsNothing(t *testing.T) {
 	t.Parallel()
-	load := Load{Seed: 1, Duration: 10 * time.Second, Workers: 1, AttemptTimeout: 10 * time.Second, MaxAttempts: 1,
-		ClientTimeout: 10 * time.Second, ClientAttempts: 1, TaskDeadline: 2 * time.Second}
-	// Every pick at the start is refused for a second: the pile fills
-	// with tasks due at 1 s, each to be done by 2 s. The first taken at
-	// 1 s holds the worker to its deadline; the rest have expired by then.
+	const workers = 20
+	load := Load{Seed: 1, Duration: 5 * time.Second, Workers: workers, AttemptTimeout: 10 * time.Second, MaxAttempts: 1,
+		ClientTimeout: 10 * time.Second, ClientAttempts: 1, TaskDeadline: 2 * time.Second, SessionTasks: 1}
+	// Every worker's first pick is refused for a second: its task, due at
+	// 1 s, is to be done by 2 s. The next tasks hold the workers to their
+	// own deadlines, just past 2 s; the first ones have expired by then.
 	p := &scriptPolicy{leases: []Attempt{{}}, maxPicks: 1 << 16,
 		paced: func(now time.Duration, _ int) (time.Duration, bool) { return time.Second, now == 0 }}
 	s := Run(scriptWorld{okIn(5 * time.Second)}, p, load, nil)
-	if s.Tasks < maxParkedPerWorker || s.Attempts > s.Tasks/10 {
-		t.Errorf("%d tasks ended after %d attempts; want the pile failed without requests", s.Tasks, s.Attempts)
+	refused := 0
+	for k, pk := range p.picks {
+		if pk.route >= 0 {
+			continue
+		}
+		refused++
+		if again := slices.IndexFunc(p.picks[k+1:], func(n scriptPick) bool { return n.session == pk.session }); again >= 0 {
+			t.Errorf("task %s refused at %v, expired at 2s, sent at %v", pk.session, pk.at, p.picks[k+1+again].at)
+		}
+	}
+	if refused != workers || s.Tasks-s.Completed < workers {
+		t.Errorf("%d picks refused, %d of %d tasks failed; want %d refused and failed", refused, s.Tasks-s.Completed, s.Tasks, workers)
 	}
 	for k, rep := range p.reports {
 		if rep.done && rep.latency < 0 {

@@ -68,21 +68,20 @@ const probeTimeout = 10 * time.Second
 // will be ready (retryHinter).
 const noRouteWait = time.Second
 
-// refusalRoundTrip is how long a refusal takes to reach a client that
-// retries at once (Load.RetryRefusals): a round trip to a gateway on its
-// network. The simulated time it takes keeps a pool that refuses every
-// request from failing tasks without end at one instant.
+// refusalRoundTrip is how long a refusal takes to reach the client: a
+// round trip to a gateway on its network. The worker's next request, the
+// same page again (Load.RetryRefusals) or another while the refused one
+// is set aside, goes once it is in. Free, a refusal let a worker set aside
+// thousands of pages at one instant whenever a site's exits were all
+// between two turns, few of them to be done before their deadline
+// (limits-saturated: 73% of its tasks completed; docs/simulator-results.md,
+// *A refusal takes a round trip*).
 const refusalRoundTrip = time.Millisecond
 
 // maxParkedPerWorker bounds the tasks set aside (parked) per worker. A
 // worker whose request is refused at once takes another task only while
 // fewer than this many per worker are set aside; beyond it the worker
-// waits for the first to come due. A crawler's frontier is finite, and a
-// refusal costs no simulated time: without a bound, a pool that refuses
-// everything would have the workers draw tasks without end at one instant.
-// Of the built-in scenarios only limits-saturated reaches it, within its
-// first seconds, and stays there (burst-bans sets aside about 170 per
-// worker at most).
+// waits for the first to come due: a crawler's frontier is finite.
 const maxParkedPerWorker = 256
 
 // retimer is a Policy that gives a Provisional attempt its deadline once
@@ -547,7 +546,7 @@ func (r *runner) send(i int) bool {
 	t.tries-- // a request the gateway refused at once is not a try
 	t.due = r.now + wait
 	r.parked.push(t)
-	next := r.now
+	next := r.now + refusalRoundTrip
 	if len(r.parked.items) > maxParkedPerWorker*len(r.workers) {
 		// The first may have come due while every worker was busy: then
 		// it is taken now, not when it came due (the clock never goes
