@@ -119,15 +119,21 @@ const (
 	freezeCount = 10
 	// A guessed pair's 429 (see tell) holds the other guessed pairs that
 	// carry between what it carried and tellBand times that, once its
-	// count and its guess span tellSpan: a younger count shows a burst,
-	// not a rate (the first seconds of the simulator's limits-saturated),
-	// a younger guess was not what sent the pair over the limit (it was
-	// over before the freeze, which its 429 came just after), and a pair that
-	// carried far more without a 429 has shown a higher limit
-	// (limits-everywhere, whose exits take 1 to 3 requests/s). A target
-	// tells at most maxTells times, as each tell scans its pairs.
+	// count spans tellSpan, when the attempt it came to was leased after
+	// the guess: a younger count shows a burst, not a rate (the first
+	// second of the simulator's limits-saturated); an attempt leased
+	// before the guess (or at its instant) was over the limit before the
+	// freeze; a pair that carried far more without a 429 has shown a
+	// higher limit (limits-everywhere, whose exits take 1 to 3
+	// requests/s). A guess needs no age: on the live d_rate_limited
+	// pool's stand-in a site froze at 5.19 requests/s where the limit is
+	// 4, and six of its guessed pairs tripped one after another 1 to 3.5 s
+	// later, none telling the rest while the guess had to be 5 s old
+	// (docs/simulator-results.md, *A guessed pair's 429 tells the others
+	// sooner*). A target tells at most maxTells times, as each tell scans
+	// its pairs.
 	tellBand = 1.5
-	tellSpan = 5 * time.Second
+	tellSpan = 2 * time.Second
 	maxTells = 32
 	// A first 429 whose count is younger than freezeCount brakes its site
 	// for brakeFor (brake).
@@ -551,7 +557,7 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	if measured {
 		taught = p.rate
 	}
-	tell := p.guess && n >= paceMinCount && span >= tellSpan && ns-p.cut >= int64(tellSpan)
+	tell := p.guess && n >= paceMinCount && span >= tellSpan && taken > p.cut
 	carried, rate := float64(n)/span.Seconds(), p.rate
 	p.guess = false
 	base := p.cut
@@ -784,7 +790,7 @@ func median(xs []float64) float64 {
 // a little less than the ones that tripped went over the limit at once
 // and tripped in turn, each out for its Retry-After (the simulator's
 // limits-roomy: 0.92 → 0.95 of the oracle; docs/simulator-results.md);
-// twice a count younger than tellSpan, a burst, held exits that take 3
+// twice a count younger than 5 s, a burst, held exits that take 3
 // requests/s at 6 and 8 (rate-limited, seed 10). Its bucket starts with
 // what the rate would have earned since its last request, not full: the
 // freeze comes in a burst that spent the site's allowance, and a full

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -550,12 +551,14 @@ func TestFrozenPairWaitsItsTurn(t *testing.T) {
 // (docs/design/005-cost.md). Six exits send evenly, each at its own rate,
 // for 10 s; r0 and r1, at 4 requests/s, then have their first 429s: r0's
 // freezes the others, as no more than r1 carried as much, and r1's comes
-// to a guessed pair. For 20 s more the others send at new rates, under
-// their holds; then r2 has a 429. The rates they are held to at the end:
+// to a guessed pair. For 20 s more (or 2 s) the others send at new
+// rates, under their holds; then r2 has a 429. The rates they are held to
+// at the end:
 //   - at the freeze, a pair sending as much as r0 and r1 did is held to
 //     rateMargin of its rate, not twice it;
-//   - r1, whose 429 came moments after the freeze, to rateBackoff of
-//     its guess, telling no other pair: its guess did not send it over;
+//   - r1, whose 429 came at the freeze to an attempt leased before it,
+//     to rateBackoff of its guess, telling no other pair: its guess did
+//     not send it over;
 //   - r2's 429, its first but while held by the freeze's guess, holds it
 //     to rateMargin of what it sent, not rateBackoff of the guess;
 //   - it holds the guessed pairs that carried between what r2 carried and
@@ -570,10 +573,11 @@ func TestGuessedHolds(t *testing.T) {
 	const site = rateMargin * 4 // what r0's first 429 taught
 	tests := []struct {
 		desc          string
-		first, second [6]float64 // requests/s of r0..r5 before the freeze, and after it
-		burst         int        // requests r2 sends at once a second before the end
-		trip          bool       // r2 has a 429 at the end
-		want          [6]float64 // rates r0..r5 are held to at the end
+		first, second [6]float64    // requests/s of r0..r5 before the freeze, and after it
+		after         time.Duration // from the freeze to the end; 0: 20 s
+		burst         int           // requests r2 sends at once a second before the end
+		trip          bool          // r2 has a 429 at the end
+		want          [6]float64    // rates r0..r5 are held to at the end
 	}{
 		{
 			desc:   "a pair sending as much as those that tripped",
@@ -602,6 +606,19 @@ func TestGuessedHolds(t *testing.T) {
 			want: [6]float64{site, rateBackoff * site, rateMargin * 1.5, rateMargin * 1.5, site, site},
 		},
 		{
+			desc:   "tells however young the guess",
+			first:  [6]float64{4, 4, 1, 1, 1, 1},
+			second: [6]float64{0, 0, 2, 2.5, 3, 0.5},
+			after:  2 * time.Second,
+			trip:   true,
+			// Over 12 s r2 carried 13/12 a second (the request that
+			// tripped not counted), 2 a second in its busiest sixth of the
+			// window, its last 2 s; r3 and r4 carried more, within
+			// tellBand of it, and are held to the most they carry,
+			// tellBand × 13/12; r5 carried less.
+			want: [6]float64{site, rateBackoff * site, rateMargin * 2, tellBand * 13 / 12, tellBand * 13 / 12, site},
+		},
+		{
 			desc:   "tells no more than the told pairs carry",
 			first:  [6]float64{4, 4, 0.1, 1, 1, 1},
 			second: [6]float64{0, 0, 0.1, 1.5, 3, 0.5},
@@ -627,10 +644,11 @@ func TestGuessedHolds(t *testing.T) {
 					}
 				}
 			}
-			frozen, end := start.Add(10*time.Second), start.Add(30*time.Second)
+			frozen := start.Add(10 * time.Second)
+			end := frozen.Add(cmp.Or(tt.after, 20*time.Second))
 			send(tt.first, start, frozen)
 			e.learnRate(tg, 0, frozen.UnixNano(), frozen.UnixNano(), time.Millisecond)
-			e.learnRate(tg, 1, frozen.UnixNano(), frozen.UnixNano(), time.Millisecond)
+			e.learnRate(tg, 1, frozen.UnixNano(), frozen.Add(-time.Millisecond).UnixNano(), time.Millisecond)
 			send(tt.second, frozen, end)
 			for range tt.burst {
 				e.takePace(tg, 2, end.Add(-time.Second).UnixNano())
