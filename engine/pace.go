@@ -709,11 +709,14 @@ func (tp *targetPace) brake(c *Config, ns int64) {
 	tp.brakeUntil.Store(ns + int64(brakeFor))
 }
 
+// braked reports whether the target's brake holds at ns.
+func (tp *targetPace) braked(ns int64) bool { return ns < tp.brakeUntil.Load() }
+
 // brakeWait is how long the pair in cell must wait at ns while its
 // target is braked: 0 when it may go now, when a rate of its own holds
 // it, or when no brake does.
 func (tp *targetPace) brakeWait(cell *pairCell, ns int64) time.Duration {
-	if until := tp.brakeUntil.Load(); until == 0 || ns >= until {
+	if !tp.braked(ns) {
 		return 0
 	}
 	p := cell.p.Load()

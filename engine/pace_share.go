@@ -585,7 +585,7 @@ func (e *Engine) Pace(now time.Time, target string) (PaceStatus, bool) {
 	width := int64(e.cfg.PaceWindow) / windowBuckets
 	tol := tp.toleranceAt(&e.cfg, ns)
 	st := PaceStatus{Target: target, Tolerance: tol, Processes: int(max(tp.procs.Load(), 1)), Frozen: math.Float64frombits(tp.frozen.Load())}
-	if ns < tp.brakeUntil.Load() {
+	if tp.braked(ns) {
 		st.Braked = math.Float64frombits(tp.brakeRate.Load())
 	}
 	tp.pairs.each(func(p *pairPace) {
