@@ -83,6 +83,7 @@ func contenders(switchyardBinary func() (string, error)) []contender {
 		oracleContender(),
 		switchyardContender("switchyard", switchyardBinary, false),
 		switchyardContender("switchyard-mitm", switchyardBinary, true),
+		sharedContender(switchyardBinary),
 		haproxyContender("leastconn"),
 		gliderContender(),
 		roundRobinContender(),
@@ -104,16 +105,25 @@ type gatewayProcess struct {
 	ready func(context.Context) error
 }
 
-// runGateway starts g and, once it is ready, returns the session that
-// sends the load through its forward proxy. Stopping the session drops the
-// load's connections, then stops the process group.
-func runGateway(ctx context.Context, g gatewayProcess, workers int) (*session, error) {
+// start starts g's process and waits until it serves.
+func (g gatewayProcess) start(ctx context.Context) (*process, error) {
 	p, err := startProcess(g.bin, g.args, g.log, g.env...)
 	if err != nil {
 		return nil, err
 	}
 	if err := p.waitReady(ctx, readyLimit, g.ready); err != nil {
 		p.stop(stopGrace)
+		return nil, err
+	}
+	return p, nil
+}
+
+// runGateway starts g and, once it is ready, returns the session that
+// sends the load through its forward proxy. Stopping the session drops the
+// load's connections, then stops the process group.
+func runGateway(ctx context.Context, g gatewayProcess, workers int) (*session, error) {
+	p, err := g.start(ctx)
+	if err != nil {
 		return nil, err
 	}
 	proxy := &url.URL{Scheme: "http", Host: g.listen}

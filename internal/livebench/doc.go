@@ -4,9 +4,10 @@
 // whose throughput is the score. The exits answer as real ones do, a fast
 // one in about 100 ms and a slow one in about a second, so that at the
 // default 32 workers (~300 requests a second) the score measures the
-// contenders' choices, not their CPU. The real switchyard binary, HAProxy
-// (leastconn) when installed, glider when installed, client-side
-// round-robin and a ground-truth oracle each carry the same load over a
+// contenders' choices, not their CPU. The real switchyard binary, two of
+// them sharing one Redis (switchyard-shared, when redis-server is
+// installed), HAProxy (leastconn) when installed, glider when installed,
+// client-side round-robin and a ground-truth oracle each carry the same load over a
 // fresh copy of the same fleet, one after the other, and the report gives
 // each contender's completed tasks per second as a ratio to the oracle's.
 // Beside each pool's table it prints what the simulator of `switchyard

@@ -83,23 +83,17 @@ func switchyardContender(name string, binary func() (string, error), intercept b
 		missing = overHTTPS
 	}
 	return contender{name: name, missing: missing, start: func(ctx context.Context, f *fleet, opts Options, dir string) (*session, error) {
-		bin, listen, err := binaryAndAddr(binary)
+		bin, err := binary()
 		if err != nil {
 			return nil, err
 		}
-		admin, err := freeport.Addr()
+		list, err := writeProxyList(f, dir)
 		if err != nil {
 			return nil, err
 		}
-		list := filepath.Join(dir, "proxies.txt")
-		if err := os.WriteFile(list, []byte(proxyList(f.urls())), 0o600); err != nil {
+		g, adminURL, err := quickStart(bin, list, f, opts, filepath.Join(dir, "switchyard.log"))
+		if err != nil {
 			return nil, err
-		}
-		adminURL := "http://" + admin
-		g := gatewayProcess{
-			bin: bin, args: []string{"serve", "--listen", listen, "--admin", admin, "--proxies", list},
-			env: opts.SwitchyardEnv, log: filepath.Join(dir, "switchyard.log"),
-			listen: listen, ready: httpOK(adminURL + "/readyz"), roots: f.roots,
 		}
 		if intercept {
 			state := filepath.Join(dir, "state")
@@ -116,15 +110,48 @@ func switchyardContender(name string, binary func() (string, error), intercept b
 		if err != nil {
 			return nil, err
 		}
-		head := "switchyard binary: " + bin + " (" + binaryVersion(bin) + ")"
-		if len(opts.SwitchyardEnv) > 0 {
-			head += ", environment " + strings.Join(opts.SwitchyardEnv, " ")
-		}
 		s.notes = func(ctx context.Context) []string {
-			return append([]string{head}, switchyardNotes(ctx, adminURL, f)...)
+			return append([]string{binaryNote(bin, opts)}, switchyardNotes(ctx, adminURL, f)...)
 		}
 		return s, nil
 	}}
+}
+
+// writeProxyList writes the fleet's proxy list into dir and gives its path.
+func writeProxyList(f *fleet, dir string) (string, error) {
+	list := filepath.Join(dir, "proxies.txt")
+	return list, os.WriteFile(list, []byte(proxyList(f.urls())), 0o600)
+}
+
+// quickStart is the gateway process of bin that a new user's quick start
+// runs over the proxy list at list: flags only, no config file, listening
+// on free addresses of 127.0.0.1, its output to log. adminURL is its admin
+// listener's.
+func quickStart(bin, list string, f *fleet, opts Options, log string) (g gatewayProcess, adminURL string, err error) {
+	listen, err := freeport.Addr()
+	if err != nil {
+		return g, "", err
+	}
+	admin, err := freeport.Addr()
+	if err != nil {
+		return g, "", err
+	}
+	adminURL = "http://" + admin
+	return gatewayProcess{
+		bin: bin, args: []string{"serve", "--listen", listen, "--admin", admin, "--proxies", list},
+		env: opts.SwitchyardEnv, log: log,
+		listen: listen, ready: httpOK(adminURL + "/readyz"), roots: f.roots,
+	}, adminURL, nil
+}
+
+// binaryNote is the report's line on the switchyard binary measured and
+// the environment it was given.
+func binaryNote(bin string, opts Options) string {
+	head := "switchyard binary: " + bin + " (" + binaryVersion(bin) + ")"
+	if len(opts.SwitchyardEnv) > 0 {
+		head += ", environment " + strings.Join(opts.SwitchyardEnv, " ")
+	}
+	return head
 }
 
 // binaryVersion says which source bin was built from: the VCS revision
@@ -290,5 +317,69 @@ func switchyardNotes(ctx context.Context, adminURL string, f *fleet) []string {
 	for _, k := range sortedKeys(byKind) {
 		notes = append(notes, "switchyard attempts on "+k+" exits: "+formatCounts(byKind[k]))
 	}
+	for _, site := range f.world.sites {
+		if n := learnedPace(ctx, adminURL, site); n != "" {
+			notes = append(notes, "switchyard pacing learned at the end on "+site+": "+n)
+		}
+	}
 	return notes
+}
+
+// learnedPace summarizes what the gateway learned of site's limits, from
+// /api/targets/{site}/pace: the rates its exits are held to, all gateways
+// together, and this gateway's share; "" when it learned none.
+func learnedPace(ctx context.Context, adminURL, site string) string {
+	text, status, err := get(ctx, adminURL+"/api/targets/"+url.PathEscape(site)+"/pace")
+	switch {
+	case err != nil:
+		return err.Error()
+	case status == http.StatusNotFound:
+		return ""
+	case status != http.StatusOK:
+		return fmt.Sprintf("%d %s", status, strings.TrimSpace(text))
+	}
+	var pace struct {
+		Tolerance, Frozen float64
+		Gateways          int
+		Pairs             []struct {
+			Rate, Own float64
+			Guess     bool
+		}
+	}
+	if err := json.Unmarshal([]byte(text), &pace); err != nil {
+		return "unreadable: " + err.Error()
+	}
+	var rates, own []float64
+	guessed := 0
+	for _, p := range pace.Pairs {
+		if p.Rate > 0 {
+			rates = append(rates, p.Rate)
+			own = append(own, p.Own)
+			if p.Guess {
+				guessed++
+			}
+		}
+	}
+	if len(rates) == 0 && pace.Tolerance == 0 {
+		return ""
+	}
+	n := fmt.Sprintf("%d exits held", len(rates))
+	if len(rates) > 0 {
+		n += fmt.Sprintf(" at %.2f requests/s (median; %.2f–%.2f; %d guessed), this gateway's share %.2f (median)",
+			median(rates), slices.Min(rates), slices.Max(rates), guessed, median(own))
+	}
+	if pace.Tolerance > 0 {
+		n += fmt.Sprintf(", tolerance %.1f requests a window", pace.Tolerance)
+	}
+	if pace.Frozen > 0 {
+		n += fmt.Sprintf(", frozen at %.2f", pace.Frozen)
+	}
+	return n + fmt.Sprintf(", %d gateway(s)", max(pace.Gateways, 1))
+}
+
+// median is the middle of v's values (the upper one of an even count).
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
