@@ -332,6 +332,14 @@ func (p *pairPace) sending(c *Config, ns int64, n int, span time.Duration) float
 	return max(float64(n)/span.Seconds(), p.peak(c, ns))
 }
 
+// ownSending is what sending shows of this process's own count, less the
+// request that tripped, over span. Caller holds p.mu.
+func (p *pairPace) ownSending(c *Config, ns int64, span time.Duration) float64 {
+	width := int64(c.PaceWindow) / windowBuckets
+	n, _ := p.sent.counts(ns, width)
+	return max(float64(n-1)/span.Seconds(), p.sent.peak(ns, width, p.since))
+}
+
 // press notes that the pair's rate held a request back at ns. Caller
 // holds p.mu.
 func (p *pairPace) press(ns int64) {
@@ -526,6 +534,12 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	// The 429 came at a burst, not at the average: the busiest sixth of
 	// the window is nearer the rate that tripped.
 	sent := p.sending(&e.cfg, ns, n, span)
+	if procs := tp.procs.Load(); p.sh != nil && procs > 1 {
+		// The others' count is an exchange old or more, short of what
+		// they sent since: with the load spread over the processes (a
+		// balancer before them), the site saw procs times this one's.
+		sent = max(sent, float64(procs)*p.ownSending(&e.cfg, ns, span))
+	}
 	held := p.rateAt(&e.cfg, ns)
 	measured := held == 0 && n >= paceMinCount
 	switch {
@@ -557,7 +571,12 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	if measured {
 		taught = p.rate
 	}
-	tell := p.guess && n >= paceMinCount && span >= tellSpan && taken > p.cut
+	// Shared, before the store said how many processes pace the target,
+	// a count is this process's alone: a rate from it, or from a share
+	// learned so, is this process's share (unblind). PaceStart is no
+	// count's.
+	blind := p.sh != nil && tp.procs.Load() == 0 && (n >= paceMinCount || p.sh.blind)
+	tell := p.guess && n >= paceMinCount && span >= tellSpan && taken > p.cut && !blind
 	carried, rate := float64(n)/span.Seconds(), p.rate
 	p.guess = false
 	base := p.cut
@@ -567,10 +586,20 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	if sh := p.sh; sh != nil {
 		// A new epoch: the fleet's count of the pair restarts too.
 		sh.reported, sh.others = failWindow{}, failWindow{}
-		sh.epoch, sh.base, sh.first, sh.dirty = ns, base, held == 0, true
+		sh.epoch, sh.base, sh.first = ns, base, held == 0 || sh.blind && sh.first
+		sh.blind, sh.dirty = blind, !blind
 	}
 	tp.publish(p, p.rateAt(&e.cfg, ns))
 	p.mu.Unlock()
+	if blind {
+		// Neither handed on nor weighed until unblind makes it the
+		// fleet's: the others would hold the pair to this share of it,
+		// and the freeze every exit.
+		if held == 0 {
+			tp.brake(&e.cfg, ns)
+		}
+		return
+	}
 	// The freeze locks the other pairs: not while holding this one, which
 	// a freeze of theirs would lock.
 	if held == 0 {

@@ -23,6 +23,10 @@ import (
 //     totals come back, tagged with the pair's epoch (its last 429) so a
 //     count the site already punished is not read again. Tolerance
 //     learning, the count guard and the rate a 429 teaches read the sums.
+//     The others' part is an exchange or two old: a 429 weighs at least
+//     P times this process's own count (P processes pacing the target),
+//     and one that comes before P is known teaches this process's share,
+//     kept here until P comes (unblind).
 //   - Bans that may show a tolerance (the exit that sent the most) are
 //     exchanged, so a wave seen half by one process and half by another is
 //     a wave; so are a pair's last ban and last success, so an exit banned
@@ -216,6 +220,10 @@ type pairShare struct {
 	base     int64      // the Cut of the limit the current one replaced
 	first    bool       // the current limit came of the pair's first 429
 	dirty    bool       // the limit changed here: hand it to the store
+	// blind: the limit was learned from this process's count alone, before
+	// the store said how many processes pace the target; it is this
+	// process's share of the fleet's, kept here until unblind.
+	blind bool
 	// sharedBan and sharedOK are the last ban and success the other
 	// processes know of.
 	sharedBan, sharedOK int64
@@ -374,7 +382,7 @@ func (e *Engine) applyPace(ns int64, in *PaceNews, targets []*target) {
 	}
 	if in.Alone {
 		for _, t := range targets {
-			t.pace.Load().alone()
+			t.pace.Load().alone(&e.cfg, ns)
 		}
 	}
 	for _, l := range in.Targets {
@@ -434,6 +442,7 @@ func (e *Engine) applyPace(ns int64, in *PaceNews, targets []*target) {
 // in.Shares with in.Others.
 func (e *Engine) applyCounts(ns int64, in *PaceNews) {
 	counted := make(map[int32]*targetPace, len(in.Shares))
+	var told []*targetPace // the targets whose processes are counted for the first time
 	for _, s := range in.Shares {
 		if s.Target <= 0 || s.Target >= e.targets.len() {
 			continue
@@ -442,7 +451,9 @@ func (e *Engine) applyCounts(ns int64, in *PaceNews) {
 		if tp == nil {
 			continue // not paced here: its counts are of no use yet
 		}
-		tp.procs.Store(max(s.Procs, 1))
+		if tp.procs.Swap(max(s.Procs, 1)) == 0 {
+			told = append(told, tp)
+		}
 		tp.dropOthers()
 		counted[s.Target] = tp
 	}
@@ -460,6 +471,9 @@ func (e *Engine) applyCounts(ns int64, in *PaceNews) {
 		}
 		p.mu.Unlock()
 	}
+	for _, tp := range told {
+		tp.unblind(&e.cfg, ns)
+	}
 }
 
 // dropOthers forgets the other processes' counts of every pair.
@@ -473,16 +487,51 @@ func (tp *targetPace) dropOthers() {
 
 // alone drops the other processes' counts and share: the store cannot
 // reach them.
-func (tp *targetPace) alone() {
-	tp.procs.Store(1)
+func (tp *targetPace) alone(c *Config, ns int64) {
+	if tp.procs.Swap(1) == 0 {
+		tp.unblind(c, ns)
+	}
 	tp.dropOthers()
+}
+
+// unblind makes the fleet's the limits the target's pairs learned before
+// the store said how many processes pace it (learnRate): each came of this
+// process's count alone, its share of what the site saw, which every
+// process sending as much makes procs times that. A learnt share handed
+// on as the fleet's limit held a live pool of two gateways to half of its
+// sites' limits, merged to the stricter when both learned one
+// (docs/design/005-cost.md, *Shared by gateways on one Redis*). Each is
+// handed to the store, and a first 429 among them counts toward the
+// freeze as one heard from the others does.
+func (tp *targetPace) unblind(c *Config, ns int64) {
+	procs := float64(tp.procs.Load())
+	var firsts []PairLimit
+	tp.pairs.each(func(p *pairPace) {
+		p.mu.Lock()
+		if sh := p.sh; sh.blind {
+			p.rate, p.ceiling = min(p.rate*procs, c.PaceMax), p.ceiling*procs
+			sh.blind, sh.dirty = false, true
+			tp.publish(p, p.rateAt(c, ns))
+			if sh.first {
+				firsts = append(firsts, PairLimit{Route: p.slot, Rate: p.rate})
+			}
+		}
+		p.mu.Unlock()
+	})
+	for _, l := range firsts {
+		tp.firstTrip(c, l.Route, l.Rate, 0, ns)
+	}
 }
 
 // adopt takes l, another process's limit for the pair, when it supersedes
 // the pair's own, and reports whether it held the pair for the first time
 // after its first 429 (which counts toward the freeze). Caller holds p.mu.
 func (p *pairPace) adopt(c *Config, l PairLimit, ns int64) (first bool) {
-	if !l.Supersedes(p.limit(l.Route, l.Target)) || ns-l.Cut >= int64(c.PairTTL) {
+	cur := p.limit(l.Route, l.Target)
+	if p.sh.blind {
+		cur = PairLimit{} // a share of the limit, which any of the fleet's says better
+	}
+	if !l.Supersedes(cur) || ns-l.Cut >= int64(c.PairTTL) {
 		return false // stale, or as old as evict forgets
 	}
 	held := p.rate > 0
@@ -493,7 +542,7 @@ func (p *pairPace) adopt(c *Config, l PairLimit, ns int64) (first bool) {
 	p.held.Store(true)
 	p.pressed, p.pressedAt = 0, 0
 	sh := p.sh
-	sh.base, sh.first, sh.dirty = l.Base, l.First, false
+	sh.base, sh.first, sh.dirty, sh.blind = l.Base, l.First, false, false
 	if l.Epoch > sh.epoch {
 		// A 429 newer than this process's last: the bucket empties at the
 		// cut and the count restarts, as learnRate has them.

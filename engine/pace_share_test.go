@@ -40,6 +40,16 @@ func (s *sharingStore) hear(in PaceNews) {
 	s.mu.Unlock()
 }
 
+// counted has e's next Sweep, at now, hear that procs processes pace
+// target tg, as the store's exchange says once it has counted them: a
+// limit learned from then on is the fleet's, one learned before, this
+// process's share (unblind).
+func counted(e *Engine, s *sharingStore, tg *target, procs int32, now time.Time) {
+	e.watch(tg)
+	s.hear(PaceNews{Shares: []PaceShare{{Target: tg.n, Procs: procs}}})
+	e.Sweep(now)
+}
+
 func newSharingEngine(t *testing.T, cfg Config, routes int) (*Engine, *sharingStore) {
 	t.Helper()
 	cfg.Seed, cfg.UncheckedCandidates = 1, true
@@ -139,11 +149,12 @@ func TestLimitSupersedes(t *testing.T) {
 func TestPaceNewsOut(t *testing.T) {
 	t.Parallel()
 	e, s := newSharingEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 2)
+	tg := e.target("s.com")
+	counted(e, s, tg, 1, start)
 	attemptAt(t, e, start, "r0", "s.com", 2, rateLimited)
 	now := start.Add(time.Second)
 	e.Sweep(now)
 	out := s.last()
-	tg := e.target("s.com")
 	if len(out.Pairs) != 1 || out.Pairs[0] != (PairLimit{
 		Route: 0, Target: tg.n, Rate: 4, Cut: start.UnixNano(), Epoch: start.UnixNano(), Since: start.Add(time.Millisecond).UnixNano(), First: true,
 	}) {
@@ -319,13 +330,111 @@ func TestPaceWaveAcrossProcesses(t *testing.T) {
 	}
 }
 
+// A 429 that comes before the store has said how many processes pace the
+// target is weighed against this process's count alone: the rate it
+// teaches is this process's share, kept here and out of the freeze until
+// the share is known, then handed on as the fleet's limit. A limit the
+// others learned replaces the share.
+func TestBlindLimitIsAShare(t *testing.T) {
+	t.Parallel()
+	for _, procs := range []int32{1, 2, 3} {
+		e, s := newSharingEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 2)
+		tg := e.target("s.com")
+		e.watch(tg)         // counting what each exit sends
+		for i := range 20 { // r0 sends 10 a second here
+			attemptAt(t, e, start.Add(time.Duration(i)*time.Second/10), "r0", "s.com", 2, okOutcome)
+		}
+		now := start.Add(2 * time.Second)
+		attemptAt(t, e, now, "r0", "s.com", 2, rateLimited)
+		share := heldRate(e, 0, "s.com", now)
+		if want := rateMargin * 10; math.Abs(share-want) > 0.1*want {
+			t.Fatalf("r0 held to %.2f after its 429, want about %.2f, what it sent here", share, want)
+		}
+		e.Sweep(now)
+		if out := s.last(); len(out.Pairs) != 0 {
+			t.Fatalf("a share handed on as the fleet's limit: %+v", out.Pairs)
+		}
+		if tp := tg.pace.Load(); tp.tripped.Load() != 0 || len(tp.firsts) != 0 {
+			t.Fatalf("a share counted toward the freeze: %d tripped, firsts %v", tp.tripped.Load(), tp.firsts)
+		}
+		counted(e, s, tg, procs, now)
+		e.Sweep(now) // hands what the last one learned
+		var handed PairLimit
+		for _, l := range s.last().Pairs {
+			if l.Route == 0 {
+				handed = l
+			}
+		}
+		want := share * float64(procs)
+		if math.Abs(handed.Rate-want) > 1e-9 || !handed.First || handed.Cut != now.UnixNano() {
+			t.Errorf("%d processes: handed %+v, want r0's first limit of %.2f", procs, handed, want)
+		}
+		st, _ := e.Pace(now, "s.com")
+		if p := st.Pairs[0]; math.Abs(p.Rate-want) > 1e-9 || math.Abs(p.Own-share) > 1e-9 {
+			t.Errorf("%d processes: r0 %+v, want the fleet held to %.2f and %.2f of it here", procs, p, want, share)
+		}
+		if got := tg.pace.Load().tripped.Load(); got != 1 {
+			t.Errorf("%d processes: %d first 429s counted toward the freeze, want r0's", procs, got)
+		}
+	}
+
+	e, s := newSharingEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 1)
+	tg := e.target("s.com")
+	e.watch(tg)
+	for i := range 20 {
+		attemptAt(t, e, start.Add(time.Duration(i)*time.Second/10), "r0", "s.com", 1, okOutcome)
+	}
+	now := start.Add(2 * time.Second)
+	attemptAt(t, e, now, "r0", "s.com", 1, rateLimited)
+	// Another process's limit, learned earlier and looser: the fleet's,
+	// where the concurrent share would have merged to the stricter.
+	cut := now.Add(-time.Second).UnixNano()
+	s.hear(PaceNews{Pairs: []PairLimit{{Route: 0, Target: tg.n, Rate: 15, Cut: cut, Epoch: cut, Since: cut, First: true}}})
+	e.Sweep(now)
+	counted(e, s, tg, 2, now)
+	if got := heldRate(e, 0, "s.com", now); got != 15 {
+		t.Errorf("r0 held to %v, want the 15/s the others learned, not twice its share", got)
+	}
+}
+
+// Once the store has counted P processes pacing a target, a 429 weighs
+// the larger of the fleet's sums and P times this process's own count:
+// the others' counts come an exchange late.
+func TestLateCountsWeighTheShare(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc   string
+		others int32   // what the others' counts say they sent in those 2 s
+		want   float64 // the rate r0 is held to, all processes together
+	}{
+		{"the others' count not in yet", 0, rateMargin * 2 * 10},
+		{"the others sent more than this process", 60, rateMargin * (20 + 60) / 2},
+	}
+	for _, tt := range tests {
+		e, s := newSharingEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 2)
+		tg := e.target("s.com")
+		counted(e, s, tg, 2, start)
+		for i := range 20 { // r0 sends 10 a second here
+			attemptAt(t, e, start.Add(time.Duration(i)*time.Second/10), "r0", "s.com", 2, okOutcome)
+		}
+		now := start.Add(2 * time.Second)
+		bucket := now.UnixNano() / int64(10*time.Second)
+		s.hear(PaceNews{Shares: []PaceShare{{Target: tg.n, Procs: 2}}, Others: []PaceCount{{Route: 0, Target: tg.n, Bucket: bucket, N: tt.others}}})
+		e.Sweep(now)
+		attemptAt(t, e, now, "r0", "s.com", 2, rateLimited)
+		if got := heldRate(e, 0, "s.com", now); math.Abs(got-tt.want) > 0.1*tt.want {
+			t.Errorf("%s: r0 held to %.2f, want about %.2f", tt.desc, got, tt.want)
+		}
+	}
+}
+
 // Two exits' first 429s, one heard and one here, freeze the others, and
 // the frozen rates are handed on.
 func TestPaceFreezeAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	e, s := newSharingEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 3)
 	tg := e.target("s.com")
-	e.watch(tg)
+	counted(e, s, tg, 1, start)
 	for i := range 30 {
 		attemptAt(t, e, start.Add(time.Duration(i)*time.Second/3), fmt.Sprintf("r%d", i%3), "s.com", 3, okOutcome)
 	}
@@ -357,7 +466,7 @@ func TestPaceGuessesAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	e, s := newSharingEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 3)
 	tg := e.target("s.com")
-	e.watch(tg)
+	counted(e, s, tg, 1, start)
 	cut := start.UnixNano()
 	s.hear(PaceNews{Pairs: []PairLimit{
 		{Route: 1, Target: tg.n, Rate: 3.6, Cut: cut, Since: cut},
