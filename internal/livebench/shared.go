@@ -26,11 +26,7 @@ const sharedGateways = 2
 // and keeps of them.
 func sharedContender(binary func() (string, error)) contender {
 	return contender{name: "switchyard-shared", missing: installed("redis-server"), start: func(ctx context.Context, f *fleet, opts Options, dir string) (*session, error) {
-		bin, err := binary()
-		if err != nil {
-			return nil, err
-		}
-		list, err := writeProxyList(f, dir)
+		bin, list, err := binaryAndList(binary, f, dir)
 		if err != nil {
 			return nil, err
 		}

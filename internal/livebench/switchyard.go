@@ -83,11 +83,7 @@ func switchyardContender(name string, binary func() (string, error), intercept b
 		missing = overHTTPS
 	}
 	return contender{name: name, missing: missing, start: func(ctx context.Context, f *fleet, opts Options, dir string) (*session, error) {
-		bin, err := binary()
-		if err != nil {
-			return nil, err
-		}
-		list, err := writeProxyList(f, dir)
+		bin, list, err := binaryAndList(binary, f, dir)
 		if err != nil {
 			return nil, err
 		}
@@ -117,10 +113,14 @@ func switchyardContender(name string, binary func() (string, error), intercept b
 	}}
 }
 
-// writeProxyList writes the fleet's proxy list into dir and gives its path.
-func writeProxyList(f *fleet, dir string) (string, error) {
-	list := filepath.Join(dir, "proxies.txt")
-	return list, os.WriteFile(list, []byte(proxyList(f.urls())), 0o600)
+// binaryAndList gives the switchyard binary to run and the path of the
+// fleet's proxy list, written into dir.
+func binaryAndList(binary func() (string, error), f *fleet, dir string) (bin, list string, err error) {
+	if bin, err = binary(); err != nil {
+		return "", "", err
+	}
+	list = filepath.Join(dir, "proxies.txt")
+	return bin, list, os.WriteFile(list, []byte(proxyList(f.urls())), 0o600)
 }
 
 // quickStart is the gateway process of bin that a new user's quick start
