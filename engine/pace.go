@@ -591,12 +591,16 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	}
 	tp.publish(p, p.rateAt(&e.cfg, ns))
 	p.mu.Unlock()
+	share := 0.0 // what the pair sent here, when that is a share of what the site saw (brake)
+	if p.sh != nil && tp.procs.Load() == 0 {
+		share = rateMargin * sent
+	}
 	if blind {
 		// Neither handed on nor weighed until unblind makes it the
 		// fleet's: the others would hold the pair to this share of it,
 		// and the freeze every exit.
 		if held == 0 {
-			tp.brake(&e.cfg, ns)
+			tp.brake(&e.cfg, ns, share)
 		}
 		return
 	}
@@ -609,7 +613,7 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 		}
 		tp.firstTrip(&e.cfg, slot, taught, weighed, ns)
 		if weighed == 0 {
-			tp.brake(&e.cfg, ns)
+			tp.brake(&e.cfg, ns, share)
 		}
 	}
 	if tell {
@@ -728,13 +732,31 @@ func (tp *targetPace) firstTrip(c *Config, slot int32, rate, carried float64, ns
 // first 429; docs/simulator-results.md, *A brake at a young first 429*).
 // A site that limits a few exits of many is braked for a second, its
 // other exits no more than spaced.
-func (tp *targetPace) brake(c *Config, ns int64) {
+//
+// share, when not 0, is rateMargin of what the tripped pair sent through
+// this process, before the store said how many processes pace the target
+// (learnRate): a share of what the site saw. A fleet's first 429s come
+// before any process has the others' counts, and spacing each process's
+// pairs at a rate for the whole site let two gateways send twice it (the
+// live d_rate_limited pool run by two: 26 of their 44 429s in the first
+// second, against one gateway's 3 of 24; 16 and 17 of 30 and 26 spaced
+// at their shares). The brake spaces the pairs at the least share while
+// it holds; once the processes are counted, brakeWait gives each its
+// share of the rate.
+func (tp *targetPace) brake(c *Config, ns int64, share float64) {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
 	if tp.frozen.Load() != 0 {
 		return
 	}
-	tp.brakeRate.Store(math.Float64bits(startRate(c, median(tp.firsts))))
+	rate := startRate(c, median(tp.firsts))
+	if share > 0 {
+		rate = share
+		if tp.braked(ns) {
+			rate = min(rate, math.Float64frombits(tp.brakeRate.Load()))
+		}
+	}
+	tp.brakeRate.Store(math.Float64bits(rate))
 	tp.brakeUntil.Store(ns + int64(brakeFor))
 }
 
@@ -754,8 +776,13 @@ func (tp *targetPace) brakeWait(cell *pairCell, ns int64) time.Duration {
 	if p.rate != 0 {
 		return 0
 	}
-	// last is when an unheld pair was last leased (takePace).
-	free := p.last + int64(float64(time.Second)/math.Float64frombits(tp.brakeRate.Load()))
+	// last is when an unheld pair was last leased (takePace). The
+	// processes sharing the target each take their share of the rate.
+	rate := math.Float64frombits(tp.brakeRate.Load())
+	if n := tp.procs.Load(); n > 1 {
+		rate /= float64(n)
+	}
+	free := p.last + int64(float64(time.Second)/rate)
 	return time.Duration(max(free-ns, 0))
 }
 

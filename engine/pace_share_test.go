@@ -428,6 +428,52 @@ func TestLateCountsWeighTheShare(t *testing.T) {
 	}
 }
 
+// A young first 429 brakes the site for every process's share: before
+// the store has counted the processes pacing it, at rateMargin of what
+// the tripped pair sent here (a share of what the site saw); once it has
+// counted P, at the brake's rate over P.
+func TestSharedBrakeIsAShare(t *testing.T) {
+	t.Parallel()
+	const routes = 10
+	t.Run("before the count", func(t *testing.T) {
+		t.Parallel()
+		e, _ := newSharingEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, routes)
+		tg := e.target("s.com")
+		e.watch(tg)
+		for i := range 3 { // r0 sends 3 in its first second here
+			attemptAt(t, e, start.Add(time.Duration(i)*300*time.Millisecond), "r0", "s.com", routes, okOutcome)
+		}
+		now := start.Add(time.Second)
+		attemptAt(t, e, now, "r1", "s.com", routes, okOutcome)
+		attemptAt(t, e, now, "r0", "s.com", routes, rateLimited)
+		share := heldRate(e, 0, "s.com", now)
+		st, _ := e.Pace(now, "s.com")
+		if share <= 0 || share >= e.cfg.PaceStart || st.Braked != share {
+			t.Fatalf("braked at %v, r0 held to %v; want r0's share, under PaceStart %v", st.Braked, share, e.cfg.PaceStart)
+		}
+		later := now.Add(100 * time.Millisecond)
+		if got, want := e.paceWait(tg, 1, later.UnixNano()), time.Duration(float64(time.Second)/share)-100*time.Millisecond; got < want-time.Microsecond || got > want+time.Microsecond {
+			t.Errorf("r1 waits %v, want %v", got, want)
+		}
+	})
+	t.Run("counted", func(t *testing.T) {
+		t.Parallel()
+		e, s := newSharingEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, routes)
+		tg := e.target("s.com")
+		counted(e, s, tg, 2, start)
+		now := start.Add(time.Second)
+		attemptAt(t, e, now, "r1", "s.com", routes, okOutcome)
+		attemptAt(t, e, now, "r0", "s.com", routes, rateLimited)
+		if st, _ := e.Pace(now, "s.com"); st.Braked != e.cfg.PaceStart {
+			t.Fatalf("braked at %v, want PaceStart %v, the fleet's", st.Braked, e.cfg.PaceStart)
+		}
+		later := now.Add(100 * time.Millisecond)
+		if got, want := e.paceWait(tg, 1, later.UnixNano()), 2*time.Second/time.Duration(e.cfg.PaceStart)-100*time.Millisecond; got != want {
+			t.Errorf("r1 waits %v, want %v: half of PaceStart here", got, want)
+		}
+	})
+}
+
 // Two exits' first 429s, one heard and one here, freeze the others, and
 // the frozen rates are handed on.
 func TestPaceFreezeAcrossProcesses(t *testing.T) {
