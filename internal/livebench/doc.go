@@ -7,9 +7,10 @@
 // contenders' choices, not their CPU. The real switchyard binary, two of
 // them sharing one Redis (switchyard-shared, when redis-server is
 // installed), HAProxy (leastconn) when installed, glider when installed,
-// client-side round-robin and a ground-truth oracle each carry the same load over a
-// fresh copy of the same fleet, one after the other, and the report gives
-// each contender's completed tasks per second as a ratio to the oracle's.
+// client-side round-robin and a ground-truth oracle each carry the same
+// load over a fresh copy of the same fleet, one after the other, and the
+// report gives each contender's completed tasks per second as a ratio to
+// the oracle's.
 // Beside each pool's table it prints what the simulator of `switchyard
 // bench` makes of the same pool, translated into a scenario (the same
 // exits, sites and crawler; simulated.go), by the policies that stand for

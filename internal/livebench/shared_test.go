@@ -2,8 +2,10 @@ package livebench
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"testing"
@@ -53,5 +55,32 @@ func TestStartRedisServesAndStops(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 		c.Close()
 		t.Fatal("redis-server still accepts connections after stop")
+	}
+}
+
+func TestLearnedPaceSummarizesTheGatewaysPacing(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/api/targets/shop.test/pace":
+			io.WriteString(w, `{"target":"shop.test","tolerance":0,"gateways":2,"frozen":4,"braked":0,"pairs":[`+
+				`{"route":"x0","rate":4.2,"own":2.1,"guess":true},{"route":"x1","rate":3.8,"own":1.9},`+
+				`{"route":"x2","rate":4,"own":2},{"route":"x3","rate":0,"own":0}]}`)
+		case "/api/targets/news.test/pace":
+			io.WriteString(w, `{"target":"news.test","tolerance":24,"gateways":1,"pairs":[]}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	tests := []struct{ site, want string }{
+		{"shop.test", "3 exits held at 4.00 requests/s (median; 3.80–4.20; 1 guessed), this gateway's share 2.00 (median), frozen at 4.00, 2 gateway(s)"},
+		{"news.test", "0 exits held, tolerance 24.0 requests a window, 1 gateway(s)"},
+		{"search.test", ""}, // nothing learned there
+	}
+	for _, tt := range tests {
+		if got := learnedPace(t.Context(), srv.URL, tt.site); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.site, got, tt.want)
+		}
 	}
 }
