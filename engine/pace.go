@@ -751,7 +751,7 @@ func (tp *targetPace) brake(c *Config, ns int64, share float64) {
 	}
 	rate := startRate(c, median(tp.firsts))
 	if share > 0 {
-		rate = share
+		rate = startRate(c, share)
 		if tp.braked(ns) {
 			rate = min(rate, math.Float64frombits(tp.brakeRate.Load()))
 		}
