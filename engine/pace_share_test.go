@@ -340,8 +340,9 @@ func TestBlindLimitIsAShare(t *testing.T) {
 	for _, procs := range []int32{1, 2, 3} {
 		e, s := newSharingEngine(t, Config{MaxRemovedShare: -1, PanicThreshold: -1}, 2)
 		tg := e.target("s.com")
-		e.watch(tg)         // counting what each exit sends
-		for i := range 20 { // r0 sends 10 a second here
+		e.watch(tg) // counting what each exit sends
+		// r0 sends 10 a second here.
+		for i := range 20 {
 			attemptAt(t, e, start.Add(time.Duration(i)*time.Second/10), "r0", "s.com", 2, okOutcome)
 		}
 		now := start.Add(2 * time.Second)
