@@ -534,7 +534,10 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	// The 429 came at a burst, not at the average: the busiest sixth of
 	// the window is nearer the rate that tripped.
 	sent := p.sending(&e.cfg, ns, n, span)
-	if procs := tp.procs.Load(); p.sh != nil && procs > 1 {
+	// Read once, under p.mu, which unblind takes after the count changes
+	// it: a limit learned blind is one unblind will find.
+	procs := tp.procs.Load()
+	if p.sh != nil && procs > 1 {
 		// The others' count is an exchange old or more, short of what
 		// they sent since: with the load spread over the processes (a
 		// balancer before them), the site saw procs times this one's.
@@ -575,7 +578,8 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	// a count is this process's alone: a rate from it, or from a share
 	// learned so, is this process's share (unblind). PaceStart is no
 	// count's.
-	blind := p.sh != nil && tp.procs.Load() == 0 && (n >= paceMinCount || p.sh.blind)
+	uncounted := p.sh != nil && procs == 0
+	blind := uncounted && (n >= paceMinCount || p.sh.blind)
 	tell := p.guess && n >= paceMinCount && span >= tellSpan && taken > p.cut && !blind
 	carried, rate := float64(n)/span.Seconds(), p.rate
 	p.guess = false
@@ -592,7 +596,7 @@ func (e *Engine) learnRate(t *target, slot int32, ns, taken int64, retryAfter ti
 	tp.publish(p, p.rateAt(&e.cfg, ns))
 	p.mu.Unlock()
 	share := 0.0 // what the pair sent here, when that is a share of what the site saw (brake)
-	if p.sh != nil && tp.procs.Load() == 0 {
+	if uncounted {
 		share = rateMargin * sent
 	}
 	if blind {
