@@ -235,6 +235,7 @@ type targetShare struct {
 	at, base int64     // At and Base of the target's current limit (a hold or a lift)
 	dirty    bool      // the limit changed here: hand it to the store
 	bans     []PaceBan // wave bans to hand to the store
+	solo     int       // exchanges that counted this process alone here, before its first count (applyCounts)
 }
 
 // paceShare is the engine's link to a PaceSharer.
@@ -451,6 +452,9 @@ func (e *Engine) applyCounts(ns int64, in *PaceNews) {
 		if tp == nil {
 			continue // not paced here: its counts are of no use yet
 		}
+		if s.Procs <= 1 && !tp.countedSolo(soloExchanges) {
+			continue
+		}
 		if tp.procs.Swap(max(s.Procs, 1)) == 0 {
 			told = append(told, tp)
 		}
@@ -474,6 +478,31 @@ func (e *Engine) applyCounts(ns int64, in *PaceNews) {
 	for _, tp := range told {
 		tp.unblind(&e.cfg, ns)
 	}
+}
+
+// soloExchanges is how many exchanges must count a process alone at a
+// target before it takes the count for its first. The others count a
+// target from their own first 429 or ban there, or their watchAfter-th
+// lease of it, and their counts, like the heartbeats of those just
+// started, reach this process an exchange after that: a first 429
+// weighed on a count of one that came too soon taught a live pool of two
+// gateways under two thirds of its site's limit, for the fleet, and held
+// the site's exits there for the minutes growth takes
+// (docs/design/005-cost.md, *Shared by gateways on one Redis*). Until
+// then a 429 teaches this process's share (learnRate).
+const soloExchanges = 3
+
+// countedSolo notes an exchange that counted this process alone at the
+// target and reports whether the count may be taken: the target has been
+// counted before, or now has been counted so n times.
+func (tp *targetPace) countedSolo(n int) bool {
+	if tp.procs.Load() != 0 {
+		return true
+	}
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	tp.sh.solo++
+	return tp.sh.solo >= n
 }
 
 // dropOthers forgets the other processes' counts of every pair.

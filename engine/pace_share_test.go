@@ -40,14 +40,19 @@ func (s *sharingStore) hear(in PaceNews) {
 	s.mu.Unlock()
 }
 
-// counted has e's next Sweep, at now, hear that procs processes pace
-// target tg, as the store's exchange says once it has counted them: a
-// limit learned from then on is the fleet's, one learned before, this
-// process's share (unblind).
+// counted has e's next Sweeps, at now, hear that procs processes pace
+// target tg, as the store's exchange says once it has counted them, until
+// e takes the count (a count of one takes soloExchanges): a limit learned
+// from then on is the fleet's, one learned before, this process's share
+// (unblind).
 func counted(e *Engine, s *sharingStore, tg *target, procs int32, now time.Time) {
-	e.watch(tg)
-	s.hear(PaceNews{Shares: []PaceShare{{Target: tg.n, Procs: procs}}})
-	e.Sweep(now)
+	tp := e.watch(tg)
+	for range soloExchanges {
+		s.hear(PaceNews{Shares: []PaceShare{{Target: tg.n, Procs: procs}}})
+		if e.Sweep(now); tp.procs.Load() != 0 {
+			return
+		}
+	}
 }
 
 func newSharingEngine(t *testing.T, cfg Config, routes int) (*Engine, *sharingStore) {
@@ -327,6 +332,40 @@ func TestPaceWaveAcrossProcesses(t *testing.T) {
 	}
 	if len(out.Seen) != 1 || out.Seen[0].Route != 0 || out.Seen[0].Banned != now.UnixNano() {
 		t.Errorf("handed %+v, want r0 banned", out.Seen)
+	}
+}
+
+// The store's first count of the processes pacing a target is taken at
+// once when it finds others, and only after soloExchanges exchanges when
+// it finds this process alone: the others' counts, like the heartbeats of
+// those just started, come an exchange or two late. Once counted, any
+// count is taken.
+func TestSoloCountIsTakenLate(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name   string
+		counts []int32 // what each exchange says
+		procs  []int32 // the count taken after each
+	}{
+		{"others at once", []int32{2}, []int32{2}},
+		{"alone", []int32{1, 1, 1, 1}, []int32{0, 0, 1, 1}},
+		{"others found late", []int32{1, 2}, []int32{0, 2}},
+		{"an other leaves", []int32{2, 1}, []int32{2, 1}},
+		{"counted alone, then another joins", []int32{1, 1, 1, 2}, []int32{0, 0, 1, 2}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e, s := newSharingEngine(t, Config{}, 1)
+			tg := e.target("s.com")
+			tp := e.watch(tg)
+			for i, n := range tt.counts {
+				s.hear(PaceNews{Shares: []PaceShare{{Target: tg.n, Procs: n}}})
+				e.Sweep(start.Add(time.Duration(i) * time.Second))
+				if got := tp.procs.Load(); got != tt.procs[i] {
+					t.Fatalf("after exchange %d (%v): %d processes taken, want %d", i+1, tt.counts[:i+1], got, tt.procs[i])
+				}
+			}
+		})
 	}
 }
 
