@@ -25,8 +25,9 @@ import (
 //     learning, the count guard and the rate a 429 teaches read the sums.
 //     The others' part is an exchange or two old: a 429 weighs at least
 //     P times this process's own count (P processes pacing the target),
-//     and one that comes before P is known teaches this process's share,
-//     kept here until P comes (unblind).
+//     and one that comes before P is known (a count of one is believed
+//     only after soloExchanges) teaches this process's share, kept here
+//     until P comes (unblind).
 //   - Bans that may show a tolerance (the exit that sent the most) are
 //     exchanged, so a wave seen half by one process and half by another is
 //     a wave; so are a pair's last ban and last success, so an exit banned

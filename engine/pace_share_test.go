@@ -49,7 +49,8 @@ func counted(e *Engine, s *sharingStore, tg *target, procs int32, now time.Time)
 	tp := e.watch(tg)
 	for range soloExchanges {
 		s.hear(PaceNews{Shares: []PaceShare{{Target: tg.n, Procs: procs}}})
-		if e.Sweep(now); tp.procs.Load() != 0 {
+		e.Sweep(now)
+		if tp.procs.Load() != 0 {
 			return
 		}
 	}
