@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,9 +26,9 @@ import (
 //     learning, the count guard and the rate a 429 teaches read the sums.
 //     The others' part is an exchange or two old: a 429 weighs at least
 //     P times this process's own count (P processes pacing the target),
-//     and one that comes before P is known (a count of one is believed
-//     only after soloExchanges) teaches this process's share, kept here
-//     until P comes (unblind).
+//     and one that comes before P is known (a count of one, unless no
+//     other process is alive, is believed only after soloExchanges)
+//     teaches this process's share, kept here until P comes (unblind).
 //   - Bans that may show a tolerance (the exit that sent the most) are
 //     exchanged, so a wave seen half by one process and half by another is
 //     a wave; so are a pair's last ban and last success, so an exit banned
@@ -208,6 +209,9 @@ type PaceNews struct {
 	Others []PaceCount
 	// Shares, from the store: how many processes pace each target.
 	Shares []PaceShare
+	// Fleet, from the store with Shares: how many processes share pacing
+	// and are alive, this one included (0: not known).
+	Fleet int32
 	// Alone, from the store: the other processes are out of reach; pace
 	// with this process's own counts and the whole of every limit.
 	Alone bool
@@ -244,6 +248,23 @@ type paceShare struct {
 	sharer  PaceSharer // immutable after New; nil: pacing is this process's own
 	mu      sync.Mutex
 	targets []*target // guarded by mu: the targets with pacing state
+	// lone counts the exchanges in a row that found this process the only
+	// one alive (PaceNews.Fleet).
+	lone atomic.Int32
+}
+
+// onlyAlive takes the store's count of the processes alive (0: none
+// this exchange) and reports whether this process was the only one at
+// two exchanges in a row, and none other since: the first may come
+// before another's first heartbeat, both just started.
+func (s *paceShare) onlyAlive(fleet int32) bool {
+	switch {
+	case fleet == 1:
+		s.lone.Add(1)
+	case fleet > 1:
+		s.lone.Store(0)
+	}
+	return s.lone.Load() >= 2
 }
 
 // initPaceShare links e to store's PaceSharer, if it has one.
@@ -435,14 +456,15 @@ func (e *Engine) applyPace(ns int64, in *PaceNews, targets []*target) {
 			tp.mu.Unlock()
 		}
 	}
-	if len(in.Shares) > 0 {
-		e.applyCounts(ns, in)
+	if only := e.share.onlyAlive(in.Fleet); len(in.Shares) > 0 {
+		e.applyCounts(ns, in, only)
 	}
 }
 
 // applyCounts replaces the other processes' counts of the targets in
-// in.Shares with in.Others.
-func (e *Engine) applyCounts(ns int64, in *PaceNews) {
+// in.Shares with in.Others. only is set when this process is the only one
+// alive (onlyAlive).
+func (e *Engine) applyCounts(ns int64, in *PaceNews, only bool) {
 	counted := make(map[int32]*targetPace, len(in.Shares))
 	var told []*targetPace // the targets whose processes are counted for the first time
 	for _, s := range in.Shares {
@@ -453,7 +475,7 @@ func (e *Engine) applyCounts(ns int64, in *PaceNews) {
 		if tp == nil {
 			continue // not paced here: its counts are of no use yet
 		}
-		if s.Procs <= 1 && !tp.countedSolo(soloExchanges) {
+		if s.Procs <= 1 && !only && !tp.countedSolo(soloExchanges) {
 			continue
 		}
 		if tp.procs.Swap(max(s.Procs, 1)) == 0 {
@@ -482,7 +504,8 @@ func (e *Engine) applyCounts(ns int64, in *PaceNews) {
 }
 
 // soloExchanges is how many exchanges must count a process alone at a
-// target before it takes the count for its first. The others count a
+// target, while it may not be the only process alive, before it takes the
+// count for its first. The others count a
 // target from their own first 429 or ban there, or their watchAfter-th
 // lease of it, and their counts, like the heartbeats of those just
 // started, reach this process an exchange after that: a first 429
@@ -490,7 +513,8 @@ func (e *Engine) applyCounts(ns int64, in *PaceNews) {
 // gateways under two thirds of its site's limit, for the fleet, and held
 // the site's exits there for the minutes growth takes
 // (docs/design/005-cost.md, *Shared by gateways on one Redis*). Until
-// then a 429 teaches this process's share (learnRate).
+// then a 429 teaches this process's share (learnRate). A process the only
+// one alive takes its count at once (applyCounts).
 const soloExchanges = 3
 
 // countedSolo notes an exchange that counted this process alone at the

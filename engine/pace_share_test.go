@@ -338,35 +338,54 @@ func TestPaceWaveAcrossProcesses(t *testing.T) {
 
 // The store's first count of the processes pacing a target is taken at
 // once when it finds others, and only after soloExchanges exchanges when
-// it finds this process alone: the others' counts, like the heartbeats of
-// those just started, come an exchange or two late. Once counted, any
-// count is taken.
+// it finds this process alone, unless no other process is alive at two
+// exchanges in a row: the others' counts, like the heartbeats of those
+// just started, come an exchange or two late. Once counted, any count is
+// taken.
 func TestSoloCountIsTakenLate(t *testing.T) {
 	t.Parallel()
+	type exchange struct{ procs, fleet int32 } // what the store says
 	for _, tt := range []struct {
-		name   string
-		counts []int32 // what each exchange says
-		procs  []int32 // the count taken after each
+		name      string
+		exchanges []exchange
+		taken     []int32 // the count taken after each
 	}{
-		{"others at once", []int32{2}, []int32{2}},
-		{"alone", []int32{1, 1, 1, 1}, []int32{0, 0, 1, 1}},
-		{"others found late", []int32{1, 2}, []int32{0, 2}},
-		{"an other leaves", []int32{2, 1}, []int32{2, 1}},
-		{"counted alone, then another joins", []int32{1, 1, 1, 2}, []int32{0, 0, 1, 2}},
+		{"others at once", []exchange{{2, 2}}, []int32{2}},
+		{"alone, the fleet not known", []exchange{{1, 0}, {1, 0}, {1, 0}, {1, 0}}, []int32{0, 0, 1, 1}},
+		{"alone among others", []exchange{{1, 2}, {1, 2}, {1, 2}}, []int32{0, 0, 1}},
+		{"others found late", []exchange{{1, 2}, {2, 2}}, []int32{0, 2}},
+		{"the only one alive", []exchange{{1, 1}, {1, 1}}, []int32{0, 1}},
+		{"another starting beside it", []exchange{{1, 1}, {1, 2}, {1, 2}}, []int32{0, 0, 1}},
+		{"an other leaves", []exchange{{2, 2}, {1, 1}}, []int32{2, 1}},
+		{"counted alone, then another joins", []exchange{{1, 2}, {1, 2}, {1, 2}, {2, 2}}, []int32{0, 0, 1, 2}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			e, s := newSharingEngine(t, Config{}, 1)
 			tg := e.target("s.com")
 			tp := e.watch(tg)
-			for i, n := range tt.counts {
-				s.hear(PaceNews{Shares: []PaceShare{{Target: tg.n, Procs: n}}})
+			for i, x := range tt.exchanges {
+				s.hear(PaceNews{Shares: []PaceShare{{Target: tg.n, Procs: x.procs}}, Fleet: x.fleet})
 				e.Sweep(start.Add(time.Duration(i) * time.Second))
-				if got := tp.procs.Load(); got != tt.procs[i] {
-					t.Fatalf("after exchange %d (%v): %d processes taken, want %d", i+1, tt.counts[:i+1], got, tt.procs[i])
+				if got := tp.procs.Load(); got != tt.taken[i] {
+					t.Fatalf("after exchange %d (%v): %d processes taken, want %d", i+1, tt.exchanges[:i+1], got, tt.taken[i])
 				}
 			}
 		})
+	}
+	// A target watched once the process has been found the only one alive
+	// is counted at its first exchange.
+	e, s := newSharingEngine(t, Config{}, 1)
+	for i := range 2 {
+		s.hear(PaceNews{Fleet: 1})
+		e.Sweep(start.Add(time.Duration(i) * time.Second))
+	}
+	tg := e.target("s.com")
+	tp := e.watch(tg)
+	s.hear(PaceNews{Shares: []PaceShare{{Target: tg.n, Procs: 1}}, Fleet: 1})
+	e.Sweep(start.Add(2 * time.Second))
+	if got := tp.procs.Load(); got != 1 {
+		t.Errorf("a target watched by the only process alive: %d processes taken at its first exchange, want 1", got)
 	}
 }
 

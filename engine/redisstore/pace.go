@@ -100,6 +100,7 @@ type paceIn struct {
 	seen    []engine.PairSeen
 	others  []engine.PaceCount // the last round's: replaced, not merged
 	shares  []engine.PaceShare
+	fleet   int32 // the last round's live processes, this one included; 0: not read
 }
 
 func (p *pacing) init() {
@@ -119,7 +120,7 @@ func (s *Store) SharePace(out engine.PaceNews) engine.PaceNews {
 	p := &s.pace
 	p.mu.Lock()
 	s.takeOut(&out)
-	in := engine.PaceNews{Bans: p.in.bans, Seen: p.in.seen, Others: p.in.others, Shares: p.in.shares}
+	in := engine.PaceNews{Bans: p.in.bans, Seen: p.in.seen, Others: p.in.others, Shares: p.in.shares, Fleet: p.in.fleet}
 	for _, l := range p.in.pairs {
 		in.Pairs = append(in.Pairs, l)
 	}
@@ -129,7 +130,7 @@ func (s *Store) SharePace(out engine.PaceNews) engine.PaceNews {
 	p.in = paceIn{}
 	p.mu.Unlock()
 	if s.health.degraded.Load() {
-		in.Alone, in.Others, in.Shares = true, nil, nil
+		in.Alone, in.Others, in.Shares, in.Fleet = true, nil, nil, 0
 	}
 	p.asked.Add(1)
 	select {
@@ -462,7 +463,7 @@ func (s *Store) exchangeCounts(ctx context.Context, out paceOut) error {
 		shares = append(shares, engine.PaceShare{Target: num, Procs: int32(1 + len(procs))})
 	}
 	p.mu.Lock()
-	p.in.others, p.in.shares = others, shares
+	p.in.others, p.in.shares, p.in.fleet = others, shares, int32(len(alive))
 	p.mu.Unlock()
 	return nil
 }

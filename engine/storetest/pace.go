@@ -113,7 +113,7 @@ func RunPace(t *testing.T, newFleet func(t *testing.T) func() engine.Store) {
 		s[1].SharePace(news(engine.PaceNews{Sent: []engine.PaceCount{theirs}}))
 		for i, want := range []engine.PaceCount{theirs, mine} {
 			until(t, "a store hears the other's count", s[i], engine.PaceNews{}, func(in engine.PaceNews) bool {
-				return slices.Contains(in.Others, want) && slices.Contains(in.Shares, engine.PaceShare{Target: 1, Procs: 2})
+				return slices.Contains(in.Others, want) && slices.Contains(in.Shares, engine.PaceShare{Target: 1, Procs: 2}) && in.Fleet == 2
 			})
 		}
 		// More sent: the others' count is the total, not the last batch.
