@@ -253,10 +253,10 @@ type paceShare struct {
 	lone atomic.Int32
 }
 
-// onlyAlive takes the store's count of the processes alive (0: none
-// this exchange) and reports whether this process was the only one at
-// two exchanges in a row, and none other since: the first may come
-// before another's first heartbeat, both just started.
+// onlyAlive takes the store's count of the processes alive (0: none this
+// exchange) and reports whether the last two counts found this process
+// the only one: the first alone may come before another's first
+// heartbeat, both just started.
 func (s *paceShare) onlyAlive(fleet int32) bool {
 	switch {
 	case fleet == 1:
@@ -505,16 +505,15 @@ func (e *Engine) applyCounts(ns int64, in *PaceNews, only bool) {
 
 // soloExchanges is how many exchanges must count a process alone at a
 // target, while it may not be the only process alive, before it takes the
-// count for its first. The others count a
-// target from their own first 429 or ban there, or their watchAfter-th
-// lease of it, and their counts, like the heartbeats of those just
-// started, reach this process an exchange after that: a first 429
-// weighed on a count of one that came too soon taught a live pool of two
-// gateways under two thirds of its site's limit, for the fleet, and held
-// the site's exits there for the minutes growth takes
-// (docs/design/005-cost.md, *Shared by gateways on one Redis*). Until
-// then a 429 teaches this process's share (learnRate). A process the only
-// one alive takes its count at once (applyCounts).
+// count for its first. The others count a target from their own first 429
+// or ban there, or their watchAfter-th lease of it, and their counts, like
+// the heartbeats of those just started, reach this process an exchange
+// after that: a first 429 weighed on a count of one that came too soon
+// taught a live pool of two gateways under two thirds of its site's
+// limit, for the fleet, and held the site's exits there for the minutes
+// growth takes (docs/design/005-cost.md, *Shared by gateways on one
+// Redis*). Until then a 429 teaches this process's share (learnRate). A
+// process the only one alive takes its count at once (applyCounts).
 const soloExchanges = 3
 
 // countedSolo notes an exchange that counted this process alone at the
