@@ -475,7 +475,7 @@ func (e *Engine) applyCounts(ns int64, in *PaceNews, only bool) {
 		if tp == nil {
 			continue // not paced here: its counts are of no use yet
 		}
-		if s.Procs <= 1 && !only && !tp.countedSolo(soloExchanges) {
+		if s.Procs <= 1 && !only && !tp.countedSolo() {
 			continue
 		}
 		if tp.procs.Swap(max(s.Procs, 1)) == 0 {
@@ -518,15 +518,15 @@ const soloExchanges = 3
 
 // countedSolo notes an exchange that counted this process alone at the
 // target and reports whether the count may be taken: the target has been
-// counted before, or now has been counted so n times.
-func (tp *targetPace) countedSolo(n int) bool {
+// counted before, or now has been counted so soloExchanges times.
+func (tp *targetPace) countedSolo() bool {
 	if tp.procs.Load() != 0 {
 		return true
 	}
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
 	tp.sh.solo++
-	return tp.sh.solo >= n
+	return tp.sh.solo >= soloExchanges
 }
 
 // dropOthers forgets the other processes' counts of every pair.
