@@ -117,10 +117,12 @@ func BenchmarkAcquireReportParallel(b *testing.B) {
 					now := start.Add(time.Duration(i) * benchStep)
 					l, err := e.Acquire(now, Request{Target: targets[i%len(targets)]})
 					switch {
-					case errors.Is(err, ErrBusy):
+					case errors.Is(err, ErrBusy), errors.Is(err, ErrPaced):
 						// Two goroutines' picks reach the clock out of
 						// order: now and then a frozen target's pairs are
-						// all at their rate for the one that comes late.
+						// all at their rate for the one that comes late
+						// (ErrPaced), or the route drawn fills up before
+						// its lease (ErrBusy).
 						busy.Add(1)
 						continue
 					case err != nil:
