@@ -40,7 +40,8 @@ import (
 //     between the two; a wave of such bans of toleranceBans exits within a
 //     sixth of a PaceWindow (one ban could be noise that happened to land
 //     there), with no more stray bans (of exits that sent less) since it
-//     began than its own, which a site banning at random would send,
+//     began than its own, which a site banning at random would send, and
+//     none of its own far under what another of them left served,
 //     holds every exit under it: at most that many requests a
 //     PaceWindow, spaced evenly. Once liftVolume requests went out under
 //     the hold, bans at more than liftShare of them (of exits served since
@@ -1046,6 +1047,17 @@ func (tp *targetPace) addBan(c *Config, b waveBan, ns int64) {
 	tolerated, banned, span := 0, math.MaxInt, time.Duration(0)
 	for _, w := range tp.wave {
 		tolerated, banned, span = max(tolerated, w.most), min(banned, w.sent), max(span, w.span)
+	}
+	if float64(banned) < farStray*float64(tolerated) {
+		// The wave's own bans disagree on the count: one came to an exit
+		// far under what another left served, which a site that counts
+		// does not do and one banning at random does. Held, a pool of five
+		// exits before a site that 403s 2% of requests at random kept a
+		// twentieth of its throughput (a wave banned at 25 with 76 served:
+		// a hold at a third of what the site took, and each later random
+		// ban cut it again).
+		tp.wave = tp.wave[:0]
+		return
 	}
 	tp.hold(ns, max(tolerated, banned/2), banned)
 	tp.wave = tp.wave[:0]

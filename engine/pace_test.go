@@ -768,6 +768,39 @@ func TestStraysBeforeTheWave(t *testing.T) {
 	}
 }
 
+// TestWaveOfDisagreeingBans: a wave is a count only when its bans agree
+// on one: each came to an exit that had sent more than every exit still
+// served, and none far under what another left served (the same farStray
+// as strays), which bans at random do when the load moves between exits.
+func TestWaveOfDisagreeingBans(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		desc string
+		bans [toleranceBans]waveBan // sent and most of each
+		want bool                   // a tolerance is learned
+	}{
+		{desc: "one count", bans: [toleranceBans]waveBan{{sent: 30, most: 25}, {sent: 31, most: 26}, {sent: 30, most: 27}}, want: true},
+		{desc: "counts a little apart", bans: [toleranceBans]waveBan{{sent: 22, most: 20}, {sent: 30, most: 26}, {sent: 28, most: 27}}, want: true},
+		{desc: "banned far under what another left served", bans: [toleranceBans]waveBan{{sent: 25, most: 20}, {sent: 80, most: 76}, {sent: 60, most: 50}}},
+	} {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			e := newTestEngine(t, Config{}, 4)
+			tp := e.watch(e.target("s.com"))
+			at := start.Add(2 * time.Minute).UnixNano()
+			tp.mu.Lock()
+			for i, b := range tt.bans {
+				b.at, b.slot, b.span = at+int64(i)*int64(time.Second), int32(i), e.cfg.PaceWindow
+				tp.addBan(&e.cfg, b, b.at)
+			}
+			tp.mu.Unlock()
+			if got := tp.toleranceAt(&e.cfg, at+int64(toleranceBans)*int64(time.Second)) > 0; got != tt.want {
+				t.Errorf("tolerance learned: %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 // A 429 from many routes is every exit being told to slow down, not the
 // site down: no incident, and every pair honours its Retry-After.
 func TestRateLimitsAreNoIncident(t *testing.T) {
