@@ -729,17 +729,23 @@ func TestToleranceFromBurstBans(t *testing.T) {
 // served one did), which a site that counts does not send and one that
 // bans at random does (the simulator's flaky-403). Strays near the top of
 // the counts are a count's too (burst-bans), and strays a window old say
-// nothing of now.
+// nothing of now. Nor is a wave whose own bans disagree on the count (one
+// far under what another left served), as random bans do when the load
+// moves between a few busy exits.
 func TestStraysBeforeTheWave(t *testing.T) {
 	t.Parallel()
 	inWindow := []time.Duration{40 * time.Second, 30 * time.Second, 20 * time.Second, 10 * time.Second}
+	agree := [toleranceBans]waveBan{{sent: 30, most: 25}, {sent: 30, most: 25}, {sent: 30, most: 25}}
 	for _, tt := range []struct {
 		desc   string
-		strays []time.Duration // before the wave's first ban
-		sent   int             // what each stray's exit had sent, the most served having sent 25
-		want   bool            // a tolerance is learned
+		strays []time.Duration        // before the wave's first ban
+		sent   int                    // what each stray's exit had sent, the most served having sent 25
+		wave   [toleranceBans]waveBan // sent and most of each of the wave's bans; zero: agree
+		want   bool                   // a tolerance is learned
 	}{
 		{desc: "no strays", want: true},
+		{desc: "the wave's counts a little apart", wave: [toleranceBans]waveBan{{sent: 22, most: 20}, {sent: 30, most: 26}, {sent: 28, most: 27}}, want: true},
+		{desc: "a wave banned far under what it left served", wave: [toleranceBans]waveBan{{sent: 25, most: 20}, {sent: 80, most: 76}, {sent: 60, most: 50}}},
 		{desc: "far strays a window before", strays: []time.Duration{90 * time.Second, 80 * time.Second, 75 * time.Second, 70 * time.Second}, sent: 10, want: true},
 		{desc: "far strays in the window before", strays: inWindow, sent: 10},
 		{desc: "near strays in the window before", strays: inWindow, sent: 24, want: true},
@@ -756,40 +762,11 @@ func TestStraysBeforeTheWave(t *testing.T) {
 					tp.far = keepLatest(tp.far, at-int64(d))
 				}
 			}
-			for i := range toleranceBans {
-				ns := at + int64(i)*int64(time.Second)
-				tp.addBan(&e.cfg, waveBan{at: ns, slot: int32(i), sent: 30, most: 25, span: e.cfg.PaceWindow}, ns)
+			wave := tt.wave
+			if wave[0].sent == 0 {
+				wave = agree
 			}
-			tp.mu.Unlock()
-			if got := tp.toleranceAt(&e.cfg, at+int64(toleranceBans)*int64(time.Second)) > 0; got != tt.want {
-				t.Errorf("tolerance learned: %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
-
-// TestWaveOfDisagreeingBans: a wave is a count only when its bans agree
-// on one: each came to an exit that had sent more than every exit still
-// served, and none far under what another left served (the same farStray
-// as strays), which bans at random do when the load moves between exits.
-func TestWaveOfDisagreeingBans(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		desc string
-		bans [toleranceBans]waveBan // sent and most of each
-		want bool                   // a tolerance is learned
-	}{
-		{desc: "one count", bans: [toleranceBans]waveBan{{sent: 30, most: 25}, {sent: 31, most: 26}, {sent: 30, most: 27}}, want: true},
-		{desc: "counts a little apart", bans: [toleranceBans]waveBan{{sent: 22, most: 20}, {sent: 30, most: 26}, {sent: 28, most: 27}}, want: true},
-		{desc: "banned far under what another left served", bans: [toleranceBans]waveBan{{sent: 25, most: 20}, {sent: 80, most: 76}, {sent: 60, most: 50}}},
-	} {
-		t.Run(tt.desc, func(t *testing.T) {
-			t.Parallel()
-			e := newTestEngine(t, Config{}, 4)
-			tp := e.watch(e.target("s.com"))
-			at := start.Add(2 * time.Minute).UnixNano()
-			tp.mu.Lock()
-			for i, b := range tt.bans {
+			for i, b := range wave {
 				b.at, b.slot, b.span = at+int64(i)*int64(time.Second), int32(i), e.cfg.PaceWindow
 				tp.addBan(&e.cfg, b, b.at)
 			}

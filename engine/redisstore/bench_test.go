@@ -105,11 +105,12 @@ func benchEngine(tb testing.TB, store engine.Store) (*engine.Engine, []string) {
 // benchOutcome is the outcome op i reports: mostly successes, 2% proxy
 // timeouts (the route's global record) and 2% target 5xx (the
 // route×target pair). A multiplicative hash spreads the failures over the
-// targets, which go by i in turn. Not bans: at this benchmark's hundreds
-// of requests a second a site, random bans land on the exits that sent
-// the most, which reads as a site banning over a count, and the engine
-// holds every exit under the tolerance it learned (docs/design/005-cost.md):
-// the run measured pacing refusals, not the store.
+// targets, which go by i in turn. Not bans, which would make the run
+// depend on tolerance learning: at this benchmark's hundreds of requests
+// a second a site, random bans land on the exits that sent the most, and
+// until a wave's bans had to agree on a count they taught each site a
+// tolerance that paced the run into failing (docs/design/005-cost.md).
+// This benchmark measures the store.
 func benchOutcome(i uint64) engine.Outcome {
 	switch (i * 0x9E3779B97F4A7C15 >> 32) % 50 {
 	case 0:
