@@ -152,8 +152,8 @@ func (x *exit) untrack(c net.Conn) {
 	c.Close()
 }
 
-// ServeHTTP is the proxy: count, ask the world, then hold, refuse, or wait
-// the exit's latency and carry the request to a site.
+// ServeHTTP is the proxy: count, ask the world, then hold, answer 407, or
+// wait the exit's latency and refuse or carry the request to a site.
 func (x *exit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !x.enter() {
 		return
@@ -170,17 +170,22 @@ func (x *exit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "proxy authentication required", http.StatusProxyAuthRequired)
 		return
 	}
-	if status, why := checkTarget(r); status != 0 {
-		w.Header().Set("X-Livebench-Refused", "1")
-		http.Error(w, "livebench exit: "+why, status)
-		return
-	}
+	// A refusal crosses the exit too: a slow exit's answer to a neutral
+	// probe (a CONNECT to a name no exit reaches) takes its latency, as a
+	// real one's does and the simulator's probes do. Refused at once, a
+	// slow exit was checked as soon as a fast one, and a crawler's first
+	// tunnels went through it.
 	if delay > 0 {
 		t := time.NewTimer(delay)
 		defer t.Stop()
 		if !x.wait(r.Context(), t.C) {
 			return
 		}
+	}
+	if status, why := checkTarget(r); status != 0 {
+		w.Header().Set("X-Livebench-Refused", "1")
+		http.Error(w, "livebench exit: "+why, status)
+		return
 	}
 	if r.Method == http.MethodConnect {
 		x.tunnel(w, r)

@@ -180,9 +180,13 @@ func TestExitsForwardAndTunnelAsShaped(t *testing.T) {
 	})
 }
 
+// TestExitsRefuseAnythingButSites: an exit refuses whatever is not a
+// proxy request for a fake site, after its latency, as a real exit's
+// answers cross its path.
 func TestExitsRefuseAnythingButSites(t *testing.T) {
 	t.Parallel()
-	f := testFleet(t, fast())
+	const latency = 200 * time.Millisecond
+	f := testFleet(t, Shape{Latency: latency})
 	exit := f.exits[0].url.Host
 	tests := []struct {
 		desc    string
@@ -206,14 +210,19 @@ func TestExitsRefuseAnythingButSites(t *testing.T) {
 			}
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(5 * time.Second))
+			start := time.Now()
 			io.WriteString(c, tt.request+"\r\n\r\n")
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
+			took := time.Since(start)
 			resp.Body.Close()
 			if resp.StatusCode != tt.want || resp.Header.Get("X-Livebench-Refused") != "1" {
 				t.Fatalf("got %d (refused header %q), want %d", resp.StatusCode, resp.Header.Get("X-Livebench-Refused"), tt.want)
+			}
+			if took < latency {
+				t.Errorf("refused after %v, before the exit's latency %v", took, latency)
 			}
 		})
 	}
