@@ -173,8 +173,8 @@ func (x *exit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A refusal crosses the exit too: a slow exit's answer to a neutral
 	// probe (a CONNECT to a name no exit reaches) takes its latency, as a
 	// real one's does and the simulator's probes do. Refused at once, a
-	// slow exit was checked as soon as a fast one, and a crawler's first
-	// tunnels went through it.
+	// slow exit would pass its first check as soon as a fast one, and a
+	// crawler's first tunnels would go through it.
 	if delay > 0 {
 		t := time.NewTimer(delay)
 		defer t.Stop()
