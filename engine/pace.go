@@ -1048,6 +1048,7 @@ func (tp *targetPace) addBan(c *Config, b waveBan, ns int64) {
 	for _, w := range tp.wave {
 		tolerated, banned, span = max(tolerated, w.most), min(banned, w.sent), max(span, w.span)
 	}
+	tp.wave = tp.wave[:0]
 	if float64(banned) < farStray*float64(tolerated) {
 		// The wave's own bans disagree on the count: one came to an exit
 		// far under what another left served, which a site that counts
@@ -1056,11 +1057,9 @@ func (tp *targetPace) addBan(c *Config, b waveBan, ns int64) {
 		// twentieth of its throughput (a wave banned at 25 with 76 served:
 		// a hold at a third of what the site took, and each later random
 		// ban cut it again).
-		tp.wave = tp.wave[:0]
 		return
 	}
 	tp.hold(ns, max(tolerated, banned/2), banned)
-	tp.wave = tp.wave[:0]
 	if span < c.PaceWindow && !tp.shared {
 		// A young wave: whether the site counts over the span the wave
 		// showed or over a whole window, the exits were banned at that
